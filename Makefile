@@ -1,0 +1,69 @@
+# deltaferry — the two commands a newcomer needs: `make demo` and `make test`.
+# Both run `make setup` first; setup is idempotent (stamp files skip what is already done).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEPS   := $(CURDIR)/.deps
+MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
+UV_VERSION := 0.13.9
+
+.PHONY: setup test test-unit test-integration demo stack-up stack-down bench lock clean help
+
+help:
+	@echo "make demo   - local Kafka, sample events, one pipeline run, the resulting table"
+	@echo "make test   - unit tests, then integration tests on a real broker and Spark"
+	@echo "make setup  - install pinned Python deps into .venv and resolve pinned jars into .deps"
+	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
+	@echo "make stack-down - stop the local stack"
+
+setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved
+
+$(VENV)/.tools:
+	scripts/ensure-tools.sh
+	mkdir -p $(VENV) && touch $@
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(VENV)/.tools
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $@
+
+$(DEPS)/jars/spark/.resolved: jvm/spark/pom.xml $(VENV)/.installed
+	rm -rf $(DEPS)/jars/spark
+	cd jvm/spark && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/spark
+	$(BIN)/python -m deltaferry.jvm
+	touch $@
+
+$(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
+	rm -rf $(DEPS)/jars/kafka
+	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/kafka
+	touch $@
+
+test: setup test-unit test-integration
+
+test-unit: setup
+	$(BIN)/pytest tests/unit -q
+
+test-integration: setup
+	$(BIN)/pytest tests/integration -q -m integration
+
+demo: setup
+	$(BIN)/python -m deltaferry.demo
+
+stack-up: setup
+	@$(BIN)/deltaferry stack up
+
+stack-down:
+	@test ! -x $(BIN)/deltaferry || $(BIN)/deltaferry stack down
+
+bench: setup
+	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
+
+# Re-resolve requirements.lock after changing pyproject.toml (needs uv in .venv).
+lock:
+	$(BIN)/uv pip compile pyproject.toml --extra airflow --extra dev --python-version 3.11 -o requirements.lock
+
+clean: stack-down
+	rm -rf $(VENV) .deps .stack warehouse

@@ -1,0 +1,153 @@
+"""Small, clear questions to the Kafka cluster, asked before Spark is: is it there, does the topic
+exist, which offsets does each partition hold. Spark's own errors for these are long stack traces.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from deltaferry.errors import KafkaError
+
+log = logging.getLogger(__name__)
+#: librdkafka repeats every connection failure; the KafkaError raised here says it once.
+_client_log = logging.getLogger("deltaferry.kafka.client")
+_client_log.setLevel(logging.CRITICAL)
+
+
+@dataclass(frozen=True)
+class TopicOffsets:
+    """Per partition: the first offset still held and the next offset to be written."""
+
+    topic: str
+    partitions: dict[int, tuple[int, int]]
+
+    @property
+    def message_count(self) -> int:
+        """How many messages the topic holds now."""
+        return sum(high - low for low, high in self.partitions.values())
+
+    def end(self) -> dict[int, int]:
+        """The high watermark (next offset) of every partition."""
+        return {p: high for p, (_, high) in self.partitions.items()}
+
+
+def _client_config(bootstrap: str, options: dict[str, str] | None) -> dict:
+    """A confluent-kafka consumer config that never commits and logs through Python logging."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "deltaferry-metadata",
+        "enable.auto.commit": False,
+        "socket.timeout.ms": 10_000,
+        "logger": _client_log,
+        **(options or {}),
+    }
+
+
+def topic_offsets(
+    bootstrap: str, topic: str, options: dict[str, str] | None = None, timeout: float = 15.0
+) -> TopicOffsets:
+    """The low/high watermarks of every partition of `topic`; KafkaError says what is wrong."""
+    consumer = Consumer(_client_config(bootstrap, options))
+    try:
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaError(
+                topic, bootstrap,
+                f"broker not reachable within {timeout:.0f} s ({exc.args[0].str()}); "
+                "is it running? (`deltaferry stack up` starts a local one)",
+            ) from None
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            known = sorted(t for t in metadata.topics if not t.startswith("__"))
+            raise KafkaError(
+                topic, bootstrap,
+                f"topic does not exist (topics there: {', '.join(known) or 'none'})",
+            )
+        partitions = {}
+        for partition in sorted(described.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout
+            )
+            partitions[partition] = (low, high)
+        return TopicOffsets(topic, partitions)
+    finally:
+        consumer.close()
+
+
+def offsets_json(topic: str, offsets: dict[int, int]) -> str:
+    """Spark's startingOffsets/endingOffsets JSON for one topic: {"t": {"0": 12, ...}}."""
+    return json.dumps({topic: {str(p): int(o) for p, o in sorted(offsets.items())}})
+
+
+def ranges_to_read(
+    current: TopicOffsets, covered: dict[int, int] | None
+) -> dict[int, tuple[int, int]]:
+    """Per partition, the [start, end) offsets not yet covered; partitions with none are left out.
+
+    A partition the cache has not seen starts at its low watermark; a covered offset that
+    retention has since deleted is clamped to the low watermark.
+    """
+    covered = covered or {}
+    ranges = {}
+    for partition, (low, high) in current.partitions.items():
+        start = max(covered.get(partition, low), low)
+        if start < high:
+            ranges[partition] = (start, high)
+    return ranges
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30.0) -> bool:
+    """Create `topic` if it does not exist; True if it was created now."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap,
+                         "logger": _client_log})
+    if topic in admin.list_topics(timeout=timeout).topics:
+        return False
+    future = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise KafkaError(topic, bootstrap, f"could not create topic: {exc.args[0].str()}") from None
+        return False
+    return True
+
+
+def produce(bootstrap: str, topic: str, messages, timeout: float = 60.0) -> int:
+    """Produce (key, value) pairs; a dict value is sent as JSON, None as a tombstone, str/bytes
+    as they are. Returns how many were delivered; KafkaError if any was not."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "compression.type": "lz4", "enable.idempotence": True,
+                         "logger": _client_log})
+    failures: list[str] = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            failures.append(err.str())
+
+    sent = 0
+    for key, value in messages:
+        payload = json.dumps(value) if isinstance(value, dict) else value
+        while True:
+            try:
+                producer.produce(topic, key=key, value=payload, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.5)
+        sent += 1
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining or failures:
+        raise KafkaError(
+            topic, bootstrap,
+            f"{remaining} message(s) not delivered in {timeout:.0f} s; errors: {failures[:3]}",
+        )
+    return sent

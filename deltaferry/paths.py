@@ -1,0 +1,40 @@
+"""Where a topic's things live under the warehouse root.
+
+``<warehouse>/<topic>/table`` (the Delta table), ``_checkpoint`` (the streaming checkpoint),
+``_schema/`` (the cached, versioned schemas) and ``_quarantine`` (a Delta table of malformed
+messages). Paths are only ever built from validated topic names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deltaferry.config import validate_topic_name
+
+
+def join(root: str, *parts: str) -> str:
+    """Join a local path or a URI (s3://...) with '/'."""
+    return "/".join([root.rstrip("/")] + [p.strip("/") for p in parts])
+
+
+@dataclass(frozen=True)
+class TopicPaths:
+    """The locations of one topic's table, checkpoint, schema cache and quarantine."""
+
+    root: str
+    table: str
+    checkpoint: str
+    schema: str
+    quarantine: str
+
+    @classmethod
+    def for_topic(cls, warehouse: str, topic: str) -> "TopicPaths":
+        """Locations of `topic` under `warehouse`; refuses a name that is not a legal topic."""
+        root = join(warehouse, validate_topic_name(topic))
+        return cls(
+            root=root,
+            table=join(root, "table"),
+            checkpoint=join(root, "_checkpoint"),
+            schema=join(root, "_schema"),
+            quarantine=join(root, "_quarantine"),
+        )

@@ -1,0 +1,213 @@
+"""The core scenario on the real broker and a real Spark session: several partitions, several
+versions per key, tombstones, malformed messages, new fields and int→double in a second batch.
+After every run the table must equal the latest valid value per key; a re-run changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deltaferry.config import Settings, TopicConfig
+from deltaferry.errors import EmptyTopicError, KafkaError
+from deltaferry.kafka import produce
+from deltaferry.paths import TopicPaths
+from deltaferry.pipeline import TopicContext, run_step
+from deltaferry.schema.store import SchemaStore
+
+pytestmark = pytest.mark.integration
+
+METADATA = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
+
+
+def context(topic: str, warehouse, bootstrap: str, **options) -> TopicContext:
+    settings = Settings(warehouse=str(warehouse), kafka_bootstrap=bootstrap)
+    paths = TopicPaths.for_topic(settings.warehouse, topic)
+    return TopicContext(TopicConfig(name=topic, **options), settings, paths, SchemaStore(paths.schema))
+
+
+def expected_state(messages) -> dict[str, dict]:
+    """Latest valid JSON object per key, tombstones deleting, malformed values skipped."""
+    state: dict[str, dict] = {}
+    for key, value in messages:
+        if key is None:
+            continue
+        if value is None:
+            state.pop(key, None)
+        elif isinstance(value, dict):
+            state[key] = value
+        else:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict):
+                state[key] = parsed
+    return state
+
+
+def shape_like(value, datatype):
+    """`value` (from JSON) in the shape Spark gives it for `datatype`: missing fields as None,
+    integers as floats in double columns."""
+    from pyspark.sql.types import ArrayType, DoubleType, StructType
+
+    if value is None:
+        return None
+    if isinstance(datatype, StructType):
+        return {f.name: shape_like(value.get(f.name), f.dataType) for f in datatype.fields}
+    if isinstance(datatype, ArrayType):
+        return [shape_like(v, datatype.elementType) for v in value]
+    if isinstance(datatype, DoubleType):
+        return float(value)
+    return value
+
+
+def table_state(spark, ctx) -> tuple[dict[str, dict], object]:
+    table = spark.read.format("delta").load(ctx.paths.table)
+    payload = [f for f in table.schema.fields if f.name not in METADATA]
+    state = {}
+    for row in table.collect():
+        d = row.asDict(recursive=True)
+        assert d["kafka_key"] not in state, f"duplicate key {d['kafka_key']}"
+        state[d["kafka_key"]] = {f.name: d[f.name] for f in payload}
+    return state, table.schema
+
+
+def assert_table_is_latest_state(spark, ctx, messages):
+    actual, schema = table_state(spark, ctx)
+    payload_type = type(schema)([f for f in schema.fields if f.name not in METADATA])
+    expected = {k: shape_like(v, payload_type) for k, v in expected_state(messages).items()}
+    assert actual == expected
+
+
+def table_version(spark, ctx) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, ctx.paths.table).history(1).collect()[0]["version"]
+
+
+def first_batch():
+    messages = []
+    for version in range(3):
+        for k in range(12):
+            messages.append((f"k{k}", {
+                "id": k, "version": version, "amount": k * 10 + version,
+                "customer": {"name": f"c{k}", "tier": "gold" if k % 2 else "silver"},
+                "items": [{"sku": f"s{k}", "qty": version + 1}],
+            }))
+    messages += [
+        ("k3", None),                       # tombstone
+        ("k4", "{not json"),                # malformed: not JSON
+        ("k5", "[1, 2, 3]"),                # malformed: not an object
+        (None, json.dumps({"id": 99})),     # no key: cannot be upserted
+        ("k6", json.dumps({"id": 6, "version": 9, "amount": 69})),  # partial record
+        ("gone", None),                     # tombstone for a key never seen
+    ]
+    return messages
+
+
+def second_batch():
+    return [
+        ("k1", {"id": 1, "version": 3, "amount": 12.5, "customer": {"name": "c1", "tier": "gold",
+                                                                    "email": "c1@x.org"},
+                "items": [{"sku": "s1", "qty": 1, "price": 9.99}], "channel": "web"}),
+        ("k2", {"id": 2, "version": 3, "amount": 21, "channel": "app"}),
+        ("k3", {"id": 3, "version": 4, "amount": 30}),              # re-created after deletion
+        ("k7", None),                                                # deleted in batch 2
+        ("k8", json.dumps({"id": 8, "customer": "not-a-struct"})),  # does not fit the schema
+        ("new", {"id": 100, "version": 0, "amount": 1.25}),
+    ]
+
+
+def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("core", partitions=3)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=16)
+    batch1 = first_batch()
+    produce(kafka_bootstrap, topic, batch1)
+
+    infer = run_step("infer", ctx, spark)
+    assert (infer.schema_version, infer.changed, infer.full) == (1, True, True)
+    assert infer.offsets_scanned == len(batch1)
+    fields = {f["name"] for f in ctx.store.latest().schema["fields"]}
+    assert fields == {"id", "version", "amount", "customer", "items"}
+
+    report = run_step("ingest", ctx, spark)
+    assert report.messages_read == len(batch1)
+    assert report.batches >= 3  # bounded: 16 offsets per micro-batch at most
+    assert report.quarantined == 3
+    assert_table_is_latest_state(spark, ctx, batch1)
+
+    quarantine = {r["kafka_key"]: r for r in spark.read.format("delta").load(ctx.paths.quarantine).collect()}
+    assert set(quarantine) == {"k4", "k5", None}
+    assert quarantine["k4"]["reason"] == "value is not valid JSON"
+    assert quarantine["k4"]["raw_value"] == "{not json"
+    assert quarantine["k5"]["reason"] == "value is not a JSON object"
+    assert "no key" in quarantine[None]["reason"]
+    assert all(r["kafka_partition"] is not None and r["kafka_offset"] is not None
+               for r in quarantine.values())
+
+    # a run with nothing new changes nothing
+    version = table_version(spark, ctx)
+    again = run_step("ingest", ctx, spark)
+    assert (again.messages_read, again.inserted, again.updated, again.deleted) == (0, 0, 0, 0)
+    assert table_version(spark, ctx) == version
+    assert run_step("infer", ctx, spark).offsets_scanned == 0
+
+    batch2 = second_batch()
+    produce(kafka_bootstrap, topic, batch2)
+    infer2 = run_step("infer", ctx, spark)
+    assert infer2.offsets_scanned == len(batch2)  # incremental: only the new offsets
+    assert (infer2.schema_version, infer2.changed) == (2, True)
+    assert [v for v in ctx.store.versions()] == [1, 2]  # the previous version is kept
+
+    report2 = run_step("ingest", ctx, spark)
+    assert report2.messages_read == len(batch2)
+    assert report2.quarantined == 1
+    assert report2.deleted == 1
+    everything = batch1 + batch2
+    # k8's second message does not fit: its previous valid value stays
+    assert_table_is_latest_state(spark, ctx, [m for m in everything if m[0] != "k8" or m in batch1])
+    schema = spark.read.format("delta").load(ctx.paths.table).schema
+    assert schema["amount"].dataType.typeName() == "double"
+    assert "channel" in schema.fieldNames()
+    assert "email" in schema["customer"].dataType.fieldNames()
+    assert "price" in schema["items"].dataType.elementType.fieldNames()
+    amounts = {r["kafka_key"]: r["amount"] for r in spark.read.format("delta").load(ctx.paths.table).collect()}
+    assert amounts["k1"] == 12.5 and amounts["new"] == 1.25 and amounts["k0"] == 2.0
+
+    optimize, vacuum = run_step("maintain", ctx, spark)
+    assert "table" in optimize.tables and "quarantine" in vacuum.tables
+    assert_table_is_latest_state(spark, ctx, [m for m in everything if m[0] != "k8" or m in batch1])
+
+    full = run_step("infer", ctx, spark, reinfer=True)
+    assert full.full and full.offsets_scanned == len(everything)
+    assert not full.changed  # a full re-inference keeps every field it already had
+
+
+def test_fields_arriving_after_inference_are_not_dropped(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("drift", partitions=2)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    first = [(f"k{i}", {"a": i, "maybe": None}) for i in range(4)]
+    produce(kafka_bootstrap, topic, first)
+    run_step("infer", ctx, spark)
+    # a field only ever null is not typed yet (Spark would say string and keep it string)
+    assert [f["name"] for f in ctx.store.latest().schema["fields"]] == ["a"]
+    late = [("k1", {"a": 1, "late": {"x": True}, "maybe": {"y": 2}}),
+            ("k9", {"a": 9, "late": {"x": False}})]
+    produce(kafka_bootstrap, topic, late)  # after the infer step, before ingest
+    report = run_step("ingest", ctx, spark)
+    assert report.schema_version == 2
+    schema = spark.read.format("delta").load(ctx.paths.table).schema
+    assert schema["maybe"].dataType.simpleString() == "struct<y:bigint>"
+    assert_table_is_latest_state(spark, ctx, first + late)
+    assert run_step("infer", ctx, spark).offsets_scanned == 0  # ingest recorded what it covered
+
+
+def test_clear_errors_for_missing_unreachable_and_empty(spark, kafka_bootstrap, new_topic, tmp_path):
+    empty = new_topic("empty", partitions=1)
+    with pytest.raises(EmptyTopicError, match="is empty"):
+        run_step("infer", context(empty, tmp_path, kafka_bootstrap), spark)
+    with pytest.raises(KafkaError, match="does not exist"):
+        run_step("infer", context("no.such.topic", tmp_path, kafka_bootstrap), spark)
+    with pytest.raises(KafkaError, match="not reachable"):
+        run_step("ingest", context(empty, tmp_path, "127.0.0.1:1"), spark)

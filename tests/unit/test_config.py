@@ -1,0 +1,121 @@
+import pytest
+
+from deltaferry.config import Settings, TopicConfig, load_topics, parse_topics, validate_topic_name
+from deltaferry.errors import ConfigError, TopicNotConfiguredError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "topics.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_apply_to_every_topic(tmp_path):
+    topics = load_topics(write(tmp_path, """
+defaults: {max_offsets_per_trigger: 10}
+topics:
+  - name: a
+  - name: b
+    max_offsets_per_trigger: 20
+    schedule: null
+"""))
+    assert topics.errors == []
+    a, b = topics.topics
+    assert (a.name, a.max_offsets_per_trigger, a.schedule) == ("a", 10, "@hourly")
+    assert (b.max_offsets_per_trigger, b.schedule) == (20, None)
+    assert a.vacuum_retention_hours == 168.0
+    assert a.dag_id == "ingest_a"
+
+
+@pytest.mark.parametrize("name", ["orders", "a.b-c_D9", "x" * 249])
+def test_legal_topic_names(name):
+    assert validate_topic_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [("bad/../name", "'/'"), ("sp ace", "' '"), ("", "non-empty"), ("x" * 250, "249"),
+     ("..", "not allowed"), (12, "non-empty string")],
+)
+def test_illegal_topic_names_are_refused_with_the_reason(name, fragment):
+    with pytest.raises(ConfigError) as exc:
+        validate_topic_name(name, "topics[3]")
+    assert "topics[3]" in str(exc.value)
+    assert fragment in str(exc.value)
+
+
+def test_bad_entry_is_reported_and_others_still_load(tmp_path):
+    topics = load_topics(write(tmp_path, """
+topics:
+  - name: good
+  - name: "bad topic!"
+  - name: typo
+    max_offset_per_trigger: 5
+  - name: good
+  - just-a-string
+  - name: neg
+    vacuum_retention_hours: -1
+"""))
+    assert topics.names() == ["good"]
+    messages = [str(e) for e in topics.errors]
+    assert len(messages) == 5
+    assert "topics[1]" in messages[0] and "'bad topic!'" in messages[0]
+    assert "unknown key(s) max_offset_per_trigger" in messages[1] and "'typo'" in messages[1]
+    assert "duplicate of topics[0]" in messages[2]
+    assert "topics[4]" in messages[3] and "mapping" in messages[3]
+    assert "vacuum_retention_hours" in messages[4] and ">= 0" in messages[4]
+
+
+def test_get_raises_the_entry_error_for_an_invalid_entry(tmp_path):
+    topics = load_topics(write(tmp_path, "topics:\n  - name: t\n    format: xml\n"))
+    with pytest.raises(ConfigError, match="format: 'xml' is not a supported format"):
+        topics.get("t")
+    with pytest.raises(TopicNotConfiguredError, match="'other' is not listed"):
+        topics.get("other")
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("topics: 3", "'topics:' list"),
+    ("- a\n- b", "'topics:' list"),
+    ("topics: []\nextra: 1", "unknown top-level key(s): extra"),
+    ("topics: [\n", "not valid YAML"),
+])
+def test_file_level_errors_name_the_file(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_topics(path)
+    assert str(path) in str(exc.value) and fragment in str(exc.value)
+
+
+def test_missing_topics_file(tmp_path):
+    with pytest.raises(ConfigError, match="topics file not found"):
+        load_topics(tmp_path / "nope.yaml")
+
+
+def test_topics_file_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(write(tmp_path, "topics:\n  - name: envtopic\n")))
+    assert load_topics().names() == ["envtopic"]
+
+
+def test_settings_from_env():
+    s = Settings.from_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "h1:9092,h2:9093",
+                           "DELTAFERRY_WAREHOUSE": "/data/wh/", "DELTAFERRY_SPARK_MASTER": "spark://m:7077"})
+    assert (s.kafka_bootstrap, s.warehouse, s.spark_master) == ("h1:9092,h2:9093", "/data/wh", "spark://m:7077")
+
+
+@pytest.mark.parametrize("env, fragment", [({}, "not set"),
+                                           ({"DELTAFERRY_KAFKA_BOOTSTRAP": "nohost"}, "not host:port")])
+def test_settings_errors_name_the_variable(env, fragment):
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env(env)
+    assert "DELTAFERRY_KAFKA_BOOTSTRAP" in str(exc.value) and fragment in str(exc.value)
+
+
+def test_topic_config_is_frozen():
+    with pytest.raises(Exception):
+        TopicConfig("a").name = "b"
+
+
+def test_parse_topics_rejects_name_in_defaults():
+    with pytest.raises(ConfigError, match="defaults"):
+        parse_topics({"defaults": {"name": "x"}, "topics": []}, "f.yaml")

@@ -1,0 +1,73 @@
+import json
+
+from deltaferry.jvm import artifact_name, prune_shipped
+from deltaferry.kafka import TopicOffsets, offsets_json, ranges_to_read
+from deltaferry.spark.table import quote, widened_type
+
+
+def test_ranges_cover_only_what_is_new():
+    current = TopicOffsets("t", {0: (0, 10), 1: (5, 8), 2: (0, 0), 3: (0, 4)})
+    assert ranges_to_read(current, None) == {0: (0, 10), 1: (5, 8), 3: (0, 4)}
+    covered = {0: 10, 1: 2, 3: 1}
+    # 0 is fully covered; 1's covered offset expired (clamped to low); 2 is empty
+    assert ranges_to_read(current, covered) == {1: (5, 8), 3: (1, 4)}
+    assert current.message_count == 10 + 3 + 0 + 4
+    assert current.end() == {0: 10, 1: 8, 2: 0, 3: 4}
+
+
+def test_offsets_json_is_what_spark_expects():
+    assert json.loads(offsets_json("t.x", {1: 5, 0: 2})) == {"t.x": {"0": 2, "1": 5}}
+
+
+def test_widening_of_nested_numeric_columns():
+    table = {"type": "struct", "fields": [
+        {"name": "a", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "items", "type": {"type": "array", "containsNull": True, "elementType": {
+            "type": "struct", "fields": [{"name": "qty", "type": "long", "nullable": True, "metadata": {}},
+                                         {"name": "sku", "type": "string", "nullable": True, "metadata": {}}]}},
+         "nullable": True, "metadata": {}}]}
+    source = json.loads(json.dumps(table))
+    source["fields"][1]["type"]["elementType"]["fields"][0]["type"] = "double"
+    widened = widened_type(table, source)
+    assert widened["fields"][0]["type"] == "long"
+    assert widened["fields"][1]["type"]["elementType"]["fields"][0]["type"] == "double"
+    assert widened["fields"][1]["type"]["elementType"]["fields"][1]["type"] == "string"
+    assert widened_type(table, table) == table
+    assert widened_type("long", "string") == "long"  # a conflict is not a widening
+
+
+def test_quote_escapes_backticks():
+    assert quote("we`ird name") == "`we``ird name`"
+
+
+def test_prune_drops_what_pyspark_ships(tmp_path):
+    ours, shipped = tmp_path / "ours", tmp_path / "shipped"
+    ours.mkdir(); shipped.mkdir()
+    for name in ["jackson-core-2.13.5.jar", "delta-spark_4.2_2.13-4.4.0.jar", "zstd-jni-1.5.7-3.jar"]:
+        (ours / name).write_text("")
+    for name in ["jackson-core-2.21.2.jar", "zstd-jni-1.5.7-7.jar", "spark-core_2.13-4.2.0.jar"]:
+        (shipped / name).write_text("")
+    assert prune_shipped(ours, shipped) == ["jackson-core-2.13.5.jar", "zstd-jni-1.5.7-3.jar"]
+    assert [p.name for p in ours.iterdir()] == ["delta-spark_4.2_2.13-4.4.0.jar"]
+    assert artifact_name("delta-spark_4.2_2.13-4.4.0.jar") == "delta-spark_4.2_2.13"
+
+
+def test_relaxed_schema_accepts_every_widening_but_not_a_clash():
+    from deltaferry.spark.infer import relaxed
+
+    cached = {"type": "struct", "fields": [
+        {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "d", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+        {"name": "v", "type": "void", "nullable": True, "metadata": {}},
+        {"name": "s", "type": {"type": "struct", "fields": [
+            {"name": "i", "type": "integer", "nullable": True, "metadata": {}}]}, "nullable": True, "metadata": {}},
+        {"name": "a", "type": {"type": "array", "elementType": "long", "containsNull": True},
+         "nullable": True, "metadata": {}},
+        {"name": "b", "type": "boolean", "nullable": True, "metadata": {}}]}
+    out = relaxed(cached)
+    types = {f["name"]: f["type"] for f in out["fields"]}
+    assert types["n"] == "double" and types["d"] == "double" and types["v"] == "string"
+    assert types["s"]["fields"][0]["type"] == "double"
+    assert types["a"]["elementType"] == "double"
+    assert types["b"] == "boolean"
+    assert cached["fields"][0]["type"] == "long"  # the input is not modified

@@ -1,0 +1,26 @@
+import pytest
+
+from deltaferry.errors import ConfigError
+from deltaferry.paths import TopicPaths, join
+
+
+def test_layout_under_a_local_warehouse():
+    p = TopicPaths.for_topic("/wh/", "orders.v1")
+    assert p.root == "/wh/orders.v1"
+    assert (p.table, p.checkpoint, p.schema, p.quarantine) == (
+        "/wh/orders.v1/table", "/wh/orders.v1/_checkpoint",
+        "/wh/orders.v1/_schema", "/wh/orders.v1/_quarantine")
+
+
+def test_layout_under_a_uri():
+    assert TopicPaths.for_topic("s3://bucket/prefix", "t").table == "s3://bucket/prefix/t/table"
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", "..", "a b"])
+def test_no_path_from_an_invalid_name(name):
+    with pytest.raises(ConfigError):
+        TopicPaths.for_topic("/wh", name)
+
+
+def test_join():
+    assert join("/a/", "/b/", "c") == "/a/b/c"
