@@ -164,7 +164,6 @@ class BatchWriter:
                 F.current_timestamp().alias("quarantined_at"),
             )
             rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull())))
-            delta_table.ensure_table(self.spark, self.paths.table)
             widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()
@@ -173,8 +172,9 @@ class BatchWriter:
                 (bad.write.format("delta").mode("append")
                  .option("txnAppId", f"{app_id}-quarantine").option("txnVersion", batch_id)
                  .option("mergeSchema", "true").save(self.paths.quarantine))
-            with delta_table.idempotent_writes(self.spark, app_id, batch_id):
-                counts = delta_table.upsert(self.spark, self.paths.table, rows)
+            tag = delta_table.commit_tag(app_id, batch_id)
+            with delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
+                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag)
             parsed.unpersist()
         finally:
             raw.unpersist()
@@ -201,6 +201,7 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
             f"topic {topic.name!r}: no schema cached in {paths.schema}; run the infer step first"
         )
     report.schema_version = latest.version
+    delta_table.ensure_table(spark, paths.table)
     stream = (
         spark.readStream.format("kafka").options(**kafka_options(settings))
         .option("subscribe", topic.name)

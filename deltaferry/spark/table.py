@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
@@ -99,31 +100,43 @@ def widen_columns(spark, path: str, source_schema) -> list[str]:
     return changed
 
 
+def commit_tag(app_id: str, version: int) -> str:
+    """The userMetadata of a batch's commit: which query and batch wrote it, plus an attempt id
+    so that a replay's skipped write is told apart from the original one."""
+    return f"{app_id} batch {version} attempt {uuid.uuid4().hex[:12]}"
+
+
 @contextmanager
-def idempotent_writes(spark, app_id: str, version: int):
+def idempotent_writes(spark, app_id: str, version: int, tag: str):
     """Make the Delta writes inside the block idempotent for (app_id, version): a micro-batch
-    replayed after a crash is skipped instead of applied twice."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    replayed after a crash is skipped instead of applied twice. The commit carries `tag` as
+    its userMetadata (see DESCRIBE HISTORY)."""
+    confs = {
+        "spark.databricks.delta.write.txnAppId": app_id,
+        "spark.databricks.delta.write.txnVersion": str(version),
+        "spark.databricks.delta.commitInfo.userMetadata": tag,
+    }
+    for key, value in confs.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        for key in confs:
+            spark.conf.unset(key)
 
 
-def upsert(spark, path: str, source) -> dict[str, int]:
+def upsert(spark, path: str, source, tag: str) -> dict[str, int]:
     """MERGE `source` (one row per kafka_key, DELETED marking tombstones) into the table.
 
     Matched tombstones delete, other matches update, unmatched non-tombstones insert; new
-    columns arrive by schema evolution. Returns inserted/updated/deleted row counts.
+    columns arrive by schema evolution. Returns inserted/updated/deleted row counts (zeros if
+    Delta skipped the write as already applied, i.e. the last commit is not tagged `tag`).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     values = {quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
     table = DeltaTable.forPath(spark, path)
-    before = table.history(1).collect()[0]["version"]
     (
         table.alias("t")
         .merge(source.alias("s"), "t.kafka_key = s.kafka_key")
@@ -134,7 +147,7 @@ def upsert(spark, path: str, source) -> dict[str, int]:
         .execute()
     )
     last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    if last["version"] == before:  # skipped: this batch was applied before a crash
+    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
         return {"inserted": 0, "updated": 0, "deleted": 0}
     metrics = last["operationMetrics"] or {}
     return {

@@ -211,3 +211,34 @@ def test_clear_errors_for_missing_unreachable_and_empty(spark, kafka_bootstrap, 
         run_step("infer", context("no.such.topic", tmp_path, kafka_bootstrap), spark)
     with pytest.raises(KafkaError, match="not reachable"):
         run_step("ingest", context(empty, tmp_path, "127.0.0.1:1"), spark)
+
+
+def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic, tmp_path):
+    """A crash after the Delta writes but before the checkpoint commit replays the batch with
+    the same id: the MERGE and the quarantine append must be skipped, not applied again."""
+    from deltaferry.spark import table as delta_table
+    from deltaferry.spark.ingest import BatchWriter, IngestReport
+
+    topic = new_topic("replay", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    messages = [("a", {"n": 1}), ("b", {"n": 2}), ("a", {"n": 3}), ("c", "oops")]
+    produce(kafka_bootstrap, topic, messages)
+    run_step("infer", ctx, spark)
+    checkpoint = tmp_path / "wh" / topic / "_checkpoint"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"5d6c0a3e-0000-4000-8000-000000000001"}')
+    batch = spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap) \
+        .option("subscribe", topic).load()
+    delta_table.ensure_table(spark, ctx.paths.table)
+    report = IngestReport(topic)
+    writer = BatchWriter(spark, ctx.topic, ctx.paths, ctx.store, report)
+    writer(batch, 0)
+    assert (report.inserted, report.quarantined) == (2, 1)
+    version = table_version(spark, ctx)
+    writer(batch, 0)  # the replay
+    assert (report.inserted, report.updated) == (2, 0)
+    assert table_version(spark, ctx) == version
+    assert spark.read.format("delta").load(ctx.paths.quarantine).count() == 1
+    assert_table_is_latest_state(spark, ctx, messages)
+    writer(batch, 1)  # a new batch id is applied
+    assert report.updated == 2
