@@ -18,6 +18,7 @@ not stop the other entries from loading (``TopicsFile.errors``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -205,8 +206,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
-        """Read DELTAFERRY_WAREHOUSE, DELTAFERRY_KAFKA_BOOTSTRAP and DELTAFERRY_SPARK_MASTER."""
+        """Read DELTAFERRY_WAREHOUSE, DELTAFERRY_KAFKA_BOOTSTRAP, DELTAFERRY_SPARK_MASTER and
+        DELTAFERRY_KAFKA_OPTIONS (a JSON object of Kafka client properties such as
+        security.protocol or sasl.jaas.config; passed in the environment so that secrets never
+        reach a command line)."""
         env = os.environ if env is None else env
+        options = parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
         warehouse = env.get("DELTAFERRY_WAREHOUSE") or str(REPO_ROOT / "warehouse")
         bootstrap = env.get("DELTAFERRY_KAFKA_BOOTSTRAP", "").strip()
         if not bootstrap:
@@ -225,4 +230,30 @@ class Settings:
             warehouse=warehouse.rstrip("/") or "/",
             kafka_bootstrap=bootstrap,
             spark_master=env.get("DELTAFERRY_SPARK_MASTER") or None,
+            kafka_options=options,
         )
+
+    def __repr__(self) -> str:
+        """Never shows Kafka client option values (they may hold secrets)."""
+        return (f"Settings(warehouse={self.warehouse!r}, kafka_bootstrap={self.kafka_bootstrap!r}, "
+                f"spark_master={self.spark_master!r}, kafka_options={sorted(self.kafka_options)})")
+
+
+def parse_kafka_options(text: str) -> dict[str, str]:
+    """DELTAFERRY_KAFKA_OPTIONS as a dict of strings; ConfigError (without the values) if bad."""
+    if not text.strip():
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError:
+        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "is not a JSON object") from None
+    if not isinstance(options, dict):
+        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "must be a JSON object of properties")
+    bad = sorted(k for k in options if k.startswith("kafka.") or k == "bootstrap.servers")
+    if bad:
+        raise ConfigError(
+            "DELTAFERRY_KAFKA_OPTIONS",
+            f"give client properties without the 'kafka.' prefix and without bootstrap.servers "
+            f"(use DELTAFERRY_KAFKA_BOOTSTRAP): {', '.join(bad)}",
+        )
+    return {str(k): str(v) for k, v in options.items()}

@@ -23,13 +23,15 @@ def main(step: str, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"spark_jobs/{step}", description=f"deltaferry {step}")
     parser.add_argument("topic", help="a topic listed in the topics file")
     parser.add_argument("--topics-file", help="the topics file (default: DELTAFERRY_TOPICS)")
+    parser.add_argument("--debug", action="store_true",
+                        help="use the separate debug locations under <warehouse>/_debug/")
     if step == "infer":
         parser.add_argument("--reinfer", action="store_true",
                             help="re-read the whole topic instead of only new offsets")
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        ctx = TopicContext.load(args.topic, args.topics_file)
+        ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
         spark = get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
         reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
     except EmptyTopicError as exc:

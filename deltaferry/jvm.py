@@ -29,7 +29,7 @@ def jars_in(kind: str) -> list[Path]:
     if not jars:
         raise SetupError(
             f"no {kind} jars in {folder}: run `make setup` (it resolves jvm/{kind}/pom.xml "
-            "from Maven Central), or point DELTAFERRY_DEPS at a folder that holds jars/{kind}"
+            f"from Maven Central), or point DELTAFERRY_DEPS at a folder that holds jars/{kind}"
         )
     return jars
 

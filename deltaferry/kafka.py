@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -35,6 +36,27 @@ class TopicOffsets:
         return {p: high for p, (_, high) in self.partitions.items()}
 
 
+#: Java client property -> librdkafka property, where the names differ.
+_LIBRDKAFKA_NAMES = {"sasl.mechanism": "sasl.mechanisms"}
+_JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
+
+
+def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
+    """The Java-client properties Spark uses, as confluent-kafka (librdkafka) understands them:
+    security protocol, SASL mechanism and the credentials of a sasl.jaas.config; ssl.* as is."""
+    out = {}
+    for key, value in (options or {}).items():
+        if key == "sasl.jaas.config":
+            for name, found in _JAAS_CREDENTIAL.findall(value):
+                out[f"sasl.{name}"] = found
+        elif key in _LIBRDKAFKA_NAMES:
+            out[_LIBRDKAFKA_NAMES[key]] = value
+        elif key in ("security.protocol", "sasl.mechanisms", "sasl.username", "sasl.password") \
+                or key.startswith("ssl."):
+            out[key] = value
+    return out
+
+
 def _client_config(bootstrap: str, options: dict[str, str] | None) -> dict:
     """A confluent-kafka consumer config that never commits and logs through Python logging."""
     return {
@@ -43,7 +65,7 @@ def _client_config(bootstrap: str, options: dict[str, str] | None) -> dict:
         "enable.auto.commit": False,
         "socket.timeout.ms": 10_000,
         "logger": _client_log,
-        **(options or {}),
+        **librdkafka_options(options),
     }
 
 

@@ -2,7 +2,8 @@
 
 ``<warehouse>/<topic>/table`` (the Delta table), ``_checkpoint`` (the streaming checkpoint),
 ``_schema/`` (the cached, versioned schemas) and ``_quarantine`` (a Delta table of malformed
-messages). Paths are only ever built from validated topic names.
+messages). Paths are only ever built from validated topic names. A debug run (the DAG's
+``debug`` param) uses ``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ class TopicPaths:
     quarantine: str
 
     @classmethod
-    def for_topic(cls, warehouse: str, topic: str) -> "TopicPaths":
-        """Locations of `topic` under `warehouse`; refuses a name that is not a legal topic."""
-        root = join(warehouse, validate_topic_name(topic))
+    def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> "TopicPaths":
+        """Locations of `topic` under `warehouse` (under `_debug/` for a debug run); refuses a
+        name that is not a legal topic."""
+        name = validate_topic_name(topic)
+        root = join(warehouse, "_debug", name) if debug else join(warehouse, name)
         return cls(
             root=root,
             table=join(root, "table"),

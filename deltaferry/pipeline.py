@@ -29,11 +29,11 @@ class TopicContext:
 
     @classmethod
     def load(cls, name: str, topics_file: str | None = None,
-             settings: Settings | None = None) -> "TopicContext":
-        """Resolve `name` from the topics file and the environment."""
+             settings: Settings | None = None, debug: bool = False) -> "TopicContext":
+        """Resolve `name` from the topics file and the environment (debug: separate locations)."""
         topic = load_topics(topics_file).get(name)
         settings = settings or Settings.from_env()
-        paths = TopicPaths.for_topic(settings.warehouse, topic.name)
+        paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
         return cls(topic, settings, paths, SchemaStore(paths.schema))
 
 

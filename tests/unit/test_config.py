@@ -119,3 +119,18 @@ def test_topic_config_is_frozen():
 def test_parse_topics_rejects_name_in_defaults():
     with pytest.raises(ConfigError, match="defaults"):
         parse_topics({"defaults": {"name": "x"}, "topics": []}, "f.yaml")
+
+
+def test_kafka_options_from_env_are_never_shown():
+    s = Settings.from_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "h:1", "DELTAFERRY_KAFKA_OPTIONS":
+                           '{"security.protocol": "SASL_SSL", "sasl.password": "s3cr3t"}'})
+    assert s.kafka_options["security.protocol"] == "SASL_SSL"
+    assert "s3cr3t" not in repr(s)
+
+
+@pytest.mark.parametrize("text, fragment", [("{nope", "not a JSON object"), ("[1]", "JSON object"),
+                                            ('{"kafka.security.protocol": "x"}', "without the 'kafka.' prefix")])
+def test_bad_kafka_options(text, fragment):
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "h:1", "DELTAFERRY_KAFKA_OPTIONS": text})
+    assert fragment in str(exc.value) and "DELTAFERRY_KAFKA_OPTIONS" in str(exc.value)

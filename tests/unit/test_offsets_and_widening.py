@@ -71,3 +71,15 @@ def test_relaxed_schema_accepts_every_widening_but_not_a_clash():
     assert types["a"]["elementType"] == "double"
     assert types["b"] == "boolean"
     assert cached["fields"][0]["type"] == "long"  # the input is not modified
+
+
+def test_java_client_options_translate_for_librdkafka():
+    from deltaferry.kafka import librdkafka_options
+
+    out = librdkafka_options({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            'username="u1" password="p@ss";',
+        "ssl.ca.location": "/ca.pem", "max.poll.records": "5"})
+    assert out == {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "u1",
+                   "sasl.password": "p@ss", "ssl.ca.location": "/ca.pem"}

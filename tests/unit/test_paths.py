@@ -24,3 +24,8 @@ def test_no_path_from_an_invalid_name(name):
 
 def test_join():
     assert join("/a/", "/b/", "c") == "/a/b/c"
+
+
+def test_debug_runs_use_separate_locations():
+    p = TopicPaths.for_topic("/wh", "t", debug=True)
+    assert p.table == "/wh/_debug/t/table" and p.checkpoint == "/wh/_debug/t/_checkpoint"

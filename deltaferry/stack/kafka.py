@@ -1,0 +1,226 @@
+"""The Apache Kafka broker of the local stack: one KRaft node, broker and controller in one JVM.
+
+Layout under ``<stack dir>/kafka/``: ``server.properties`` and ``log4j2.properties`` (written at
+every start), ``data/`` (log.dirs, formatted with a random cluster id; removed by `stack down`),
+``logs/`` (kafka.logs.dir), ``format.log`` and ``broker.log`` (the JVM's stdout and stderr).
+
+The quorum is a single-node *dynamic* quorum (KIP-853), the form Kafka 4.x ships in its own
+config/server.properties: ``controller.quorum.bootstrap.servers`` in the config and
+``StorageTool format --standalone``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from deltaferry.errors import StackError
+from deltaferry.jvm import jars_in
+from deltaferry.stack.process import (
+    Service,
+    free_ports,
+    port_accepts,
+    start_detached,
+    wait_ready,
+)
+
+NAME = "kafka"
+TITLE = "Kafka broker"
+HOST = "127.0.0.1"
+READY_DEADLINE_S = 90.0
+FORMAT_TIMEOUT_S = 120.0
+BROKER_HEAP = "-Xmx1g"
+BOOTSTRAP_VAR = "DELTAFERRY_KAFKA_BOOTSTRAP"
+
+#: librdkafka reports every refused connection while the broker starts; none of it is news.
+_client_log = logging.getLogger("deltaferry.stack.kafka.client")
+_client_log.setLevel(logging.CRITICAL)
+
+LOG4J2_PROPERTIES = """\
+# Written by `deltaferry stack up`: everything at INFO to the console, which is the log file.
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka_request.name = kafka.request.logger
+logger.kafka_request.level = WARN
+"""
+
+
+def home(stack_dir: Path) -> Path:
+    """The broker's folder inside the stack dir."""
+    return stack_dir / NAME
+
+
+def data_dir(stack_dir: Path) -> Path:
+    """The broker's log.dirs (topic data and the KRaft metadata log)."""
+    return home(stack_dir) / "data"
+
+
+def broker_properties(broker_port: int, controller_port: int, log_dir: Path, host: str = HOST) -> str:
+    """server.properties of a single-node KRaft broker+controller on `host`."""
+    lines = [
+        "# Written by `deltaferry stack up`: one KRaft node, broker and controller in one JVM.",
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.bootstrap.servers={host}:{controller_port}",
+        f"listeners=PLAINTEXT://{host}:{broker_port},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{host}:{broker_port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={log_dir}",
+        "num.partitions=1",
+        "offsets.topic.replication.factor=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def random_cluster_id() -> str:
+    """A cluster id as Kafka makes them: a random UUID, base64url without padding (22 chars)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):  # Kafka's Uuid.randomUuid() avoids these too
+            return cid
+
+
+def java_executable() -> str:
+    """JAVA_HOME/bin/java, else `java` on PATH; StackError if neither exists."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("java")
+    if found:
+        return found
+    where = f"JAVA_HOME ({java_home}) has no bin/java and " if java_home else "JAVA_HOME is unset and "
+    raise StackError(
+        f"cannot start the Kafka broker: {where}no `java` is on PATH; install a JDK 17+ "
+        "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
+    )
+
+
+def classpath() -> str:
+    """The broker's classpath: a wildcard over the jars `make setup` resolved."""
+    jars = jars_in("kafka")  # SetupError if `make setup` has not run
+    return str(jars[0].parent / "*")
+
+
+def format_command(java: str, cp: str, properties: Path, log4j: Path, cluster_id: str) -> list[str]:
+    """The StorageTool call that formats log.dirs as a single-node dynamic quorum."""
+    return [
+        java, "-Xmx256m", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp,
+        "kafka.tools.StorageTool", "format",
+        "--config", str(properties), "--cluster-id", cluster_id, "--standalone",
+    ]
+
+
+def broker_command(java: str, cp: str, properties: Path, log4j: Path, logs_dir: Path) -> list[str]:
+    """The JVM command line of the broker."""
+    return [
+        java, BROKER_HEAP, "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={logs_dir}",
+        "-cp", cp, "kafka.Kafka", str(properties),
+    ]
+
+
+def format_storage(command: list[str], log: Path) -> None:
+    """Run the StorageTool format command, its output into `log`; StackError if it fails."""
+    try:
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=FORMAT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise StackError(f"formatting the Kafka storage took over {FORMAT_TIMEOUT_S:.0f} s") from None
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stdout + done.stderr).splitlines()
+                 if ln.strip() and not ln.lstrip().startswith("at ")]  # no Java stack frames
+        output = "\n".join(lines[-20:])
+        raise StackError(
+            f"formatting the Kafka storage failed (exit {done.returncode}): {' '.join(command)}\n"
+            f"{output}"
+        )
+
+
+def broker_answers(bootstrap: str, cluster_id: str, timeout: float = 2.0) -> bool:
+    """True if the broker at `bootstrap` returns metadata for cluster `cluster_id`."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({
+        "bootstrap.servers": bootstrap,
+        "socket.connection.setup.timeout.ms": int(timeout * 1000),
+        "logger": _client_log,
+    })
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    # Our cluster id: a port picked free a moment ago could, in theory, be another broker's now.
+    return bool(metadata.brokers) and metadata.cluster_id == cluster_id
+
+
+def launch(stack_dir: Path, env: dict[str, str]) -> Service:
+    """Write the config, format the storage and start the broker JVM; returns at once."""
+    java = java_executable()
+    cp = classpath()
+    folder = home(stack_dir)
+    shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    broker_port, controller_port = free_ports(2, HOST)
+    properties = folder / "server.properties"
+    properties.write_text(broker_properties(broker_port, controller_port, data_dir(stack_dir)))
+    log4j = folder / "log4j2.properties"
+    log4j.write_text(LOG4J2_PROPERTIES)
+    print(f"starting {TITLE} on {HOST}:{broker_port} ...", file=sys.stderr)
+    cluster_id = random_cluster_id()
+    format_storage(format_command(java, cp, properties, log4j, cluster_id), folder / "format.log")
+    proc = start_detached(
+        broker_command(java, cp, properties, log4j, folder / "logs"),
+        folder / "broker.log",
+        cwd=folder,
+    )
+    return Service(
+        name=NAME,
+        title=TITLE,
+        process=proc,
+        host=HOST,
+        ports={"broker": broker_port, "controller": controller_port},
+        assignments={BOOTSTRAP_VAR: f"{HOST}:{broker_port}"},
+        paths=[str(data_dir(stack_dir)), str(folder / "logs")],
+        extra={"cluster_id": cluster_id},
+    )
+
+
+def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
+    """Wait until the broker serves metadata requests; seconds taken. StackError (with the log
+    tail, the process stopped) if it exits or the deadline passes."""
+    bootstrap = service.assignments[BOOTSTRAP_VAR]
+    port = service.ports["broker"]
+    cluster_id = service.extra["cluster_id"]
+    seconds = wait_ready(
+        service.process,
+        lambda: port_accepts(service.host, port, 0.5) and broker_answers(bootstrap, cluster_id),
+        what=f"the {TITLE} ({bootstrap}, pid {service.process.pid})",
+        deadline_s=deadline_s,
+    )
+    print(f"{TITLE} ready in {seconds:.1f} s", file=sys.stderr)
+    return seconds

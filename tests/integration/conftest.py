@@ -1,0 +1,76 @@
+"""Fixtures for the integration tests: a real Kafka broker and fresh topics on it.
+
+`kafka_bootstrap` starts a local stack (`deltaferry.stack.up`) in a session tmp dir and stops it
+when the session ends, or uses the broker in DELTAFERRY_TEST_BOOTSTRAP and starts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+
+import pytest
+
+
+#: librdkafka's own chatter (e.g. "Disconnected" when the broker stops at session end).
+_client_log = logging.getLogger("tests.integration.kafka_client")
+_client_log.setLevel(logging.CRITICAL)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> str:
+    """host:port of a running broker for the whole session."""
+    external = os.environ.get("DELTAFERRY_TEST_BOOTSTRAP", "").strip()
+    if external:
+        yield external
+        return
+    from deltaferry import stack
+
+    stack_dir = tmp_path_factory.mktemp("stack")
+    try:
+        yield stack.up(stack_dir)["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    finally:
+        stack.down(stack_dir)
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap):
+    """A factory `make(name_prefix, partitions=3) -> name` of uniquely named, existing topics."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap, "logger": _client_log})
+    created: list[str] = []
+
+    def make(name_prefix: str, partitions: int = 3) -> str:
+        name = f"{name_prefix}-{uuid.uuid4().hex[:10]}"
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+        created.append(name)
+        deadline = time.monotonic() + 30
+        while True:
+            topic = admin.list_topics(name, timeout=10).topics.get(name)
+            if (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                    and all(p.leader >= 0 for p in topic.partitions.values())):
+                return name
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} not ready on {kafka_bootstrap} after 30 s")
+            time.sleep(0.1)
+
+    yield make
+    if created:  # tidy an external broker; a local stack is deleted at session end anyway
+        for future in admin.delete_topics(created).values():
+            try:
+                future.result(10)
+            except Exception:
+                pass
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (Delta and the Kafka connector) for the whole test session."""
+    from deltaferry.spark.session import get_spark
+
+    session = get_spark("deltaferry-tests", "local[2]")
+    yield session
+    session.stop()
