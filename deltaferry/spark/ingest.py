@@ -94,12 +94,19 @@ def parse(raw, schema: dict, version: int):
     return raw.withColumn("data", data).withColumn("reason", reason)
 
 
+def column_name(field: str) -> str:
+    """The table column of a payload field: its own name, or `payload_<name>` where it would
+    collide (Delta names are case-insensitive) with a column deltaferry adds."""
+    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED)}
+    return f"payload_{field}" if field.lower() in reserved else field
+
+
 def to_table_rows(parsed):
     """Valid records as table rows: Kafka columns, payload columns, and the tombstone marker."""
     from pyspark.sql import functions as F
 
     payload = [
-        F.col("data").getField(f).alias(f)
+        F.col("data").getField(f).alias(column_name(f))
         for f in parsed.schema["data"].dataType.fieldNames() if f != CORRUPT
     ]
     return parsed.select(

@@ -242,3 +242,13 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     assert_table_is_latest_state(spark, ctx, messages)
     writer(batch, 1)  # a new batch id is applied
     assert report.updated == 2
+
+
+def test_payload_field_named_like_a_kafka_column(spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("clash", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    produce(kafka_bootstrap, topic, [("a", {"kafka_partition": 99, "n": 1})])
+    run_step("infer", ctx, spark)
+    run_step("ingest", ctx, spark)
+    (row,) = spark.read.format("delta").load(ctx.paths.table).collect()
+    assert (row["kafka_partition"], row["payload_kafka_partition"], row["n"]) == (0, 99, 1)

@@ -83,3 +83,11 @@ def test_java_client_options_translate_for_librdkafka():
         "ssl.ca.location": "/ca.pem", "max.poll.records": "5"})
     assert out == {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "u1",
                    "sasl.password": "p@ss", "ssl.ca.location": "/ca.pem"}
+
+
+def test_payload_fields_never_collide_with_kafka_columns():
+    from deltaferry.spark.ingest import column_name
+
+    assert column_name("kafka_offset") == "payload_kafka_offset"
+    assert column_name("Kafka_Key") == "payload_Kafka_Key"
+    assert column_name("amount") == "amount"
