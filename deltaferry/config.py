@@ -218,7 +218,7 @@ class Settings:
             raise ConfigError(
                 "DELTAFERRY_KAFKA_BOOTSTRAP",
                 "not set: export the brokers as host:port[,host:port], or run "
-                '`eval "$(deltaferry stack up)"` for a local broker',
+                '`export $(deltaferry stack up)` for a local broker',
             )
         for broker in bootstrap.split(","):
             host, _, port = broker.strip().rpartition(":")
