@@ -73,10 +73,13 @@ def run_topic(name: str, reinfer: bool = False, steps: str = "infer,ingest,maint
 
     An empty topic is not a failure: the run says so and stops.
     """
+    from deltaferry.kafka import topic_offsets
     from deltaferry.spark.session import get_spark
 
     wanted = [s.strip() for s in steps.split(",") if s.strip()]
     ctx = TopicContext.load(name)
+    # Kafka problems (unreachable, no such topic) are said before the JVM is started.
+    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
     spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
     reports = []
     for step in wanted:
