@@ -11,6 +11,8 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         max_offsets_per_trigger: 50000   # bound on messages per micro-batch
         vacuum_retention_hours: 168      # VACUUM keeps files younger than this
         fail_on_data_loss: true    # fail when offsets expired before they were read
+        retries: 2                 # Airflow retries of each task, with exponential back-off
+        retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -66,6 +68,8 @@ class TopicConfig:
     max_offsets_per_trigger: int = 50_000
     vacuum_retention_hours: float = 168.0
     fail_on_data_loss: bool = True
+    retries: int = 2
+    retry_delay_minutes: float = 2.0
 
     @property
     def dag_id(self) -> str:
@@ -102,6 +106,14 @@ def _check_value(key: str, value: Any, where: str) -> Any:
     if key == "vacuum_retention_hours":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise fail(f"must be a number of hours >= 0, got {value!r}")
+        return float(value)
+    if key == "retries":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail(f"must be a whole number >= 0, got {value!r}")
+        return value
+    if key == "retry_delay_minutes":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise fail(f"must be a number of minutes > 0, got {value!r}")
         return float(value)
     if key == "fail_on_data_loss":
         if not isinstance(value, bool):
@@ -146,7 +158,7 @@ class TopicsFile:
             if topic.name == name:
                 return topic
         for error in self.errors:
-            if f"({name!r})" in error.where:
+            if error.topic == name:
                 raise error
         raise TopicNotConfiguredError(name, self.path, self.names())
 
@@ -167,6 +179,8 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
         try:
             topic = parse_topic(entry, position, defaults)
         except ConfigError as exc:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                exc.topic = entry["name"]
             result.errors.append(exc)
             continue
         if topic.name in seen:
@@ -174,6 +188,7 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
                 ConfigError(
                     f"topics[{position}] ({topic.name!r})",
                     f"duplicate of topics[{seen[topic.name]}]: each topic may be listed once",
+                    topic=topic.name,
                 )
             )
             continue
@@ -195,6 +210,13 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
     return parse_topics(document, path)
 
 
+def warehouse_from_env(env: dict[str, str] | None = None) -> str:
+    """DELTAFERRY_WAREHOUSE (a folder or a URI), else ``warehouse/`` at the repository root."""
+    env = os.environ if env is None else env
+    warehouse = env.get("DELTAFERRY_WAREHOUSE") or str(REPO_ROOT / "warehouse")
+    return warehouse.rstrip("/") or "/"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where things are: from the environment, never from code."""
@@ -212,7 +234,7 @@ class Settings:
         reach a command line)."""
         env = os.environ if env is None else env
         options = parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
-        warehouse = env.get("DELTAFERRY_WAREHOUSE") or str(REPO_ROOT / "warehouse")
+        warehouse = warehouse_from_env(env)
         bootstrap = env.get("DELTAFERRY_KAFKA_BOOTSTRAP", "").strip()
         if not bootstrap:
             raise ConfigError(
@@ -227,7 +249,7 @@ class Settings:
                     "DELTAFERRY_KAFKA_BOOTSTRAP", f"{broker!r} is not host:port"
                 )
         return cls(
-            warehouse=warehouse.rstrip("/") or "/",
+            warehouse=warehouse,
             kafka_bootstrap=bootstrap,
             spark_master=env.get("DELTAFERRY_SPARK_MASTER") or None,
             kafka_options=options,

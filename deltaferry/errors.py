@@ -14,9 +14,11 @@ class DeltaferryError(Exception):
 class ConfigError(DeltaferryError):
     """The topics file or an environment setting is invalid."""
 
-    def __init__(self, where: str, problem: str):
+    def __init__(self, where: str, problem: str, topic: str | None = None):
         self.where = where
         self.problem = problem
+        #: The name of the topics-file entry at fault, when it has a string name.
+        self.topic = topic
         super().__init__(f"{where}: {problem}")
 
 

@@ -1,0 +1,112 @@
+"""Where an Airflow task finds Spark and Kafka: connections when defined, else the environment.
+
+Nothing here needs a running Airflow: each function takes a `lookup(conn_id)` callable that
+returns a connection (anything with host, port and extra_dejson) or None, so unit tests pass
+plain objects and the operator passes `connection_or_none`.
+
+* Spark: the ``spark_default`` connection (host ``spark://master``, port 7077, or ``local[4]``)
+  wins; without it, ``DELTAFERRY_SPARK_MASTER``, else ``local[*]``.
+* Kafka: the connection named by ``DELTAFERRY_KAFKA_CONN_ID`` (default ``kafka_default``), in
+  the apache-kafka provider's form: ``extra`` is a JSON object of client properties
+  (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ...); host:port stands in for a
+  missing ``bootstrap.servers``. Without it, ``DELTAFERRY_KAFKA_BOOTSTRAP`` and
+  ``DELTAFERRY_KAFKA_OPTIONS``. The result travels to spark-submit in its environment, never on
+  its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from deltaferry.config import parse_kafka_options
+from deltaferry.errors import ConfigError
+
+SPARK_CONN_ID = "spark_default"
+KAFKA_CONN_ID_ENV = "DELTAFERRY_KAFKA_CONN_ID"
+DEFAULT_KAFKA_CONN_ID = "kafka_default"
+DEFAULT_SPARK_MASTER = "local[*]"
+
+#: Client properties whose values are secrets (masked in task logs, never printed).
+_SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "keystore", "credential")
+
+#: Properties that only make sense for the Airflow side, not for Spark's Kafka source.
+_NOT_FOR_SPARK = ("bootstrap.servers", "group.id", "client.id")
+
+Lookup = Callable[[str], Any]
+
+
+def is_secret_property(name: str) -> bool:
+    """True for Kafka client properties that hold secrets (sasl.jaas.config, ssl.key.password…)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def spark_master(lookup: Lookup, env: Mapping[str, str] | None = None,
+                 conn_id: str = SPARK_CONN_ID) -> str:
+    """The Spark master URL: the connection's host[:port], else DELTAFERRY_SPARK_MASTER, else
+    local[*]. (The provider's own fallback would be 'yarn', which a laptop does not have.)"""
+    env = os.environ if env is None else env
+    conn = lookup(conn_id)
+    if conn is not None and conn.host:
+        return f"{conn.host}:{conn.port}" if conn.port else conn.host
+    return env.get("DELTAFERRY_SPARK_MASTER") or DEFAULT_SPARK_MASTER
+
+
+@dataclass(frozen=True)
+class KafkaAccess:
+    """Brokers and client properties for one task, and where they came from."""
+
+    bootstrap: str
+    options: dict[str, str] = field(default_factory=dict)
+    source: str = "environment"
+
+    def child_env(self) -> dict[str, str]:
+        """The DELTAFERRY_* variables a spark-submit child process reads (Settings.from_env)."""
+        env = {"DELTAFERRY_KAFKA_BOOTSTRAP": self.bootstrap}
+        env["DELTAFERRY_KAFKA_OPTIONS"] = json.dumps(self.options) if self.options else ""
+        return env
+
+    def secrets(self) -> list[str]:
+        """The values to mask in logs."""
+        return [v for k, v in self.options.items() if is_secret_property(k) and v]
+
+    def __repr__(self) -> str:
+        return (f"KafkaAccess(bootstrap={self.bootstrap!r}, options={sorted(self.options)}, "
+                f"source={self.source!r})")
+
+
+def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaAccess:
+    """Brokers and client properties: the Kafka connection if it exists, else the environment.
+
+    ConfigError (naming the connection or variable, never a value) when neither gives brokers.
+    """
+    env = os.environ if env is None else env
+    conn_id = env.get(KAFKA_CONN_ID_ENV) or DEFAULT_KAFKA_CONN_ID
+    conn = lookup(conn_id)
+    if conn is None:
+        bootstrap = (env.get("DELTAFERRY_KAFKA_BOOTSTRAP") or "").strip()
+        if not bootstrap:
+            raise ConfigError(
+                "Kafka brokers",
+                f"no Airflow connection {conn_id!r} and DELTAFERRY_KAFKA_BOOTSTRAP is not set: "
+                "define one of them",
+            )
+        return KafkaAccess(bootstrap, parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", "")))
+    where = f"Airflow connection {conn_id!r}"
+    try:
+        extra = conn.extra_dejson or {}
+    except Exception:  # an unparsable extra: say so without echoing it
+        raise ConfigError(where, "extra is not a JSON object") from None
+    if not isinstance(extra, dict):
+        raise ConfigError(where, "extra must be a JSON object of Kafka client properties")
+    bootstrap = str(extra.get("bootstrap.servers") or "").strip()
+    if not bootstrap and conn.host:
+        bootstrap = f"{conn.host}:{conn.port}" if conn.port else conn.host
+    if not bootstrap:
+        raise ConfigError(where, "has neither 'bootstrap.servers' in its extra nor a host")
+    options = {str(k): str(v) for k, v in extra.items()
+               if k not in _NOT_FOR_SPARK and not str(k).startswith("kafka.")}
+    return KafkaAccess(bootstrap, options, source=where)
