@@ -8,10 +8,11 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup test test-unit test-integration demo stack-up stack-down bench lock clean help
+.PHONY: setup test test-unit test-integration demo airflow stack-up stack-down bench lock clean help
 
 help:
-	@echo "make demo   - local Kafka, sample events, one pipeline run, the resulting table"
+	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
+	@echo "make airflow - the Airflow UI (http://localhost:8080, user admin) on the repo's DAGs"
 	@echo "make test   - unit tests, then integration tests on a real broker and Spark"
 	@echo "make setup  - install pinned Python deps into .venv and resolve pinned jars into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
@@ -52,6 +53,10 @@ test-integration: setup
 demo: setup
 	$(BIN)/python -m deltaferry.demo
 
+# Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, with the local stack.
+airflow: setup
+	$(BIN)/python -m deltaferry.airflow.local standalone
+
 stack-up: setup
 	@$(BIN)/deltaferry stack up
 
@@ -66,4 +71,4 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --extra airflow --extra dev --python-version 3.11 -o requirements.lock
 
 clean: stack-down
-	rm -rf $(VENV) .deps .stack warehouse
+	rm -rf $(VENV) .deps .stack warehouse .airflow

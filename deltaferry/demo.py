@@ -1,4 +1,5 @@
-"""`make demo`: the local stack, sample events on a demo topic, one pipeline run, the table.
+"""`make demo`: the local stack, sample events on a demo topic, one DAG run through Airflow,
+the resulting table.
 
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+from pathlib import Path
 
 from deltaferry import stack
 from deltaferry.config import REPO_ROOT
@@ -38,23 +40,56 @@ def sample_events(n_users: int = 8, seed: int = 7):
 
 
 def main() -> int:
-    """Start the stack, produce, run the pipeline, print the table."""
-    from deltaferry.pipeline import configure_logging, run_topic
+    """Start the stack, produce, run the topic's DAG through Airflow, print the table."""
+    from deltaferry.airflow.local import (
+        airflow_env, dags_test, ensure_database, progress_line, run_results,
+    )
+    from deltaferry.airflow.reports import describe
 
-    configure_logging()
     env = stack.up()
     os.environ.update(env)
     os.environ.setdefault("DELTAFERRY_WAREHOUSE", str(REPO_ROOT / "warehouse" / "demo"))
     bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
     create_topic(bootstrap, DEMO_TOPIC, partitions=3)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
-    print(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}", file=sys.stderr)
+    say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
+
+    airflow = airflow_env()
+    ensure_database(airflow)
+    dag_id = f"ingest_{DEMO_TOPIC}"
+    log_file = Path(airflow["AIRFLOW_HOME"]) / f"{dag_id}.last-run.log"
+    say(f"running DAG {dag_id} through Airflow (`airflow dags test`): infer_schema >> ingest "
+        f">> optimize >> vacuum, each a spark-submit; full log in {log_file}")
+
+    def show(line: str) -> None:
+        text = progress_line(line)
+        if text:
+            say("  " + text)
+
+    if dags_test(dag_id, airflow, log_file=log_file, on_line=show) != 0:
+        say(f"the DAG run failed; see {log_file}")
+        return 1
+    results = run_results(dag_id, airflow)
+    say(f"DAG run {results['run_id']}: {results['state']}")
+    for task_id, reports in results["tasks"].items():
+        say(f"  {task_id}: {describe(task_id, reports)}")
+    print_table()
+    say("The broker keeps running; `make stack-down` stops it. `make airflow` shows this run "
+        "in the Airflow UI.")
+    return 0
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def print_table() -> None:
+    """Print the demo topic's Delta table and quarantine."""
     from deltaferry.pipeline import TopicContext
     from deltaferry.spark.session import get_spark
 
     ctx = TopicContext.load(DEMO_TOPIC)
     spark = get_spark("deltaferry-demo", ctx.settings.spark_master)
-    run_topic(DEMO_TOPIC, spark=spark)
     table = spark.read.format("delta").load(ctx.paths.table).orderBy("kafka_key")
     print(f"\nDelta table {ctx.paths.table}:")
     table.show(truncate=False)
@@ -63,8 +98,6 @@ def main() -> int:
     quarantine.select("kafka_key", "kafka_partition", "kafka_offset", "raw_value", "reason").show(
         truncate=False
     )
-    print("The broker keeps running; `make stack-down` stops it.", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

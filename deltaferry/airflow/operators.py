@@ -16,7 +16,6 @@ needs decided at run time, so a DAG file only names the topic and the step:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from deltaferry.airflow.connections import (
     kafka_access,
     spark_master,
 )
-from deltaferry.jobs import REPORT_PREFIX
+from deltaferry.airflow.reports import describe, parse_report_line
 from deltaferry.jvm import REPO_ROOT
 
 JOBS_DIR = REPO_ROOT / "spark_jobs"
@@ -99,47 +98,6 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str) -> 
         env.setdefault("PYSPARK_PYTHON", sys.executable)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the task log as they happen
     return env
-
-
-def parse_report_line(line: str) -> list[dict] | None:
-    """The reports on a job's ``DELTAFERRY_REPORT <json>`` line (always a list), else None."""
-    line = line.strip()
-    if not line.startswith(REPORT_PREFIX.strip()):
-        return None
-    try:
-        data = json.loads(line[len(REPORT_PREFIX.strip()):].strip())
-    except ValueError:
-        return None
-    return data if isinstance(data, list) else [data]
-
-
-def describe(step: str, reports: list[dict]) -> str:
-    """One line saying what a step did, from its reports (for the log and the UI)."""
-    if not reports:
-        return f"{step}: the job printed no report"
-    parts = []
-    for r in reports:
-        if r.get("empty"):
-            parts.append(f"{step} {r.get('topic')}: the topic is empty, nothing to do")
-        elif "messages_read" in r:
-            parts.append(
-                f"ingest {r['topic']}: {r['messages_read']} messages read in {r['batches']} "
-                f"batch(es); {r['inserted']} inserted, {r['updated']} updated, "
-                f"{r['deleted']} deleted, {r['quarantined']} quarantined; schema "
-                f"v{r['schema_version']}; {r['seconds']:.1f} s"
-            )
-        elif "schema_version" in r:
-            what = f"new version ({r['changes']})" if r.get("changed") else "unchanged"
-            scope = "full" if r.get("full") else "incremental"
-            parts.append(
-                f"infer {r['topic']}: {scope}, {r['offsets_scanned']} offsets scanned; schema "
-                f"v{r['schema_version']} {what}; {r['seconds']:.1f} s"
-            )
-        else:
-            tables = "; ".join(f"{k}: {v}" for k, v in (r.get("tables") or {}).items())
-            parts.append(f"{r.get('step', step)} {r.get('topic')}: {tables or 'no table yet'}; "
-                         f"{r.get('seconds', 0):.1f} s")
-    return " | ".join(parts)
 
 
 class DeltaferrySparkSubmitHook(SparkSubmitHook):

@@ -1,0 +1,117 @@
+"""The DAG files as Airflow's own DagBag loads them: one DAG per entry, bad entries reported."""
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("airflow")
+
+from airflow.dag_processing.dagbag import DagBag  # noqa: E402
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def load(tmp_path, monkeypatch, text: str) -> DagBag:
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(text)
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "wh"))
+    monkeypatch.delenv("DELTAFERRY_KAFKA_BOOTSTRAP", raising=False)  # not needed to parse
+    return DagBag(dag_folder=str(DAGS))
+
+
+def errors_of(bag: DagBag) -> str:
+    return "\n".join(bag.import_errors.values())
+
+
+def test_valid_file_one_dag_per_entry_in_task_order(tmp_path, monkeypatch):
+    bag = load(tmp_path, monkeypatch, """
+topics:
+  - name: orders
+  - name: clicks.v2
+    schedule: "*/15 * * * *"
+    retries: 4
+    retry_delay_minutes: 1
+""")
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["ingest_clicks.v2", "ingest_orders"]
+    dag = bag.dags["ingest_orders"]
+    order = [t.task_id for t in dag.topological_sort()]
+    assert order == ["infer_schema", "ingest", "optimize", "vacuum"]
+    for before, after in zip(order, order[1:]):
+        assert dag.get_task(after).upstream_task_ids == {before}
+    assert dag.get_task("ingest").task_type == "DeltaferrySparkSubmitOperator"
+    assert dag.get_task("ingest").application.endswith("spark_jobs/ingest.py")
+    assert dag.timetable.expression == "0 * * * *"  # @hourly
+    assert bag.dags["ingest_clicks.v2"].timetable.expression == "*/15 * * * *"
+    assert dag.catchup is False
+    assert dag.max_active_runs == 1
+    task = bag.dags["ingest_clicks.v2"].get_task("infer_schema")
+    assert (task.retries, task.retry_delay, task.retry_exponential_backoff) == (
+        4, timedelta(minutes=1), True)
+    assert dag.get_task("vacuum").retries == 2  # the default
+
+
+def test_params_reinfer_and_debug_are_booleans_defaulting_to_false(tmp_path, monkeypatch):
+    dag = load(tmp_path, monkeypatch, "topics:\n  - name: orders\n").dags["ingest_orders"]
+    for name in ("reinfer", "debug"):
+        param = dag.params.get_param(name)
+        assert param.value is False
+        assert param.schema["type"] == "boolean"
+        assert param.schema.get("title")  # shown in the trigger form
+
+
+def test_ingest_declares_the_delta_table_as_asset(tmp_path, monkeypatch):
+    dag = load(tmp_path, monkeypatch, "topics:\n  - name: orders\n").dags["ingest_orders"]
+    (asset,) = dag.get_task("ingest").outlets
+    assert asset.uri == (tmp_path / "wh" / "orders" / "table").as_uri()
+    assert dag.get_task("infer_schema").outlets == []
+
+
+def test_manual_only_schedule(tmp_path, monkeypatch):
+    dag = load(tmp_path, monkeypatch, "topics:\n  - name: orders\n    schedule: null\n").dags[
+        "ingest_orders"]
+    assert dag.schedule is None and type(dag.timetable).__name__ == "NullTimetable"
+
+
+def test_bad_entries_leave_good_dags_loaded_and_are_reported(tmp_path, monkeypatch):
+    bag = load(tmp_path, monkeypatch, """
+topics:
+  - name: orders
+  - name: "bad topic!"
+  - name: late
+    schedule: "every hour please"
+  - name: typo
+    vacum_retention_hours: 1
+  - name: clicks
+""")
+    # The good ones load with their real tasks.
+    assert bag.dags["ingest_orders"].task_ids == ["infer_schema", "ingest", "optimize", "vacuum"]
+    assert "ingest_clicks" in bag.dags
+    # Each bad entry is named in an import error, with its problem.
+    (path, message), = bag.import_errors.items()
+    assert path.endswith("deltaferry_config_errors.py")
+    assert "3 entries are invalid" in message
+    assert "topics[1] ('bad topic!')" in message and "Kafka does not allow" in message
+    assert "'late'" in message and "every hour please" in message
+    assert "topics[3] ('typo')" in message and "vacum_retention_hours" in message
+    # A bad entry with a legal name keeps a DAG of its own that fails with the message.
+    stand_in = bag.dags["ingest_typo"]
+    assert stand_in.task_ids == ["config_error"]
+    assert "vacum_retention_hours" in stand_in.description
+    assert stand_in.schedule is None
+    assert "ingest_late" in bag.dags
+    assert not any("bad topic" in dag_id for dag_id in bag.dags)
+
+
+def test_unreadable_topics_file_is_an_import_error_not_a_crash(tmp_path, monkeypatch):
+    bag = load(tmp_path, monkeypatch, "topics: [unclosed\n")
+    assert bag.dags == {}
+    assert "not valid YAML" in errors_of(bag)
+
+
+def test_no_import_error_when_everything_is_valid(tmp_path, monkeypatch):
+    bag = load(tmp_path, monkeypatch, "topics:\n  - name: a\n")
+    assert bag.import_errors == {}
+    assert list(bag.dags) == ["ingest_a"]

@@ -1,0 +1,175 @@
+"""The spark-submit operator's decisions: master, Kafka access, arguments, environment, report."""
+
+import json
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("airflow")
+
+from deltaferry.airflow import connections as c  # noqa: E402
+from deltaferry.airflow import operators as op  # noqa: E402
+from deltaferry.airflow import reports  # noqa: E402
+from deltaferry.errors import ConfigError  # noqa: E402
+
+JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";'
+
+
+def conn(host=None, port=None, extra=None):
+    return SimpleNamespace(host=host, port=port, extra_dejson=extra or {})
+
+
+def lookup_of(**conns):
+    return lambda conn_id: conns.get(conn_id)
+
+
+# --- Spark master -------------------------------------------------------------------------
+
+def test_spark_master_from_connection_then_env_then_local():
+    env = {"DELTAFERRY_SPARK_MASTER": "spark://env:7077"}
+    assert c.spark_master(lookup_of(spark_default=conn("spark://m", 7077)), env) == "spark://m:7077"
+    assert c.spark_master(lookup_of(spark_default=conn("local[3]")), env) == "local[3]"
+    assert c.spark_master(lookup_of(), env) == "spark://env:7077"
+    assert c.spark_master(lookup_of(), {}) == "local[*]"
+
+
+def test_hook_without_connection_uses_deltaferry_master_not_yarn(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK", raising=False)
+    hook = op.DeltaferrySparkSubmitHook(conn_id="no_such_spark", default_master="local[2]",
+                                        application_args=["orders"])
+    cmd = hook._build_spark_submit_command("app.py")
+    assert cmd[1:3] == ["--master", "local[2]"]
+    assert cmd[-2:] == ["app.py", "orders"]
+
+
+def test_hook_with_a_real_airflow_connection_uses_it(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_MY_SPARK",
+                       json.dumps({"conn_type": "spark", "host": "spark://master", "port": 7077}))
+    hook = op.DeltaferrySparkSubmitHook(conn_id="my_spark", default_master="local[2]")
+    assert hook._build_spark_submit_command("app.py")[1:3] == ["--master", "spark://master:7077"]
+
+
+# --- Kafka ----------------------------------------------------------------------------------
+
+def test_kafka_from_connection_extra_in_the_kafka_providers_form():
+    access = c.kafka_access(lookup_of(kafka_default=conn(extra={
+        "bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN", "sasl.jaas.config": JAAS, "group.id": "airflow"})), env={})
+    assert access.bootstrap == "b1:9092,b2:9092"
+    assert access.options == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                              "sasl.jaas.config": JAAS}
+    assert access.secrets() == [JAAS]
+    assert "hunter2" not in repr(access)
+    env = access.child_env()
+    assert env["DELTAFERRY_KAFKA_BOOTSTRAP"] == "b1:9092,b2:9092"
+    assert json.loads(env["DELTAFERRY_KAFKA_OPTIONS"])["sasl.jaas.config"] == JAAS
+
+
+def test_kafka_connection_id_from_env_and_host_port_fallback():
+    access = c.kafka_access(lookup_of(corp=conn("broker", 9093)),
+                            env={"DELTAFERRY_KAFKA_CONN_ID": "corp"})
+    assert (access.bootstrap, access.options) == ("broker:9093", {})
+    assert "corp" in access.source
+
+
+def test_kafka_without_connection_reads_the_environment():
+    access = c.kafka_access(lookup_of(), env={
+        "DELTAFERRY_KAFKA_BOOTSTRAP": "127.0.0.1:9092",
+        "DELTAFERRY_KAFKA_OPTIONS": '{"security.protocol": "SSL"}'})
+    assert access.bootstrap == "127.0.0.1:9092"
+    assert access.options == {"security.protocol": "SSL"}
+    assert access.source == "environment"
+
+
+def test_kafka_nowhere_is_a_clear_error():
+    with pytest.raises(ConfigError, match="kafka_default.*DELTAFERRY_KAFKA_BOOTSTRAP"):
+        c.kafka_access(lookup_of(), env={})
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        c.kafka_access(lookup_of(kafka_default=conn(extra={"security.protocol": "SSL"})), env={})
+
+
+@pytest.mark.parametrize("name,secret", [("sasl.jaas.config", True), ("ssl.key.password", True),
+                                         ("sasl.password", True), ("security.protocol", False),
+                                         ("sasl.mechanism", False)])
+def test_secret_properties(name, secret):
+    assert c.is_secret_property(name) is secret
+
+
+# --- arguments, conf, environment -------------------------------------------------------------
+
+def test_step_arguments():
+    assert op.step_arguments("t", "infer") == ["t"]
+    assert op.step_arguments("t", "infer", reinfer=True, debug=True) == ["t", "--debug",
+                                                                          "--reinfer"]
+    assert op.step_arguments("t", "ingest", reinfer=True) == ["t"]  # reinfer is infer's alone
+    assert op.step_arguments("t", "vacuum", topics_file="/x.yaml") == ["t", "--topics-file",
+                                                                        "/x.yaml"]
+    with pytest.raises(ValueError, match="unknown step"):
+        op.step_arguments("t", "compact")
+
+
+def test_spark_conf_tunes_local_masters_only_and_user_conf_wins():
+    local = op.spark_conf("local[*]", {"spark.sql.shuffle.partitions": "3"}, env={})
+    assert local["spark.sql.shuffle.partitions"] == "3"
+    assert local["spark.sql.sources.parallelPartitionDiscovery.parallelism"] == "8"
+    assert local["spark.driver.memory"] == "2g"
+    cluster = op.spark_conf("spark://m:7077", None, env={})
+    assert "spark.driver.memory" not in cluster
+    assert "spark.sql.shuffle.partitions" not in cluster
+    assert cluster["spark.log.level"] == "WARN"
+
+
+def test_child_environment_puts_spark_submit_and_kafka_settings_in_the_environment():
+    access = c.KafkaAccess("b:1", {"sasl.jaas.config": JAAS})
+    env = op.child_environment({"PATH": "/usr/bin", "KEEP": "1"}, access, "local[*]")
+    assert env["KEEP"] == "1"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(op.sys.executable)
+    assert env["DELTAFERRY_KAFKA_BOOTSTRAP"] == "b:1"
+    assert json.loads(env["DELTAFERRY_KAFKA_OPTIONS"]) == {"sasl.jaas.config": JAAS}
+    assert env["PYSPARK_PYTHON"] == op.sys.executable
+    assert "PYSPARK_PYTHON" not in op.child_environment({}, access, "spark://m:7077")
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+def test_parse_report_line_and_describe():
+    assert reports.parse_report_line("some spark log line") is None
+    assert reports.parse_report_line("DELTAFERRY_REPORT {not json") is None
+    (ingest,) = reports.parse_report_line('DELTAFERRY_REPORT [{"topic": "t", "messages_read": 5, '
+                                     '"batches": 1, "inserted": 2, "updated": 1, "deleted": 1, '
+                                     '"quarantined": 1, "schema_version": 3, "seconds": 2.5}]')
+    text = reports.describe("ingest", [ingest])
+    assert "5 messages read" in text and "1 quarantined" in text and "schema v3" in text
+    empty = reports.parse_report_line('DELTAFERRY_REPORT {"topic": "t", "step": "infer", "empty": true}')
+    assert "empty" in reports.describe("infer", empty)
+    assert "no report" in reports.describe("vacuum", [])
+
+
+def test_operator_runs_the_step_with_secrets_only_in_the_environment(tmp_path, monkeypatch):
+    """The operator against a stand-in spark-submit script that records what it was given."""
+    record = tmp_path / "record.json"
+    script = tmp_path / "spark-submit"
+    script.write_text(f"""#!/bin/sh
+python3 - "$@" <<'PY'
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP"),
+           "options": os.environ.get("DELTAFERRY_KAFKA_OPTIONS")}}, open({str(record)!r}, "w"))
+PY
+echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": false, "offsets_scanned": 7, "full": true, "changes": "", "seconds": 1.0}}]'
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
+        "conn_type": "generic", "extra": {"bootstrap.servers": "k:9092",
+                                          "sasl.jaas.config": JAAS}}))
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
+                                            conn_id="no_such_spark", spark_binary=str(script))
+    reports = task.execute({"params": {"reinfer": True, "debug": False}})
+    seen = json.loads(record.read_text())
+    assert seen["argv"][-3:] == [str(op.JOBS_DIR / "infer_schema.py"), "orders", "--reinfer"]
+    assert "hunter2" not in " ".join(seen["argv"])
+    assert seen["bootstrap"] == "k:9092"
+    assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
+    assert reports == [{"topic": "orders", "schema_version": 2, "changed": False,
+                        "offsets_scanned": 7, "full": True, "changes": "", "seconds": 1.0}]
