@@ -12,6 +12,11 @@ plain objects and the operator passes `connection_or_none`.
   missing ``bootstrap.servers``. Without it, ``DELTAFERRY_KAFKA_BOOTSTRAP`` and
   ``DELTAFERRY_KAFKA_OPTIONS``. The result travels to spark-submit in its environment, never on
   its command line.
+* Object storage: the AWS connection named by ``DELTAFERRY_AWS_CONN_ID`` (default
+  ``aws_default``), in the amazon provider's form (login = access key id, password = secret
+  key, extra ``endpoint_url`` and ``region_name``), becomes ``AWS_ACCESS_KEY_ID``,
+  ``AWS_SECRET_ACCESS_KEY``, ``DELTAFERRY_S3_ENDPOINT`` and ``AWS_REGION`` of the job; without
+  it the job reads those variables from the environment as they are.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from deltaferry.errors import ConfigError
 
 SPARK_CONN_ID = "spark_default"
 KAFKA_CONN_ID_ENV = "DELTAFERRY_KAFKA_CONN_ID"
+AWS_CONN_ID_ENV = "DELTAFERRY_AWS_CONN_ID"
+DEFAULT_AWS_CONN_ID = "aws_default"
 DEFAULT_KAFKA_CONN_ID = "kafka_default"
 DEFAULT_SPARK_MASTER = "local[*]"
 
@@ -110,3 +117,47 @@ def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaA
     options = {str(k): str(v) for k, v in extra.items()
                if k not in _NOT_FOR_SPARK and not str(k).startswith("kafka.")}
     return KafkaAccess(bootstrap, options, source=where)
+
+
+@dataclass(frozen=True)
+class StorageAccess:
+    """Object-storage settings for one task (empty when the environment already has them)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    source: str = "environment"
+
+    def secrets(self) -> list[str]:
+        """The values to mask in logs."""
+        return [v for k, v in self.env.items() if k == "AWS_SECRET_ACCESS_KEY" and v]
+
+    def __repr__(self) -> str:
+        return f"StorageAccess(variables={sorted(self.env)}, source={self.source!r})"
+
+
+def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> StorageAccess:
+    """Credentials and endpoint from the AWS connection if it exists; else nothing to add."""
+    env = os.environ if env is None else env
+    conn_id = env.get(AWS_CONN_ID_ENV) or DEFAULT_AWS_CONN_ID
+    conn = lookup(conn_id)
+    if conn is None:
+        return StorageAccess()
+    where = f"Airflow connection {conn_id!r}"
+    try:
+        extra = conn.extra_dejson or {}
+    except Exception:
+        raise ConfigError(where, "extra is not a JSON object") from None
+    result: dict[str, str] = {}
+    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
+    if bool(login) != bool(password):
+        raise ConfigError(where, "give both the access key id (login) and the secret "
+                                 "(password), or neither")
+    if login:
+        result["AWS_ACCESS_KEY_ID"] = str(login)
+        result["AWS_SECRET_ACCESS_KEY"] = str(password)
+    endpoint = extra.get("endpoint_url") or (extra.get("service_config", {}) or {}).get(
+        "s3", {}).get("endpoint_url")
+    if endpoint:
+        result["DELTAFERRY_S3_ENDPOINT"] = str(endpoint)
+    if extra.get("region_name"):
+        result["AWS_REGION"] = str(extra["region_name"])
+    return StorageAccess(result, source=where)

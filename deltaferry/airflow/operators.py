@@ -27,8 +27,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
     KafkaAccess,
+    StorageAccess,
     kafka_access,
     spark_master,
+    storage_access,
 )
 from deltaferry.airflow.reports import describe, parse_report_line
 from deltaferry.jvm import REPO_ROOT
@@ -85,12 +87,15 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     return conf
 
 
-def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str) -> dict[str, str]:
-    """The environment of the spark-submit process: `base` plus the Kafka settings, this
+def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
+                      storage: StorageAccess | None = None) -> dict[str, str]:
+    """The environment of the spark-submit process: `base` plus the Kafka and storage
+    settings, this
     Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
     (and, on a local master, the executors') interpreter."""
     env = dict(base)
     env.update(kafka.child_env())
+    env.update(storage.env if storage else {})
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -168,14 +173,15 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
         master = spark_master(connection_or_none, conn_id=self._conn_id)
         kafka = kafka_access(connection_or_none)
-        for secret in kafka.secrets():
+        storage = storage_access(connection_or_none)
+        for secret in kafka.secrets() + storage.secrets():
             mask_secret(secret)
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
         self.conf = spark_conf(master, self.conf)
         self.jars = self.jars or spark_jars_csv()
-        self.log.info("deltaferry %s of %r: master %s, brokers from %s%s%s", self.step,
-                      self.topic, master, kafka.source, ", debug locations" if debug else "",
+        self.log.info("deltaferry %s of %r: master %s, brokers from %s, storage from %s%s%s",
+                      self.step, self.topic, master, kafka.source, storage.source, ", debug locations" if debug else "",
                       ", full re-inference" if reinfer and self.step == "infer" else "")
         self._hook = self._get_hook(default_master=master)
         if self._hook._connection.get("deploy_mode") == "cluster":
@@ -186,7 +192,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                 "driver in client mode (its Kafka settings and report travel through the "
                 "spark-submit process); remove deploy-mode from the connection's extra"
             )
-        self._hook.submit(self.application, env=child_environment(dict(os.environ), kafka, master))
+        self._hook.submit(self.application,
+                          env=child_environment(dict(os.environ), kafka, master, storage))
         reports = self._hook.reports
         summary = describe(self.step, reports)
         self.log.info("deltaferry result: %s", summary)

@@ -171,6 +171,9 @@ class BatchWriter:
                 F.current_timestamp().alias("quarantined_at"),
             )
             rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull())))
+            delta_table.add_new_columns(
+                self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
+            )
             widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()

@@ -72,6 +72,26 @@ def ensure_table(spark, path: str) -> None:
     )
 
 
+def add_new_columns(spark, path: str, source_schema) -> list[str]:
+    """Add the source's top-level columns that the table lacks, before the MERGE.
+
+    MERGE's own schema evolution cannot add a column whose name is also a SQL function without
+    arguments (`user`, `current_date`, ...): Delta 4.4 parses the new column's name in the SET
+    clause as current_user(), even backquoted, and the batch fails. An empty append with
+    mergeSchema adds the columns first (one metadata commit, only when columns are new); nested
+    fields still arrive by MERGE's schema evolution. Returns the names added.
+    """
+    from pyspark.sql.types import StructType
+
+    existing = set(spark.read.format("delta").load(path).columns)
+    new = [f for f in source_schema.fields if f.name not in existing]
+    if new:
+        (spark.createDataFrame([], StructType(new)).write.format("delta").mode("append")
+         .option("mergeSchema", "true").save(path))
+        log.info("new column(s) %s in %s", ", ".join(f.name for f in new), path)
+    return [f.name for f in new]
+
+
 def widen_columns(spark, path: str, source_schema) -> list[str]:
     """Rewrite the table once if the source needs a wider numeric type than a column has.
 

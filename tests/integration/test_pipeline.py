@@ -92,6 +92,7 @@ def first_batch():
         for k in range(12):
             messages.append((f"k{k}", {
                 "id": k, "version": version, "amount": k * 10 + version,
+                "user": f"u{k}",  # also a SQL function without arguments: user()
                 "customer": {"name": f"c{k}", "tier": "gold" if k % 2 else "silver"},
                 "items": [{"sku": f"s{k}", "qty": version + 1}],
             }))
@@ -110,7 +111,8 @@ def second_batch():
     return [
         ("k1", {"id": 1, "version": 3, "amount": 12.5, "customer": {"name": "c1", "tier": "gold",
                                                                     "email": "c1@x.org"},
-                "items": [{"sku": "s1", "qty": 1, "price": 9.99}], "channel": "web"}),
+                "items": [{"sku": "s1", "qty": 1, "price": 9.99}], "channel": "web",
+                "current_date": "2026-11-22"}),  # a new column named like a SQL function
         ("k2", {"id": 2, "version": 3, "amount": 21, "channel": "app"}),
         ("k3", {"id": 3, "version": 4, "amount": 30}),              # re-created after deletion
         ("k7", None),                                                # deleted in batch 2
@@ -129,7 +131,7 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
     assert (infer.schema_version, infer.changed, infer.full) == (1, True, True)
     assert infer.offsets_scanned == len(batch1)
     fields = {f["name"] for f in ctx.store.latest().schema["fields"]}
-    assert fields == {"id", "version", "amount", "customer", "items"}
+    assert fields == {"id", "version", "amount", "user", "customer", "items"}
 
     report = run_step("ingest", ctx, spark)
     assert report.messages_read == len(batch1)

@@ -173,3 +173,27 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": fa
     assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
     assert reports == [{"topic": "orders", "schema_version": 2, "changed": False,
                         "offsets_scanned": 7, "full": True, "changes": "", "seconds": 1.0}]
+
+
+# --- object storage ---------------------------------------------------------------------------
+
+def test_storage_from_an_aws_connection_in_the_amazon_providers_form():
+    aws = SimpleNamespace(host=None, port=None, login="AKIA1", password="s3cr3t",
+                          extra_dejson={"endpoint_url": "http://127.0.0.1:8333",
+                                        "region_name": "eu-west-1"})
+    access = c.storage_access(lookup_of(aws_default=aws), env={})
+    assert access.env == {"AWS_ACCESS_KEY_ID": "AKIA1", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                          "DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:8333",
+                          "AWS_REGION": "eu-west-1"}
+    assert access.secrets() == ["s3cr3t"]
+    assert "s3cr3t" not in repr(access)
+    env = op.child_environment({"AWS_ACCESS_KEY_ID": "old"}, c.KafkaAccess("b:1"), "local[*]",
+                               access)
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIA1" and env["DELTAFERRY_S3_ENDPOINT"].endswith("8333")
+
+
+def test_storage_without_connection_leaves_the_environment_alone():
+    assert c.storage_access(lookup_of(), env={}).env == {}
+    half = SimpleNamespace(login="AKIA1", password=None, extra_dejson={})
+    with pytest.raises(ConfigError, match="aws_default.*both"):
+        c.storage_access(lookup_of(aws_default=half), env={})
