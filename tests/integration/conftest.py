@@ -30,9 +30,27 @@ def kafka_bootstrap(tmp_path_factory) -> str:
 
     stack_dir = tmp_path_factory.mktemp("stack")
     try:
-        yield stack.up(stack_dir)["DELTAFERRY_KAFKA_BOOTSTRAP"]
+        assignments = stack.up(stack_dir)
+        _stack_assignments.update(assignments)
+        yield assignments["DELTAFERRY_KAFKA_BOOTSTRAP"]
     finally:
         stack.down(stack_dir)
+
+
+#: What the session's stack printed (DELTAFERRY_SCHEMA_REGISTRY_URL when it runs a registry).
+_stack_assignments: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(kafka_bootstrap) -> str:
+    """The Confluent-compatible URL of a real Schema Registry: DELTAFERRY_TEST_SCHEMA_REGISTRY_URL
+    or the session stack's; skips the test when there is none (`make registry` not built)."""
+    url = (os.environ.get("DELTAFERRY_TEST_SCHEMA_REGISTRY_URL", "").strip()
+           or _stack_assignments.get("DELTAFERRY_SCHEMA_REGISTRY_URL"))
+    if not url:
+        pytest.skip("no Schema Registry: the stack has none (run `make registry`) and "
+                    "DELTAFERRY_TEST_SCHEMA_REGISTRY_URL is not set")
+    return url
 
 
 @pytest.fixture
