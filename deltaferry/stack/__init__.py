@@ -121,7 +121,8 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     """Stop `services` (last started first), delete their data and the state file."""
     lines = []
     for service in reversed(services):
-        how = stop(service.process, grace=STOP_GRACE_S)
+        # a service may ask for a shorter grace (`extra["stop_grace_s"]`): its data goes anyway
+        how = stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         if how == "not running":
             lines.append(f"{service.title} (pid {service.process.pid}) was not running")
         else:

@@ -30,6 +30,9 @@ SECRET_VAR = "AWS_SECRET_ACCESS_KEY"
 #: The port names `weed server` is given, in the order free_ports returns them.
 PORT_NAMES = ("s3", "master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc",
               "s3_grpc")
+#: `stack down` deletes the data anyway, and the filer's graceful stop waits 15 s for its
+#: clients; a short grace, then SIGKILL.
+STOP_GRACE_S = 3.0
 #: A small volume size: SeaweedFS grows several volumes per bucket (default 30 GB each).
 VOLUME_SIZE_MB = 64
 
@@ -92,7 +95,7 @@ def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
         f"-master.port={ports['master']}", f"-master.port.grpc={ports['master_grpc']}",
         "-master.telemetry=false", f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",
         f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume_grpc']}",
-        "-volume.max=100",
+        "-volume.max=100", "-volume.preStopSeconds=0",
         "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
         "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
@@ -121,6 +124,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         ports=ports,
         assignments={ENDPOINT_VAR: endpoint, KEY_VAR: access_key, SECRET_VAR: secret_key},
         paths=[str(data_dir(stack_dir)), str(config)],
+        extra={"stop_grace_s": str(STOP_GRACE_S)},
     )
 
 
