@@ -134,3 +134,10 @@ def test_stack_state_file_is_owner_only(tmp_path):
 
     stack.write_state(tmp_path, {"version": 1, "assignments": {"AWS_SECRET_ACCESS_KEY": "x"}})
     assert stat.S_IMODE(os.stat(tmp_path / "state.json").st_mode) == 0o600
+
+
+def test_airflow_asset_of_an_s3_table_is_its_s3_uri():
+    from deltaferry.airflow.factory import table_asset_uri
+    from deltaferry.paths import TopicPaths
+
+    assert table_asset_uri(TopicPaths.for_topic("s3://lake/prod", "t").table) == "s3://lake/prod/t/table"
