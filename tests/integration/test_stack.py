@@ -71,7 +71,7 @@ def test_up_reuse_use_down(tmp_path):
                              "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
         assert env["DELTAFERRY_S3_ENDPOINT"].startswith("http://127.0.0.1:")
         # the state file and the server's identity file hold the secret: owner-only
-        for secret_file in (stack_dir / "state.json", stack_dir / "s3" / "s3.json"):
+        for secret_file in (stack_dir / "state.json", stack_dir / "s3" / "identity" / "s3.json"):
             assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         broker, s3_server = stack.services_of(stack.read_state(stack_dir))
         pids = [broker.process.pid, s3_server.process.pid]
@@ -95,4 +95,4 @@ def test_up_reuse_use_down(tmp_path):
     assert stack.status(stack_dir) == {}
     assert not (stack_dir / "state.json").exists()
     assert not (stack_dir / "kafka" / "data").exists()
-    assert not (stack_dir / "s3" / "data").exists() and not (stack_dir / "s3" / "s3.json").exists()
+    assert not (stack_dir / "s3" / "data").exists() and not (stack_dir / "s3" / "identity").exists()
