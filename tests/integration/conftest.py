@@ -1,7 +1,9 @@
-"""Fixtures for the integration tests: a real Kafka broker and fresh topics on it.
+"""Fixtures for the integration tests: a real Kafka broker and fresh topics on it, a real S3
+server and fresh buckets on it.
 
-`kafka_bootstrap` starts a local stack (`deltaferry.stack.up`) in a session tmp dir and stops it
-when the session ends, or uses the broker in DELTAFERRY_TEST_BOOTSTRAP and starts nothing.
+`stack_env` starts a local stack (`deltaferry.stack.up`: broker and S3 server) in a session tmp
+dir and stops it when the session ends. `kafka_bootstrap` is its broker, or the one in
+DELTAFERRY_TEST_BOOTSTRAP (then nothing starts until a test asks for S3).
 """
 
 from __future__ import annotations
@@ -20,19 +22,35 @@ _client_log.setLevel(logging.CRITICAL)
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory) -> str:
-    """host:port of a running broker for the whole session."""
-    external = os.environ.get("DELTAFERRY_TEST_BOOTSTRAP", "").strip()
-    if external:
-        yield external
-        return
+def stack_env(tmp_path_factory) -> dict[str, str]:
+    """The assignments of a local stack (broker and S3 server) running for the whole session."""
     from deltaferry import stack
 
     stack_dir = tmp_path_factory.mktemp("stack")
     try:
-        yield stack.up(stack_dir)["DELTAFERRY_KAFKA_BOOTSTRAP"]
+        yield stack.up(stack_dir)
     finally:
         stack.down(stack_dir)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request) -> str:
+    """host:port of a running broker for the whole session."""
+    external = os.environ.get("DELTAFERRY_TEST_BOOTSTRAP", "").strip()
+    return external or request.getfixturevalue("stack_env")["DELTAFERRY_KAFKA_BOOTSTRAP"]
+
+
+@pytest.fixture
+def s3_warehouse(stack_env, monkeypatch) -> str:
+    """``s3://<new bucket>/warehouse`` on the stack's S3 server, its endpoint and credentials
+    exported as a user would (`export $(deltaferry stack up)`)."""
+    from deltaferry.storage import S3Settings
+
+    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, stack_env[name])
+    bucket = f"wh-{uuid.uuid4().hex[:12]}"
+    S3Settings.from_env().client().create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/warehouse"
 
 
 @pytest.fixture
