@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_stack = sub.add_parser("stack", help="start or stop the local stack (Kafka broker)")
+    p_stack = sub.add_parser("stack", help="start or stop the local stack (Kafka broker, S3 server)")
     p_stack.add_argument(
         "action",
         choices=["up", "down", "status"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from deltaferry.config import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 
 DEMO_TOPIC = "demo_events"
+DEMO_WAREHOUSE = REPO_ROOT / "warehouse" / "demo"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
@@ -48,9 +50,11 @@ def main() -> int:
 
     env = stack.up()
     os.environ.update(env)
-    os.environ.setdefault("DELTAFERRY_WAREHOUSE", str(REPO_ROOT / "warehouse" / "demo"))
+    own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
+    os.environ.setdefault("DELTAFERRY_WAREHOUSE", str(DEMO_WAREHOUSE))
     bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    create_topic(bootstrap, DEMO_TOPIC, partitions=3)
+    if create_topic(bootstrap, DEMO_TOPIC, partitions=3) and own_warehouse:
+        start_over(DEMO_WAREHOUSE / DEMO_TOPIC)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
     say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
 
@@ -77,6 +81,14 @@ def main() -> int:
     say("The broker keeps running; `make stack-down` stops it. `make airflow` shows this run "
         "in the Airflow UI.")
     return 0
+
+
+def start_over(topic_dir: Path) -> None:
+    """The demo topic is new on this broker (a new stack): the demo's table, checkpoint and
+    schema cache describe offsets of the old broker's topic, so the demo starts them over."""
+    if topic_dir.exists():
+        say(f"{DEMO_TOPIC!r} is new on this broker; starting the demo's own {topic_dir} over")
+        shutil.rmtree(topic_dir)
 
 
 def say(text: str) -> None:

@@ -52,6 +52,15 @@ class KafkaError(DeltaferryError):
         super().__init__(f"{subject}: {problem}")
 
 
+class WarehouseError(DeltaferryError):
+    """The warehouse (DELTAFERRY_WAREHOUSE) cannot be used: bucket, credentials, endpoint."""
+
+    def __init__(self, uri: str, problem: str):
+        self.uri = uri
+        self.problem = problem
+        super().__init__(f"warehouse {uri}: {problem}")
+
+
 class SchemaStoreError(DeltaferryError):
     """The schema cache of a topic is unreadable or a version could not be written."""
 

@@ -123,6 +123,42 @@ def ranges_to_read(
     return ranges
 
 
+def offsets_beyond_end(
+    current: TopicOffsets, seen: dict[int, int] | None
+) -> dict[int, tuple[int, int | None]]:
+    """Partitions whose already-read offset lies past what the topic holds now: {p: (seen, end)},
+    end None when the partition is gone. Only a deleted and re-created (or truncated) topic does
+    that; offsets never move backwards otherwise."""
+    beyond = {}
+    for partition, offset in (seen or {}).items():
+        bounds = current.partitions.get(partition)
+        if bounds is None:
+            beyond[partition] = (offset, None)
+        elif offset > bounds[1]:
+            beyond[partition] = (offset, bounds[1])
+    return beyond
+
+
+def check_not_reset(
+    current: TopicOffsets, seen: dict[int, int] | None, bootstrap: str, what: str, where: str
+) -> None:
+    """Raise KafkaError if `what` (held at `where`) has read past the topic's end: reading on
+    would silently skip every new message until the topic grows past the old offsets."""
+    beyond = offsets_beyond_end(current, seen)
+    if not beyond:
+        return
+    shown = ", ".join(
+        f"p{p}: read up to {seen_at}, topic ends at {'(no such partition)' if end is None else end}"
+        for p, (seen_at, end) in sorted(beyond.items())
+    )
+    raise KafkaError(
+        current.topic, bootstrap,
+        f"the {what} is ahead of the topic ({shown}); the topic was deleted and re-created or "
+        f"truncated since the last run. Nothing was read. To start this topic over, delete "
+        f"{where} (or point DELTAFERRY_WAREHOUSE elsewhere)",
+    )
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30.0) -> bool:
     """Create `topic` if it does not exist; True if it was created now."""
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -4,6 +4,9 @@
 ``_schema/`` (the cached, versioned schemas) and ``_quarantine`` (a Delta table of malformed
 messages). Paths are only ever built from validated topic names. A debug run (the DAG's
 ``debug`` param) uses ``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
+
+A warehouse on S3 (``s3://bucket/prefix``) has the same layout; its paths are given in the form
+Spark reads (``s3a://bucket/prefix/<topic>/table``), which the schema cache reads too.
 """
 
 from __future__ import annotations
@@ -11,11 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deltaferry.config import validate_topic_name
+from deltaferry.storage import join, spark_uri
 
-
-def join(root: str, *parts: str) -> str:
-    """Join a local path or a URI (s3://...) with '/'."""
-    return "/".join([root.rstrip("/")] + [p.strip("/") for p in parts])
+__all__ = ["TopicPaths", "join"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class TopicPaths:
         """Locations of `topic` under `warehouse` (under `_debug/` for a debug run); refuses a
         name that is not a legal topic."""
         name = validate_topic_name(topic)
+        warehouse = spark_uri(warehouse)
         root = join(warehouse, "_debug", name) if debug else join(warehouse, name)
         return cls(
             root=root,

@@ -45,6 +45,16 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def check_before_spark(ctx: TopicContext) -> None:
+    """Say Kafka and warehouse problems (unreachable broker, missing topic, missing bucket, bad
+    credentials, unreachable S3 endpoint) before the JVM is started."""
+    from deltaferry.kafka import topic_offsets
+    from deltaferry.storage import check_warehouse
+
+    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
+    check_warehouse(ctx.settings.warehouse)
+
+
 def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
     """Run one step ('infer', 'ingest', 'optimize', 'vacuum', or 'maintain' for both)."""
     if step == "infer" and ctx.topic.format == "avro":  # no inference: the registry's version
@@ -77,13 +87,11 @@ def run_topic(name: str, reinfer: bool = False, steps: str = "infer,ingest,maint
 
     An empty topic is not a failure: the run says so and stops.
     """
-    from deltaferry.kafka import topic_offsets
     from deltaferry.spark.session import get_spark
 
     wanted = [s.strip() for s in steps.split(",") if s.strip()]
     ctx = TopicContext.load(name)
-    # Kafka problems (unreachable, no such topic) are said before the JVM is started.
-    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
+    check_before_spark(ctx)
     spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
     reports = []
     for step in wanted:

@@ -5,21 +5,23 @@
 * ``covered.json``: the offsets every inference so far has read (next offset per partition), so
   the next inference reads only what came after.
 
-A version file is written whole under a temporary name, then linked to its final name; the link
-fails if that name exists, so a reader never sees half a version and two racing runs cannot both
-write version N (the loser gets VersionConflictError and retries on top of the winner).
+A version file is created whole or not at all, and only if its name is free: on a local folder
+it is written under a temporary name and linked to its final name (the link fails if the name
+exists); on S3 it is one conditional PUT (``If-None-Match: *``; the store answers 412 if the key
+exists, and a PUT is never visible half-written). So a reader never sees half a version and two
+racing runs cannot both write version N (the loser gets VersionConflictError and retries on top
+of the winner). ``covered.json`` is replaced whole (rename locally, a plain PUT on S3).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from deltaferry.errors import SchemaStoreError, VersionConflictError
+from deltaferry.storage import Storage, join, storage_for
 
 _VERSION_FILE = re.compile(r"^v(\d{6})\.json$")
 COVERED_FILE = "covered.json"
@@ -66,27 +68,25 @@ class SchemaVersion:
 
 
 class SchemaStore:
-    """Read and write the schema versions of one topic in a local folder."""
+    """Read and write the schema versions of one topic, in a local folder or under an S3 prefix."""
 
-    def __init__(self, location: str):
+    def __init__(self, location: str, storage: Storage | None = None):
         self.location = location
+        self.storage = storage or storage_for(location)
 
     def _path(self, name: str) -> str:
-        return os.path.join(self.location, name)
+        return join(self.location, name)
 
     def versions(self) -> list[int]:
         """The stored version numbers, ascending."""
-        if not os.path.isdir(self.location):
-            return []
-        found = (_VERSION_FILE.match(n) for n in os.listdir(self.location))
+        found = (_VERSION_FILE.match(n) for n in self.storage.list(self.location))
         return sorted(int(m.group(1)) for m in found if m)
 
     def read(self, version: int) -> SchemaVersion:
         """One version; SchemaStoreError if it is missing or unreadable."""
         path = self._path(f"v{version:06d}.json")
         try:
-            with open(path, encoding="utf-8") as handle:
-                return SchemaVersion.from_json(handle.read())
+            return SchemaVersion.from_json(self.storage.read(path).decode("utf-8"))
         except FileNotFoundError:
             raise SchemaStoreError(self.location, f"version {version} does not exist") from None
         except (ValueError, KeyError) as exc:
@@ -100,21 +100,11 @@ class SchemaStore:
     def covered(self) -> dict[int, int]:
         """Next offset per partition that inference has not read yet ({} if none)."""
         try:
-            with open(self._path(COVERED_FILE), encoding="utf-8") as handle:
-                data = json.load(handle)
+            data = json.loads(self.storage.read(self._path(COVERED_FILE)))
         except FileNotFoundError:
             latest = self.latest()
             return dict(latest.offsets) if latest else {}
         return {int(p): int(o) for p, o in data["offsets"].items()}
-
-    def _write_temp(self, text: str) -> str:
-        os.makedirs(self.location, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.location)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return tmp
 
     def write_version(self, schema: dict, offsets: dict[int, int], changes: str) -> SchemaVersion:
         """Store `schema` as the next version; VersionConflictError if another run took it."""
@@ -125,20 +115,15 @@ class SchemaStore:
             offsets=dict(offsets),
             changes=changes,
         )
-        tmp = self._write_temp(version.to_json())
         final = self._path(f"v{version.version:06d}.json")
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
+        if not self.storage.put_if_absent(final, version.to_json().encode("utf-8")):
             raise VersionConflictError(
                 self.location, f"version {version.version} was written by another run"
-            ) from None
-        finally:
-            os.unlink(tmp)
+            )
         return version
 
     def set_covered(self, offsets: dict[int, int], version: int) -> None:
-        """Record that inference has read every offset below `offsets` (atomic replace)."""
+        """Record that inference has read every offset below `offsets` (replaced whole)."""
         merged = self.covered()
         for partition, offset in offsets.items():
             merged[partition] = max(offset, merged.get(partition, offset))
@@ -150,4 +135,4 @@ class SchemaStore:
             },
             indent=2,
         )
-        os.replace(self._write_temp(text), self._path(COVERED_FILE))
+        self.storage.write(self._path(COVERED_FILE), text.encode("utf-8"))

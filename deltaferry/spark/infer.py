@@ -4,12 +4,13 @@ with Spark's JSON inference, merge with the cached schema and store a new versio
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
 from dataclasses import asdict, dataclass
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
-from deltaferry.kafka import TopicOffsets, ranges_to_read, topic_offsets
+from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
 from deltaferry.schema.merge import describe, merge_schemas
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges
@@ -145,6 +146,8 @@ def infer_schema(
     started = time.monotonic()
     offsets = offsets or topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
     cached = store.latest()
+    check_not_reset(offsets, store.covered(), settings.kafka_bootstrap,
+                    "schema cache's record of covered offsets", posixpath.dirname(store.location))
     full = reinfer or cached is None
     ranges = ranges_to_read(offsets, None if full else store.covered())
     if not ranges:

@@ -16,12 +16,14 @@ from dataclasses import asdict, dataclass, field
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import NoSchemaError
-from deltaferry.kafka import topic_offsets
+from deltaferry.kafka import check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.infer import commit_schema, infer_from_records, json_objects
-from deltaferry.spark.kafka_source import kafka_options, latest_per_key, with_raw_columns
+from deltaferry.spark.kafka_source import (
+    checkpoint_offsets, kafka_options, latest_per_key, with_raw_columns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +214,9 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
                  store: SchemaStore) -> IngestReport:
     """Run the availableNow streaming query for `topic` until everything available is in."""
     started = time.monotonic()
-    topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)  # clear errors
+    current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
+    check_not_reset(current, checkpoint_offsets(spark, paths.checkpoint, topic.name),
+                    settings.kafka_bootstrap, "streaming checkpoint", paths.root)
     report = IngestReport(topic.name)
     if topic.format == "avro":  # schemas come from the registry (deltaferry.spark.avro)
         from deltaferry.spark.avro import AvroBatchWriter

@@ -1,13 +1,15 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
-whether they run. Today the stack is one Kafka broker; more services join by adding to SERVICES
-a module with `launch(stack_dir, env) -> Service` (start the process, return at once; `env`
+whether they run. The stack is a Kafka broker and an S3 server (SeaweedFS); more services join
+by adding to SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return at once; `env`
 holds the assignments of the services started before it), `await_ready(service) -> float`
 (StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
 
 The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
 ``state.json`` (each service's pid, start time, ports and shell assignments) and each service's
 own folder. `up` prints nothing but progress on stderr; its result is the ordered shell
-assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``) the CLI prints on stdout.
+assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, ``DELTAFERRY_S3_ENDPOINT=...``,
+``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``) the CLI prints on stdout. The state
+file holds the S3 secret, so it is readable by its owner only.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from pathlib import Path
 from typing import Iterator
 
 from deltaferry.jvm import REPO_ROOT
-from deltaferry.stack import kafka, registry
+from deltaferry.stack import kafka, registry, s3
 from deltaferry.stack.process import Service, is_alive, port_accepts, stop
 
 __all__ = ["up", "down", "status", "resolve_stack_dir"]
 
-#: Started in this order, stopped in the reverse order. Later: schema registry, S3 server.
-SERVICES = (kafka, registry)
+#: Started in this order, stopped in the reverse order.
+SERVICES = (kafka, s3, registry)
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -62,7 +64,10 @@ def write_state(stack_dir: Path, state: dict) -> None:
     """Write the state file atomically (a reader never sees half of it)."""
     stack_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_path(stack_dir).with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the S3 secret
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, state_path(stack_dir))
 
 
@@ -116,7 +121,8 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     """Stop `services` (last started first), delete their data and the state file."""
     lines = []
     for service in reversed(services):
-        how = stop(service.process, grace=STOP_GRACE_S)
+        # a service may ask for a shorter grace (`extra["stop_grace_s"]`): its data goes anyway
+        how = stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         if how == "not running":
             lines.append(f"{service.title} (pid {service.process.pid}) was not running")
         else:

@@ -1,7 +1,9 @@
-"""Fixtures for the integration tests: a real Kafka broker and fresh topics on it.
+"""Fixtures for the integration tests: a real Kafka broker and fresh topics on it, a real S3
+server and fresh buckets on it.
 
-`kafka_bootstrap` starts a local stack (`deltaferry.stack.up`) in a session tmp dir and stops it
-when the session ends, or uses the broker in DELTAFERRY_TEST_BOOTSTRAP and starts nothing.
+`stack_env` starts a local stack (`deltaferry.stack.up`: broker and S3 server) in a session tmp
+dir and stops it when the session ends. `kafka_bootstrap` is its broker, or the one in
+DELTAFERRY_TEST_BOOTSTRAP (then nothing starts until a test asks for S3).
 """
 
 from __future__ import annotations
@@ -20,33 +22,43 @@ _client_log.setLevel(logging.CRITICAL)
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory) -> str:
-    """host:port of a running broker for the whole session."""
-    external = os.environ.get("DELTAFERRY_TEST_BOOTSTRAP", "").strip()
-    if external:
-        yield external
-        return
+def stack_env(tmp_path_factory) -> dict[str, str]:
+    """The assignments of a local stack (broker and S3 server) running for the whole session."""
     from deltaferry import stack
 
     stack_dir = tmp_path_factory.mktemp("stack")
     try:
-        assignments = stack.up(stack_dir)
-        _stack_assignments.update(assignments)
-        yield assignments["DELTAFERRY_KAFKA_BOOTSTRAP"]
+        yield stack.up(stack_dir)
     finally:
         stack.down(stack_dir)
 
 
-#: What the session's stack printed (DELTAFERRY_SCHEMA_REGISTRY_URL when it runs a registry).
-_stack_assignments: dict[str, str] = {}
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request) -> str:
+    """host:port of a running broker for the whole session."""
+    external = os.environ.get("DELTAFERRY_TEST_BOOTSTRAP", "").strip()
+    return external or request.getfixturevalue("stack_env")["DELTAFERRY_KAFKA_BOOTSTRAP"]
+
+
+@pytest.fixture
+def s3_warehouse(stack_env, monkeypatch) -> str:
+    """``s3://<new bucket>/warehouse`` on the stack's S3 server, its endpoint and credentials
+    exported as a user would (`export $(deltaferry stack up)`)."""
+    from deltaferry.storage import S3Settings
+
+    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, stack_env[name])
+    bucket = f"wh-{uuid.uuid4().hex[:12]}"
+    S3Settings.from_env().client().create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/warehouse"
 
 
 @pytest.fixture(scope="session")
-def schema_registry_url(kafka_bootstrap) -> str:
+def schema_registry_url(request) -> str:
     """The Confluent-compatible URL of a real Schema Registry: DELTAFERRY_TEST_SCHEMA_REGISTRY_URL
     or the session stack's; skips the test when there is none (`make registry` not built)."""
     url = (os.environ.get("DELTAFERRY_TEST_SCHEMA_REGISTRY_URL", "").strip()
-           or _stack_assignments.get("DELTAFERRY_SCHEMA_REGISTRY_URL"))
+           or request.getfixturevalue("stack_env").get("DELTAFERRY_SCHEMA_REGISTRY_URL"))
     if not url:
         pytest.skip("no Schema Registry: the stack has none (run `make registry`) and "
                     "DELTAFERRY_TEST_SCHEMA_REGISTRY_URL is not set")

@@ -254,3 +254,40 @@ def test_payload_field_named_like_a_kafka_column(spark, kafka_bootstrap, new_top
     run_step("ingest", ctx, spark)
     (row,) = spark.read.format("delta").load(ctx.paths.table).collect()
     assert (row["kafka_partition"], row["payload_kafka_partition"], row["n"]) == (0, 99, 1)
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again, empty, once the broker has forgotten the old one."""
+    import time
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+            break
+        except Exception:  # still marked for deletion
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    while any(p.leader < 0 for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values()):
+        time.sleep(0.1)
+
+
+def test_a_recreated_topic_is_refused_not_silently_skipped(spark, kafka_bootstrap, new_topic, tmp_path):
+    """Offsets restart at 0 in a re-created topic: the checkpoint and the schema cache would be
+    past its end and every new message skipped; both steps must say so instead."""
+    topic = new_topic("reset", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    produce(kafka_bootstrap, topic, [(f"k{i}", {"n": i}) for i in range(5)])
+    run_step("infer", ctx, spark)
+    run_step("ingest", ctx, spark)
+    recreate_topic(kafka_bootstrap, topic, partitions=1)
+    produce(kafka_bootstrap, topic, [("k0", {"n": 100})])
+    with pytest.raises(KafkaError, match=r"p0: read up to 5, topic ends at 1.*re-created"):
+        run_step("ingest", ctx, spark)
+    with pytest.raises(KafkaError, match=r"schema cache.*p0: read up to 5, topic ends at 1"):
+        run_step("infer", ctx, spark)

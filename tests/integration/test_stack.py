@@ -1,7 +1,9 @@
-"""`deltaferry stack up/down` against the real broker: start, reuse, use, stop, nothing left."""
+"""`deltaferry stack up/down` against the real broker and S3 server: start, reuse, use, stop,
+nothing left."""
 
 from __future__ import annotations
 
+import stat
 import uuid
 
 import psutil
@@ -10,6 +12,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from deltaferry import stack
+from deltaferry.storage import S3Settings
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +51,15 @@ def round_trip(bootstrap: str) -> None:
         consumer.close()
 
 
+def s3_round_trip(env: dict[str, str]) -> None:
+    """Create a bucket with the printed credentials, put an object, read it back."""
+    client = S3Settings.from_env(env).client()
+    bucket = f"stack-test-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="a/b.json", Body=b"{}")
+    assert client.get_object(Bucket=bucket, Key="a/b.json")["Body"].read() == b"{}"
+
+
 def test_up_reuse_use_down(tmp_path):
     stack_dir = tmp_path / "stack"
     try:
@@ -55,22 +67,32 @@ def test_up_reuse_use_down(tmp_path):
         bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
         host, port = bootstrap.rsplit(":", 1)
         assert host == "127.0.0.1" and port.isdigit()
-        (broker,) = stack.services_of(stack.read_state(stack_dir))
-        pid = broker.process.pid
+        assert list(env) == ["DELTAFERRY_KAFKA_BOOTSTRAP", "DELTAFERRY_S3_ENDPOINT",
+                             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        assert env["DELTAFERRY_S3_ENDPOINT"].startswith("http://127.0.0.1:")
+        # the state file and the server's identity file hold the secret: owner-only
+        for secret_file in (stack_dir / "state.json", stack_dir / "s3" / "identity" / "s3.json"):
+            assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+        broker, s3_server = stack.services_of(stack.read_state(stack_dir))
+        pids = [broker.process.pid, s3_server.process.pid]
+        secret = env["AWS_SECRET_ACCESS_KEY"]
+        assert all(secret not in " ".join(psutil.Process(p).cmdline()) for p in pids)
 
         again = stack.up(stack_dir)
         assert again == env and list(again) == list(env)
-        (same,) = stack.services_of(stack.read_state(stack_dir))
-        assert same.process.pid == pid
+        assert [s.process.pid for s in stack.services_of(stack.read_state(stack_dir))] == pids
         assert stack.status(stack_dir) == env
 
         round_trip(bootstrap)
+        s3_round_trip(env)
     finally:
         lines = stack.down(stack_dir)
 
-    assert any(f"pid {pid}" in line for line in lines)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    for pid in pids:
+        assert any(f"pid {pid}" in line for line in lines)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert java_processes_mentioning(str(stack_dir)) == []
     assert stack.status(stack_dir) == {}
     assert not (stack_dir / "state.json").exists()
     assert not (stack_dir / "kafka" / "data").exists()
+    assert not (stack_dir / "s3" / "data").exists() and not (stack_dir / "s3" / "identity").exists()

@@ -155,7 +155,9 @@ def test_operator_runs_the_step_with_secrets_only_in_the_environment(tmp_path, m
 python3 - "$@" <<'PY'
 import json, os, sys
 json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP"),
-           "options": os.environ.get("DELTAFERRY_KAFKA_OPTIONS")}}, open({str(record)!r}, "w"))
+           "options": os.environ.get("DELTAFERRY_KAFKA_OPTIONS"),
+           "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+           "s3_endpoint": os.environ.get("DELTAFERRY_S3_ENDPOINT")}}, open({str(record)!r}, "w"))
 PY
 echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": false, "offsets_scanned": 7, "full": true, "changes": "", "seconds": 1.0}}]'
 """)
@@ -163,12 +165,17 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": fa
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
         "conn_type": "generic", "extra": {"bootstrap.servers": "k:9092",
                                           "sasl.jaas.config": JAAS}}))
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "AKIA1", "password": "s3-hunter3",
+        "extra": {"endpoint_url": "http://127.0.0.1:8333"}}))
     task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             conn_id="no_such_spark", spark_binary=str(script))
     reports = task.execute({"params": {"reinfer": True, "debug": False}})
     seen = json.loads(record.read_text())
     assert seen["argv"][-3:] == [str(op.JOBS_DIR / "infer_schema.py"), "orders", "--reinfer"]
     assert "hunter2" not in " ".join(seen["argv"])
+    assert "s3-hunter3" not in " ".join(seen["argv"])  # the S3 secret: environment only
+    assert (seen["s3_secret"], seen["s3_endpoint"]) == ("s3-hunter3", "http://127.0.0.1:8333")
     assert seen["bootstrap"] == "k:9092"
     assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
     assert reports == [{"topic": "orders", "schema_version": 2, "changed": False,

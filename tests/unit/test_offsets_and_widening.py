@@ -1,7 +1,13 @@
 import json
 
+import pytest
+
+from deltaferry.errors import KafkaError
 from deltaferry.jvm import artifact_name, prune_shipped
-from deltaferry.kafka import TopicOffsets, offsets_json, ranges_to_read
+from deltaferry.kafka import (
+    TopicOffsets, check_not_reset, offsets_beyond_end, offsets_json, ranges_to_read,
+)
+from deltaferry.spark.kafka_source import parse_offset_log
 from deltaferry.spark.table import quote, widened_type
 
 
@@ -91,3 +97,31 @@ def test_payload_fields_never_collide_with_kafka_columns():
     assert column_name("kafka_offset") == "payload_kafka_offset"
     assert column_name("Kafka_Key") == "payload_Kafka_Key"
     assert column_name("amount") == "amount"
+
+
+def test_offsets_beyond_end_spot_a_recreated_topic():
+    current = TopicOffsets("t", {0: (0, 3), 1: (0, 40)})
+    assert offsets_beyond_end(current, None) == {}
+    assert offsets_beyond_end(current, {0: 3, 1: 12}) == {}  # caught up, or behind: fine
+    assert offsets_beyond_end(current, {0: 25, 1: 12, 2: 7}) == {0: (25, 3), 2: (7, None)}
+
+
+def test_check_not_reset_names_topic_partition_and_what_to_delete():
+    current = TopicOffsets("orders", {0: (0, 3)})
+    check_not_reset(current, {0: 3}, "127.0.0.1:9092", "streaming checkpoint", "/wh/orders")
+    with pytest.raises(KafkaError) as caught:
+        check_not_reset(current, {0: 25}, "127.0.0.1:9092", "streaming checkpoint", "/wh/orders")
+    message = str(caught.value)
+    assert "'orders'" in message and "p0: read up to 25, topic ends at 3" in message
+    assert "re-created" in message and "/wh/orders" in message
+
+
+def test_parse_offset_log_reads_the_topic_line_of_a_checkpoint_file():
+    text = (
+        "v1\n"
+        '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}\n'
+        '{"orders":{"1":7,"0":12}}\n'
+    )
+    assert parse_offset_log(text, "orders") == {0: 12, 1: 7}
+    assert parse_offset_log(text, "other") is None
+    assert parse_offset_log("v1\n{}\n", "orders") is None

@@ -12,8 +12,11 @@ def test_layout_under_a_local_warehouse():
         "/wh/orders.v1/_schema", "/wh/orders.v1/_quarantine")
 
 
-def test_layout_under_a_uri():
-    assert TopicPaths.for_topic("s3://bucket/prefix", "t").table == "s3://bucket/prefix/t/table"
+def test_layout_under_an_s3_warehouse_is_the_same_in_spark_form():
+    p = TopicPaths.for_topic("s3://bucket/prefix/", "t")
+    assert (p.table, p.checkpoint, p.schema, p.quarantine) == (
+        "s3a://bucket/prefix/t/table", "s3a://bucket/prefix/t/_checkpoint",
+        "s3a://bucket/prefix/t/_schema", "s3a://bucket/prefix/t/_quarantine")
 
 
 @pytest.mark.parametrize("name", ["../etc", "a/b", "..", "a b"])

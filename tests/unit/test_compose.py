@@ -1,0 +1,124 @@
+"""docker-compose.yaml, checked without a Docker engine: the services the issue asks for, pinned
+images, the ports, the mounts, and the environment the DAGs read, resolved by the same code the
+operator uses (connections.py)."""
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from deltaferry.airflow.connections import kafka_access, spark_master, storage_access
+from deltaferry.storage import split_s3_uri
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+
+
+def services(compose) -> dict:
+    return compose["services"]
+
+
+def lookup_from_env(env: dict):
+    """An Airflow connection lookup over AIRFLOW_CONN_* JSON values, as Airflow reads them."""
+    def lookup(conn_id: str):
+        raw = env.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return SimpleNamespace(host=data.get("host"), port=data.get("port"),
+                               login=data.get("login"), password=data.get("password"),
+                               extra_dejson=data.get("extra", {}))
+    return lookup
+
+
+def test_every_service_of_the_platform_is_there(compose):
+    assert {"kafka", "schema-registry", "minio", "minio-init", "postgres", "airflow-init",
+            *AIRFLOW_SERVICES, "spark-master", "spark-worker"} <= set(services(compose))
+
+
+def test_every_image_is_pinned_by_version(compose):
+    for name, service in services(compose).items():
+        image = service["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and tag and tag != "latest" and re.search(r"\d", tag), (name, image)
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert base == "apache/airflow:3.3.2-python3.11"
+    lock = (REPO / "requirements.lock").read_text()
+    assert "apache-airflow==3.3.2" in lock  # the image's Airflow is the one the lock pins
+
+
+def test_kafka_is_a_single_kraft_node_with_a_host_port(compose):
+    env = services(compose)["kafka"]["environment"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert "29092:29092" in services(compose)["kafka"]["ports"]
+    assert "kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    registry = services(compose)["schema-registry"]
+    assert registry["environment"]["SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS"].endswith("kafka:9092")
+    assert "8081:8081" in registry["ports"]
+
+
+def test_airflow_services_mount_dags_plugins_and_the_library(compose):
+    for name in AIRFLOW_SERVICES + ("airflow-init",):
+        service = services(compose)[name]
+        volumes = service["volumes"]
+        assert "./dags:/opt/airflow/dags" in volumes and "./plugins:/opt/airflow/plugins" in volumes
+        assert ".:/opt/deltaferry" in volumes
+        env = service["environment"]
+        assert env["PYTHONPATH"] == "/opt/deltaferry"
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+        assert "@postgres:5432/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    for folder in ("dags", "plugins", "spark_jobs", "deltaferry"):
+        assert (REPO / folder).is_dir()
+    for command in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        assert services(compose)[f"airflow-{command}"]["command"] == command
+    assert "8080:8080" in services(compose)["airflow-api-server"]["ports"]
+
+
+def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(compose):
+    env = services(compose)["airflow-scheduler"]["environment"]
+    lookup = lookup_from_env(env)
+    assert spark_master(lookup, env={}) == "spark://spark-master:7077"
+    assert kafka_access(lookup, env={}).bootstrap == "kafka:9092"
+    storage = storage_access(lookup, env={}).env
+    assert storage["DELTAFERRY_S3_ENDPOINT"] == "http://minio:9000"
+    minio = services(compose)["minio"]["environment"]
+    assert (storage["AWS_ACCESS_KEY_ID"], storage["AWS_SECRET_ACCESS_KEY"]) == (
+        minio["MINIO_ROOT_USER"], minio["MINIO_ROOT_PASSWORD"])
+    bucket, _ = split_s3_uri(env["DELTAFERRY_WAREHOUSE"])
+    init = " ".join(services(compose)["minio-init"]["command"])
+    assert f"mc mb --ignore-existing local/{bucket}" in init
+    assert "9000:9000" in services(compose)["minio"]["ports"]
+    assert env["DELTAFERRY_DEPS"] == "/opt/deltaferry/.deps"
+    assert env["DELTAFERRY_TOPICS"] == "/opt/deltaferry/topics.yaml"
+
+
+def test_spark_cluster_is_the_master_the_connection_names(compose):
+    master = services(compose)["spark-master"]
+    worker = services(compose)["spark-worker"]
+    assert master["hostname"] == "spark-master" and "7077:7077" in master["ports"]
+    assert "org.apache.spark.deploy.master.Master" in master["command"]
+    assert "spark://spark-master:7077" in worker["command"]
+    # driver (scheduler), master and worker share one image: the same Spark, Python and jars path
+    assert master["image"] == worker["image"] == services(compose)["airflow-scheduler"]["image"]
+    assert ".:/opt/deltaferry" in worker["volumes"]
+    assert services(compose)["airflow-scheduler"]["hostname"] == "airflow-scheduler"
+
+
+def test_airflow_waits_for_its_database_and_the_bucket(compose):
+    init = services(compose)["airflow-init"]
+    assert init["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert init["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    for name in AIRFLOW_SERVICES:
+        depends = services(compose)[name]["depends_on"]
+        assert depends["airflow-init"]["condition"] == "service_completed_successfully"

@@ -1,0 +1,143 @@
+import os
+import stat
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from deltaferry.errors import ConfigError, WarehouseError
+from deltaferry.spark.session import s3a_spark_conf
+from deltaferry.stack import s3 as s3_stack
+from deltaferry.storage import (
+    LocalStorage,
+    S3Settings,
+    S3Storage,
+    check_warehouse,
+    describe_s3_failure,
+    is_s3,
+    s3a_hadoop_conf,
+    spark_uri,
+    split_s3_uri,
+    storage_for,
+)
+
+ENV = {"DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:8333/", "AWS_ACCESS_KEY_ID": "AK1",
+       "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "m"},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, "ListObjectsV2")
+
+
+def test_uris():
+    assert split_s3_uri("s3://bucket/a/b/") == ("bucket", "a/b")
+    assert split_s3_uri("s3a://bucket") == ("bucket", "")
+    assert spark_uri("s3://b/p") == "s3a://b/p" and spark_uri("/local/wh") == "/local/wh"
+    assert is_s3("s3a://b") and not is_s3("/tmp/s3://x")
+    with pytest.raises(ConfigError, match="names no bucket"):
+        split_s3_uri("s3:///prefix")
+
+
+def test_settings_from_env_never_show_the_secret():
+    settings = S3Settings.from_env(ENV)
+    assert (settings.endpoint, settings.access_key, settings.region) == (
+        "http://127.0.0.1:8333", "AK1", "us-east-1")
+    assert "s3cr3t-value" not in repr(settings)
+    assert S3Settings.from_env({**ENV, "AWS_REGION": "eu-west-3"}).region == "eu-west-3"
+    assert S3Settings.from_env({}) == S3Settings()
+
+
+@pytest.mark.parametrize("env, problem", [
+    ({"DELTAFERRY_S3_ENDPOINT": "127.0.0.1:8333"}, "is not an http:// or https:// URL"),
+    ({"AWS_ACCESS_KEY_ID": "AK1"}, "set both the access key id and the secret key"),
+])
+def test_bad_settings_are_named(env, problem):
+    with pytest.raises(ConfigError, match=problem) as info:
+        S3Settings.from_env(env)
+    assert "s3cr3t" not in str(info.value)
+
+
+def test_s3a_conf_for_a_local_server_is_path_style_with_the_credentials():
+    conf = s3a_hadoop_conf(S3Settings.from_env(ENV))
+    assert conf["fs.s3a.endpoint"] == "http://127.0.0.1:8333"
+    assert conf["fs.s3a.path.style.access"] == "true"
+    assert conf["fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["fs.s3a.access.key"] == "AK1" and conf["fs.s3a.secret.key"] == "s3cr3t-value"
+    assert conf["fs.s3a.aws.credentials.provider"].endswith("SimpleAWSCredentialsProvider")
+    spark_conf = s3a_spark_conf(ENV)
+    assert spark_conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
+
+
+def test_s3a_conf_on_aws_leaves_endpoint_and_credentials_to_the_sdk():
+    conf = s3a_hadoop_conf(S3Settings.from_env({"AWS_REGION": "eu-west-1"}))
+    assert conf == {"fs.s3a.endpoint.region": "eu-west-1"}
+
+
+def test_storage_for_picks_the_backend():
+    assert isinstance(storage_for("/tmp/wh"), LocalStorage)
+    assert isinstance(storage_for("s3a://b/p", ENV), S3Storage)
+
+
+def test_local_put_if_absent_and_list(tmp_path):
+    storage = LocalStorage()
+    target = str(tmp_path / "s" / "v000001.json")
+    assert storage.put_if_absent(target, b"first")
+    assert not storage.put_if_absent(target, b"second")
+    assert storage.read(target) == b"first"
+    storage.write(str(tmp_path / "s" / "covered.json"), b"{}")
+    assert storage.list(str(tmp_path / "s")) == ["covered.json", "v000001.json"]
+    assert storage.list(str(tmp_path / "missing")) == []
+    with pytest.raises(FileNotFoundError):
+        storage.read(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize("exc, said", [
+    (client_error("SignatureDoesNotMatch", 403), "credentials rejected"),
+    (client_error("InvalidAccessKeyId", 403), "access key id not known"),
+    (client_error("NoSuchBucket", 404), "bucket does not exist"),
+    (client_error("AccessDenied", 403), "access denied"),
+    (EndpointConnectionError(endpoint_url="http://x:1"), "endpoint not reachable"),
+])
+def test_failures_are_said_in_words(exc, said):
+    assert describe_s3_failure(exc).startswith(said)
+
+
+def test_check_warehouse_names_the_uri_and_the_cause_without_the_secret():
+    check_warehouse("/any/local/folder")  # nothing to check
+    env = {**ENV, "DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:1"}
+    with pytest.raises(WarehouseError) as info:
+        check_warehouse("s3://bucket/wh", env)
+    message = str(info.value)
+    assert message.startswith("warehouse s3://bucket/wh: endpoint not reachable at "
+                              "http://127.0.0.1:1")
+    assert "s3cr3t-value" not in message
+
+
+def test_stack_s3_server_command_and_identity(tmp_path):
+    ports = dict(zip(s3_stack.PORT_NAMES, range(20000, 20000 + len(s3_stack.PORT_NAMES))))
+    key, secret = s3_stack.new_credentials()
+    assert s3_stack.new_credentials() != (key, secret)
+    config = tmp_path / "s3.json"
+    s3_stack.write_private(config, "{}")
+    assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
+    command = s3_stack.server_command("weed", ports, tmp_path / "data", config)
+    assert command[:2] == ["weed", "server"]
+    assert "-ip.bind=127.0.0.1" in command and "-master.telemetry=false" in command
+    assert "-s3.port=20000" in command and f"-s3.config={config}" in command
+    assert secret not in " ".join(command)
+    identity = s3_stack.identity_config(key, secret)["identities"][0]
+    assert identity["credentials"] == [{"accessKey": key, "secretKey": secret}]
+
+
+def test_stack_state_file_is_owner_only(tmp_path):
+    from deltaferry import stack
+
+    stack.write_state(tmp_path, {"version": 1, "assignments": {"AWS_SECRET_ACCESS_KEY": "x"}})
+    assert stat.S_IMODE(os.stat(tmp_path / "state.json").st_mode) == 0o600
+
+
+def test_airflow_asset_of_an_s3_table_is_its_s3_uri():
+    from deltaferry.airflow.factory import table_asset_uri
+    from deltaferry.paths import TopicPaths
+
+    assert table_asset_uri(TopicPaths.for_topic("s3://lake/prod", "t").table) == "s3://lake/prod/t/table"
