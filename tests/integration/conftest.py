@@ -19,6 +19,9 @@ import pytest
 #: librdkafka's own chatter (e.g. "Disconnected" when the broker stops at session end).
 _client_log = logging.getLogger("tests.integration.kafka_client")
 _client_log.setLevel(logging.CRITICAL)
+#: py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
+#: pytest closed its capture streams ("--- Logging error ---"): as deltaferry.pipeline does.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
