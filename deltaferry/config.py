@@ -13,6 +13,10 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         fail_on_data_loss: true    # fail when offsets expired before they were read
         retries: 2                 # Airflow retries of each task, with exponential back-off
         retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
+        format: json               # json | avro (Confluent wire format, Schema Registry)
+        subject_strategy: topic_name   # avro: topic_name | record_name | topic_record_name
+        record_name: null          # avro: the record's full name (for the record strategies)
+        schema_version: null       # avro: read with this registered version (null = latest)
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -35,7 +39,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Kafka's own rule for topic names (kafka.common.internals.Topic).
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-FORMATS = ("json",)
+FORMATS = ("json", "avro")
+#: Subject name strategies of avro topics (see deltaferry.registry).
+SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
 
 
@@ -70,6 +76,9 @@ class TopicConfig:
     fail_on_data_loss: bool = True
     retries: int = 2
     retry_delay_minutes: float = 2.0
+    subject_strategy: str = "topic_name"
+    record_name: str | None = None
+    schema_version: int | None = None
 
     @property
     def dag_id(self) -> str:
@@ -115,6 +124,19 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise fail(f"must be a number of minutes > 0, got {value!r}")
         return float(value)
+    if key == "subject_strategy":
+        if value not in SUBJECT_STRATEGIES:
+            raise fail(f"must be one of {', '.join(SUBJECT_STRATEGIES)}, got {value!r}")
+        return value
+    if key == "record_name":
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise fail(f"must be a record's full name (namespace.Name) or null, got {value!r}")
+        return value
+    if key == "schema_version":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            raise fail(f"must be a registered version number (>= 1) or null, got {value!r}")
+        return value
     if key == "fail_on_data_loss":
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
@@ -137,7 +159,11 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
         )
     if "name" not in entry:
         raise ConfigError(where, "missing required key 'name'")
-    return TopicConfig(**{k: _check_value(k, v, where) for k, v in merged.items()})
+    topic = TopicConfig(**{k: _check_value(k, v, where) for k, v in merged.items()})
+    if topic.subject_strategy != "topic_name" and not topic.record_name:
+        raise ConfigError(where, f"subject_strategy {topic.subject_strategy} needs record_name "
+                          "(the record's full name, namespace.Name)")
+    return topic
 
 
 @dataclass

@@ -57,6 +57,10 @@ def check_before_spark(ctx: TopicContext) -> None:
 
 def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
     """Run one step ('infer', 'ingest', 'optimize', 'vacuum', or 'maintain' for both)."""
+    if step == "infer" and ctx.topic.format == "avro":  # no inference: the registry's version
+        from deltaferry.spark.avro import registry_version
+
+        return registry_version(ctx.topic)
     if step == "infer":
         from deltaferry.spark.infer import infer_schema
 

@@ -17,6 +17,10 @@ plain objects and the operator passes `connection_or_none`.
   key, extra ``endpoint_url`` and ``region_name``), becomes ``AWS_ACCESS_KEY_ID``,
   ``AWS_SECRET_ACCESS_KEY``, ``DELTAFERRY_S3_ENDPOINT`` and ``AWS_REGION`` of the job; without
   it the job reads those variables from the environment as they are.
+* Schema Registry (avro topics): the connection named by ``DELTAFERRY_SCHEMA_REGISTRY_CONN_ID``
+  (default ``schema_registry_default``): extra ``url`` (or host[:port]), login/password for basic
+  auth; it becomes ``DELTAFERRY_SCHEMA_REGISTRY_URL`` (+ ``_USER``/``_PASSWORD``) of the job.
+  Without it the job reads those variables from the environment as they are.
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ from typing import Any, Callable, Mapping
 
 from deltaferry.config import parse_kafka_options
 from deltaferry.errors import ConfigError
+from deltaferry.registry import RegistrySettings
 
 SPARK_CONN_ID = "spark_default"
 KAFKA_CONN_ID_ENV = "DELTAFERRY_KAFKA_CONN_ID"
 AWS_CONN_ID_ENV = "DELTAFERRY_AWS_CONN_ID"
 DEFAULT_AWS_CONN_ID = "aws_default"
 DEFAULT_KAFKA_CONN_ID = "kafka_default"
+REGISTRY_CONN_ID_ENV = "DELTAFERRY_SCHEMA_REGISTRY_CONN_ID"
+DEFAULT_REGISTRY_CONN_ID = "schema_registry_default"
 DEFAULT_SPARK_MASTER = "local[*]"
 
 #: Client properties whose values are secrets (masked in task logs, never printed).
@@ -161,3 +168,44 @@ def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Stor
     if extra.get("region_name"):
         result["AWS_REGION"] = str(extra["region_name"])
     return StorageAccess(result, source=where)
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """Schema Registry settings for one task (empty when the environment already has them)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    source: str = "environment"
+
+    def secrets(self) -> list[str]:
+        """The values to mask in logs."""
+        return [v for k, v in self.env.items() if k.endswith("_PASSWORD") and v]
+
+    def __repr__(self) -> str:
+        return f"RegistryAccess(variables={sorted(self.env)}, source={self.source!r})"
+
+
+def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> RegistryAccess:
+    """The Schema Registry connection as the job's DELTAFERRY_SCHEMA_REGISTRY_* variables;
+    nothing to add when there is no such connection."""
+    env = os.environ if env is None else env
+    conn_id = env.get(REGISTRY_CONN_ID_ENV) or DEFAULT_REGISTRY_CONN_ID
+    conn = lookup(conn_id)
+    if conn is None:
+        return RegistryAccess()
+    where = f"Airflow connection {conn_id!r}"
+    try:
+        extra = conn.extra_dejson or {}
+    except Exception:
+        raise ConfigError(where, "extra is not a JSON object") from None
+    url = str(extra.get("url") or "").strip() if isinstance(extra, dict) else ""
+    if not url and conn.host:
+        host = conn.host if "://" in conn.host else f"http://{conn.host}"
+        url = f"{host}:{conn.port}" if conn.port else host
+    if not url:
+        raise ConfigError(where, "has neither 'url' in its extra nor a host")
+    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
+    if bool(login) != bool(password):
+        raise ConfigError(where, "give both login and password for basic auth, or neither")
+    settings = RegistrySettings(url.rstrip("/"), login or None, password or None)
+    return RegistryAccess(settings.child_env(), source=where)

@@ -27,8 +27,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
     KafkaAccess,
+    RegistryAccess,
     StorageAccess,
     kafka_access,
+    registry_access,
     spark_master,
     storage_access,
 )
@@ -88,7 +90,8 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
 
 
 def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
-                      storage: StorageAccess | None = None) -> dict[str, str]:
+                      storage: StorageAccess | None = None,
+                      registry: RegistryAccess | None = None) -> dict[str, str]:
     """The environment of the spark-submit process: `base` plus the Kafka and storage
     settings, this
     Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
@@ -96,6 +99,7 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     env = dict(base)
     env.update(kafka.child_env())
     env.update(storage.env if storage else {})
+    env.update(registry.env if registry else {})  # Schema Registry: environment, never argv
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -174,7 +178,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         master = spark_master(connection_or_none, conn_id=self._conn_id)
         kafka = kafka_access(connection_or_none)
         storage = storage_access(connection_or_none)
-        for secret in kafka.secrets() + storage.secrets():
+        registry = registry_access(connection_or_none)
+        for secret in kafka.secrets() + storage.secrets() + registry.secrets():
             mask_secret(secret)
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
@@ -193,7 +198,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                 "spark-submit process); remove deploy-mode from the connection's extra"
             )
         self._hook.submit(self.application,
-                          env=child_environment(dict(os.environ), kafka, master, storage))
+                          env=child_environment(dict(os.environ), kafka, master, storage,
+                                                registry))
         reports = self._hook.reports
         summary = describe(self.step, reports)
         self.log.info("deltaferry result: %s", summary)

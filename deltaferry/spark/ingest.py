@@ -156,19 +156,28 @@ class BatchWriter:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
 
+    def raw_columns(self, batch_df):
+        """The batch's records as raw columns (kafka_*, raw_value)."""
+        return with_raw_columns(batch_df)
+
+    def parse_batch(self, raw):
+        """(records with `data` and `reason`, schema version used) of one batch."""
+        version = self.current_schema(raw)
+        return parse(raw, version.schema, version.version), version.version
+
     def __call__(self, batch_df, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        raw = with_raw_columns(batch_df).persist()
+        raw = self.raw_columns(batch_df).persist()
         try:
             count = raw.count()
-            version = self.current_schema(raw)
-            self.report.schema_version = version.version
-            parsed = parse(raw, version.schema, version.version).persist()
+            parsed, schema_version = self.parse_batch(raw)
+            self.report.schema_version = schema_version
+            parsed = parsed.persist()
             bad = parsed.where(F.col("reason").isNotNull()).select(
                 "kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp",
-                "raw_value", "reason", F.lit(version.version).alias("schema_version"),
+                "raw_value", "reason", F.lit(schema_version).alias("schema_version"),
                 F.lit(batch_id).cast("long").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at"),
             )
@@ -209,12 +218,19 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
     check_not_reset(current, checkpoint_offsets(spark, paths.checkpoint, topic.name),
                     settings.kafka_bootstrap, "streaming checkpoint", paths.root)
     report = IngestReport(topic.name)
-    latest = store.latest()
-    if latest is None:
-        raise NoSchemaError(
-            f"topic {topic.name!r}: no schema cached in {paths.schema}; run the infer step first"
-        )
-    report.schema_version = latest.version
+    if topic.format == "avro":  # schemas come from the registry (deltaferry.spark.avro)
+        from deltaferry.spark.avro import AvroBatchWriter
+
+        writer = AvroBatchWriter(spark, topic, paths, store, report)
+    else:
+        latest = store.latest()
+        if latest is None:
+            raise NoSchemaError(
+                f"topic {topic.name!r}: no schema cached in {paths.schema}; run the infer step "
+                "first"
+            )
+        report.schema_version = latest.version
+        writer = BatchWriter(spark, topic, paths, store, report)
     delta_table.ensure_table(spark, paths.table)
     stream = (
         spark.readStream.format("kafka").options(**kafka_options(settings))
@@ -225,7 +241,7 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
         .load()
     )
     query = (
-        stream.writeStream.foreachBatch(BatchWriter(spark, topic, paths, store, report))
+        stream.writeStream.foreachBatch(writer)
         .option("checkpointLocation", paths.checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Iterator
 
 from deltaferry.jvm import REPO_ROOT
-from deltaferry.stack import kafka, s3
+from deltaferry.stack import kafka, registry, s3
 from deltaferry.stack.process import Service, is_alive, port_accepts, stop
 
 __all__ = ["up", "down", "status", "resolve_stack_dir"]
 
 #: Started in this order, stopped in the reverse order.
-SERVICES = (kafka, s3)
+SERVICES = (kafka, s3, registry)
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -149,6 +149,9 @@ def up(stack_dir: Path | None = None) -> dict[str, str]:
         env: dict[str, str] = {}
         try:
             for module in SERVICES:
+                if not getattr(module, "installed", lambda: True)():  # optional, not built
+                    print(f"{module.TITLE}: not installed, not started", file=sys.stderr)
+                    continue
                 service = module.launch(folder, dict(env))
                 started.append(service)
                 write_state(folder, make_state(started, ready=False))  # `down` can find it

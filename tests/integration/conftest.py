@@ -56,6 +56,18 @@ def s3_warehouse(stack_env, monkeypatch) -> str:
     return f"s3://{bucket}/warehouse"
 
 
+@pytest.fixture(scope="session")
+def schema_registry_url(request) -> str:
+    """The Confluent-compatible URL of a real Schema Registry: DELTAFERRY_TEST_SCHEMA_REGISTRY_URL
+    or the session stack's; skips the test when there is none (`make registry` not built)."""
+    url = (os.environ.get("DELTAFERRY_TEST_SCHEMA_REGISTRY_URL", "").strip()
+           or request.getfixturevalue("stack_env").get("DELTAFERRY_SCHEMA_REGISTRY_URL"))
+    if not url:
+        pytest.skip("no Schema Registry: the stack has none (run `make registry`) and "
+                    "DELTAFERRY_TEST_SCHEMA_REGISTRY_URL is not set")
+    return url
+
+
 @pytest.fixture
 def new_topic(kafka_bootstrap):
     """A factory `make(name_prefix, partitions=3) -> name` of uniquely named, existing topics."""

@@ -1,0 +1,134 @@
+"""Avro topics against the real broker and a real Schema Registry: the dynamic producer's
+versions, an independent confluent AvroDeserializer, and ingest of mixed writer versions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deltaferry.config import Settings, TopicConfig
+from deltaferry.paths import TopicPaths
+from deltaferry.pipeline import TopicContext, run_step
+from deltaferry.schema.avro import IncompatibleShapeError
+from deltaferry.schema.store import SchemaStore
+
+pytestmark = pytest.mark.integration
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list:
+    """Every message of `topic` (until `expected` arrived), partition/offset order."""
+    import time
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    messages, deadline = [], time.monotonic() + timeout
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                messages.append(msg)
+        time.sleep(1.0)  # nothing more should come
+        extra = consumer.poll(1.0)
+        if extra is not None and extra.error() is None:
+            messages.append(extra)
+    finally:
+        consumer.close()
+    return sorted(messages, key=lambda m: (m.partition(), m.offset()))
+
+
+def test_dynamic_producer_registers_compatible_versions_only_when_needed(
+        kafka_bootstrap, schema_registry_url, new_topic):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from deltaferry.producer import DynamicSchemaProducer
+
+    topic = new_topic("avro-dyn", partitions=1)
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    payloads = [
+        {"field_1": "a", "field_2": 12345.123, "field_3": [1, 2, 3]},
+        {"field_1": "b", "field_2": 1.5, "field_3": []},                       # fits v1
+        {"field_1": "c", "field_2": 2.0, "field_3": [4],
+         "field_5": {"field_5_1": 12.0, "field_5_2": "hello"}},               # v2
+        {"field_1": "d", "field_3": [5],
+         "field_5": {"field_5_1": 1.0, "field_5_2": "x"},
+         "field_6": {"field_6_1": {"field_6_1_1": "deep"}}},                   # v3
+    ]
+    for i, payload in enumerate(payloads):
+        producer.produce(payload, key=str(i))
+    assert producer.flush(30) == 0
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    subject = f"{topic}-value"
+    versions = client.get_versions(subject)
+    assert len(versions) == 3
+    # the registry's own check: every version backward compatible with the one before
+    for older, newer in zip(versions, versions[1:]):
+        schema = client.get_version(subject, newer).schema
+        assert client.test_compatibility(subject, Schema(schema.schema_str, "AVRO"),
+                                         version=older)
+    # a string where a record was: refused, nothing produced, nothing registered
+    with pytest.raises(IncompatibleShapeError, match="field_5"):
+        producer.produce({"field_1": "e", "field_5": "not a record"}, key="x")
+    assert producer.flush(30) == 0
+    assert client.get_versions(subject) == versions
+    # an independent deserializer (writer schema from the registry) reads every message back
+    deserialize = AvroDeserializer(client)
+    messages = consume_all(kafka_bootstrap, topic, len(payloads))
+    assert len(messages) == len(payloads)
+    read = [deserialize(m.value(), SerializationContext(topic, MessageField.VALUE))
+            for m in messages]
+    assert read == payloads
+
+
+def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    from deltaferry.kafka import produce
+    from deltaferry.producer import DynamicSchemaProducer
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("avro-ingest", partitions=2)
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    producer.produce({"id": 1, "name": "a"}, key="k1")                    # v1
+    producer.produce({"id": 2, "name": "b"}, key="k2")
+    producer.produce({"id": 3, "name": "c", "qty": 7}, key="k3")          # v2: new field
+    producer.produce({"id": 11, "name": "a2", "qty": 1}, key="k1")
+    producer.produce({"id": 4, "name": "d"}, key="k4")
+    assert producer.flush(30) == 0
+    produce(kafka_bootstrap, topic, [("k5", "not avro at all"), ("k4", None)])
+    settings = Settings(warehouse=str(tmp_path), kafka_bootstrap=kafka_bootstrap)
+    paths = TopicPaths.for_topic(settings.warehouse, topic)
+    ctx = TopicContext(TopicConfig(name=topic, format="avro"), settings, paths,
+                       SchemaStore(paths.schema))
+    infer = run_step("infer", ctx, spark)
+    assert infer.schema_version == 2
+    report = run_step("ingest", ctx, spark)
+    assert report.quarantined == 1 and report.schema_version == 2
+
+    def state():
+        table = spark.read.format("delta").load(paths.table)
+        return {r["kafka_key"]: {c: r[c] for c in ("id", "name", "qty")}
+                for r in table.collect()}
+
+    assert state() == {"k1": {"id": 11, "name": "a2", "qty": 1},
+                       "k2": {"id": 2, "name": "b", "qty": None},
+                       "k3": {"id": 3, "name": "c", "qty": 7}}
+    bad = spark.read.format("delta").load(paths.quarantine).collect()
+    assert [(r["kafka_key"], r["reason"]) for r in bad] == [
+        ("k5", "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)")]
+    # a new version's field reaches the table on the next run: no restart, no failure
+    producer.produce({"id": 6, "name": "f", "tags": ["x"]}, key="k6")     # v3
+    assert producer.flush(30) == 0
+    report = run_step("ingest", ctx, spark)
+    assert report.schema_version == 3
+    table = spark.read.format("delta").load(paths.table)
+    assert "tags" in table.columns
+    rows = {r["kafka_key"]: r for r in table.collect()}
+    assert rows["k6"]["tags"] == ["x"] and rows["k2"]["tags"] is None

@@ -1,0 +1,103 @@
+"""The pure Avro schema derivation and merge behind DynamicSchemaProducer (no registry)."""
+
+import fastavro
+import pytest
+
+from deltaferry.schema.avro import (
+    IncompatibleShapeError,
+    InvalidFieldNameError,
+    derive_schema,
+    evolve,
+    merge_types,
+    record_name,
+)
+
+
+def readable(writer: dict, reader: dict, record: dict) -> dict:
+    """Write `record` with `writer`, read it back with `reader` (Avro schema resolution)."""
+    import io
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(writer), record)
+    buf.seek(0)
+    return fastavro.schemaless_reader(buf, fastavro.parse_schema(writer),
+                                      fastavro.parse_schema(reader))
+
+
+def test_derive_maps_json_shapes_to_avro_types():
+    schema = derive_schema({"n": 1, "x": 1.5, "ok": True, "s": "a", "none": None,
+                            "tags": ["a", "b"], "inner": {"v": 2}}, "orders")
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    assert schema["type"] == "record" and schema["name"] == "orders"
+    assert types["n"] == "long" and types["x"] == "double" and types["ok"] == "boolean"
+    assert types["s"] == "string" and types["none"] == "null"
+    assert types["tags"] == {"type": "array", "items": "string"}
+    assert types["inner"] == {"type": "record", "name": "orders_inner",
+                              "fields": [{"name": "v", "type": "long"}]}
+    fastavro.parse_schema(schema)  # a legal Avro schema
+
+
+def test_array_elements_merge_and_empty_lists_have_null_items():
+    schema = derive_schema({"a": [1, 2.5], "b": [], "c": [{"x": 1}, {"y": "s"}]}, "t")
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    assert types["a"]["items"] == "double"
+    assert types["b"]["items"] == "null"
+    items = types["c"]["items"]
+    assert [f["name"] for f in items["fields"]] == ["x", "y"]
+    assert all(f["default"] is None and f["type"][0] == "null" for f in items["fields"])
+
+
+def test_payload_that_fits_keeps_the_schema():
+    v1 = derive_schema({"id": 1, "name": "a"}, "t")
+    assert evolve(v1, {"id": 2, "name": "b"}, "t") is v1 or evolve(v1, {"id": 2, "name": "b"}, "t") == v1
+
+
+def test_new_fields_become_nullable_with_null_default_and_old_data_still_reads():
+    v1 = derive_schema({"id": 1, "inner": {"a": "x"}}, "t")
+    v2 = evolve(v1, {"id": 2, "inner": {"a": "y", "b": 3}, "extra": [1]}, "t")
+    inner = next(f for f in v2["fields"] if f["name"] == "inner")["type"]
+    assert inner["fields"][1] == {"name": "b", "type": ["null", "long"], "default": None}
+    assert v2["fields"][-1] == {"name": "extra", "type": ["null", {"type": "array",
+                                                                   "items": "long"}],
+                                "default": None}
+    # backward compatible: v2 reads what v1 wrote
+    assert readable(v1, v2, {"id": 1, "inner": {"a": "x"}}) == {
+        "id": 1, "inner": {"a": "x", "b": None}, "extra": None}
+
+
+def test_missing_field_becomes_optional_and_long_widens_to_double():
+    v1 = derive_schema({"id": 1, "price": 3}, "t")
+    v2 = evolve(v1, {"id": 2, "price": 4.5}, "t")
+    assert v2["fields"][1]["type"] == "double"
+    v3 = evolve(v2, {"price": 1.0}, "t")
+    assert v3["fields"][0] == {"name": "id", "type": ["null", "long"], "default": None}
+    assert readable(v1, v3, {"id": 7, "price": 3}) == {"id": 7, "price": 3.0}
+
+
+def test_null_then_value_gives_a_nullable_type():
+    assert merge_types("null", "string") == ["null", "string"]
+    assert merge_types(["null", "long"], "double") == ["null", "double"]
+    assert merge_types(["null", "long"], "null") == ["null", "long"]
+
+
+@pytest.mark.parametrize("new", [{"inner": "text"}, {"inner": [1]}, {"inner": {"a": 1}}])
+def test_incompatible_shapes_are_refused_naming_the_field(new):
+    v1 = derive_schema({"inner": {"a": "x"}}, "t")
+    with pytest.raises(IncompatibleShapeError) as caught:
+        evolve(v1, new, "t")
+    assert "inner" in str(caught.value)
+
+
+def test_string_where_long_was_is_refused():
+    with pytest.raises(IncompatibleShapeError, match="'id'.*string.*long"):
+        evolve(derive_schema({"id": 1}, "t"), {"id": "one"}, "t")
+
+
+def test_illegal_field_names_are_refused():
+    with pytest.raises(InvalidFieldNameError, match="'a-b'"):
+        derive_schema({"a-b": 1}, "t")
+
+
+def test_record_names_are_legal_avro_names():
+    assert record_name("orders-v2.eu") == "orders_v2_eu"
+    assert record_name("1abc") == "_1abc"
