@@ -92,6 +92,27 @@ class KafkaAccess:
                 f"source={self.source!r})")
 
 
+def _extra(conn, where: str) -> dict:
+    """A connection's extra as a dict; ConfigError naming the connection (never echoing the
+    extra) when it does not parse or is not a JSON object."""
+    try:
+        extra = conn.extra_dejson or {}
+    except Exception:  # an unparsable extra: say so without echoing it
+        raise ConfigError(where, "extra is not a JSON object") from None
+    if not isinstance(extra, dict):
+        raise ConfigError(where, "extra must be a JSON object")
+    return extra
+
+
+def _credentials(conn, where: str, what: str) -> tuple[str | None, str | None]:
+    """(login, password) of a connection, both or neither; ConfigError naming it otherwise."""
+    login = getattr(conn, "login", None) or None
+    password = getattr(conn, "password", None) or None
+    if bool(login) != bool(password):
+        raise ConfigError(where, f"give both {what}, or neither")
+    return login, password
+
+
 def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaAccess:
     """Brokers and client properties: the Kafka connection if it exists, else the environment.
 
@@ -110,12 +131,7 @@ def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaA
             )
         return KafkaAccess(bootstrap, parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", "")))
     where = f"Airflow connection {conn_id!r}"
-    try:
-        extra = conn.extra_dejson or {}
-    except Exception:  # an unparsable extra: say so without echoing it
-        raise ConfigError(where, "extra is not a JSON object") from None
-    if not isinstance(extra, dict):
-        raise ConfigError(where, "extra must be a JSON object of Kafka client properties")
+    extra = _extra(conn, where)
     bootstrap = str(extra.get("bootstrap.servers") or "").strip()
     if not bootstrap and conn.host:
         bootstrap = f"{conn.host}:{conn.port}" if conn.port else conn.host
@@ -149,15 +165,10 @@ def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Stor
     if conn is None:
         return StorageAccess()
     where = f"Airflow connection {conn_id!r}"
-    try:
-        extra = conn.extra_dejson or {}
-    except Exception:
-        raise ConfigError(where, "extra is not a JSON object") from None
+    extra = _extra(conn, where)
     result: dict[str, str] = {}
-    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
-    if bool(login) != bool(password):
-        raise ConfigError(where, "give both the access key id (login) and the secret "
-                                 "(password), or neither")
+    login, password = _credentials(conn, where, "the access key id (login) and the secret "
+                                                "(password)")
     if login:
         result["AWS_ACCESS_KEY_ID"] = str(login)
         result["AWS_SECRET_ACCESS_KEY"] = str(password)
@@ -194,18 +205,12 @@ def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Reg
     if conn is None:
         return RegistryAccess()
     where = f"Airflow connection {conn_id!r}"
-    try:
-        extra = conn.extra_dejson or {}
-    except Exception:
-        raise ConfigError(where, "extra is not a JSON object") from None
-    url = str(extra.get("url") or "").strip() if isinstance(extra, dict) else ""
+    url = str(_extra(conn, where).get("url") or "").strip()
     if not url and conn.host:
         host = conn.host if "://" in conn.host else f"http://{conn.host}"
         url = f"{host}:{conn.port}" if conn.port else host
     if not url:
         raise ConfigError(where, "has neither 'url' in its extra nor a host")
-    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
-    if bool(login) != bool(password):
-        raise ConfigError(where, "give both login and password for basic auth, or neither")
-    settings = RegistrySettings(url.rstrip("/"), login or None, password or None)
+    login, password = _credentials(conn, where, "login and password for basic auth")
+    settings = RegistrySettings(url.rstrip("/"), login, password)
     return RegistryAccess(settings.child_env(), source=where)

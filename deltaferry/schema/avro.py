@@ -22,6 +22,9 @@ from deltaferry.errors import DeltaferryError
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PRIMITIVES = ("null", "boolean", "long", "double", "string")
+#: The items of an empty list while merging: fits any items type (an empty list fits every
+#: array), settled to "null" only if nothing else says what the items are.
+NO_ITEMS = "deltaferry:no-items"
 
 
 class IncompatibleShapeError(DeltaferryError):
@@ -104,16 +107,36 @@ def derive_type(value: Any, name: str, path: str = "") -> Any:
             element_type = derive_type(element, f"{name}_item", f"{path}[]")
             items = element_type if items is None else merge_types(items, element_type,
                                                                    f"{path}[]")
-        return {"type": "array", "items": "null" if items is None else items}
+        return {"type": "array", "items": NO_ITEMS if items is None else items}
     raise IncompatibleShapeError(path, "a JSON value", type(value).__name__)
 
 
 def derive_schema(payload: dict, name: str) -> dict:
-    """The record schema of a top-level payload (a dict); every field as the payload has it."""
+    """The record schema of a top-level payload (a dict); every field as the payload has it
+    (an empty list's items are "null")."""
+    return settle(_derive_unsettled(payload, name))
+
+
+def _derive_unsettled(payload: dict, name: str) -> dict:
     if not isinstance(payload, dict):
         raise IncompatibleShapeError("<root>", {"type": "record", "name": name},
                                      type(payload).__name__)
     return derive_type(payload, name)
+
+
+def settle(avro_type: Any) -> Any:
+    """`avro_type` with the items of arrays only ever seen empty set to "null"."""
+    if avro_type == NO_ITEMS:
+        return "null"
+    if isinstance(avro_type, list):
+        return [settle(t) for t in avro_type]
+    if isinstance(avro_type, dict):
+        if avro_type.get("type") == "array":
+            return {**avro_type, "items": settle(avro_type["items"])}
+        if avro_type.get("type") == "record":
+            return {**avro_type, "fields": [{**f, "type": settle(f["type"])}
+                                            for f in avro_type["fields"]]}
+    return avro_type
 
 
 def nullable(avro_type: Any) -> list:
@@ -142,8 +165,10 @@ def merge_types(current: Any, new: Any, path: str = "") -> Any:
 
     IncompatibleShapeError (naming `path`) when the two cannot be held by one such type.
     """
-    if current == new:
+    if current == new or new == NO_ITEMS:
         return current
+    if current == NO_ITEMS:
+        return new
     current_null, base = _strip_null(current)
     new_null, other = _strip_null(new)
     if base == "null" or other == "null":  # null meets a type: a nullable type
@@ -201,7 +226,7 @@ def _optional(field: dict) -> dict:
 def evolve(current: dict | None, payload: dict, name: str) -> dict:
     """The schema a payload needs: `current` if the payload fits it, else current merged with
     the payload's derived schema (the derived schema alone when there is none yet)."""
-    derived = derive_schema(payload, current["name"] if current else name)
+    derived = _derive_unsettled(payload, current["name"] if current else name)
     if current is None:
-        return derived
-    return merge_types(current, derived)
+        return settle(derived)
+    return settle(merge_types(current, derived))

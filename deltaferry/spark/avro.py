@@ -18,8 +18,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import operator
 import time
 from dataclasses import dataclass
+from functools import reduce
 
 from deltaferry.config import TopicConfig
 from deltaferry.registry import RegistryError, RegistrySettings, subject_name
@@ -149,8 +151,10 @@ def decode(raw, writers: dict[int, dict | None], reader: dict):
                 else data.when(sid == schema_id, decoded))
         shared = [f["name"] for f in writer["fields"]
                   if f["name"] in {r["name"] for r in reader["fields"]}]
-        all_null = (F.coalesce(*[decoded.getField(n) for n in shared]).isNull() if shared
-                    else F.lit(False))
+        # PERMISSIVE gives a struct of nulls for a body that does not decode (isNull per field:
+        # coalesce would need one type for all fields)
+        all_null = (reduce(operator.and_, [decoded.getField(n).isNull() for n in shared])
+                    if shared else F.lit(False))
         legit = all_null_encoding(writer)
         bad = all_null if legit is None else all_null & (F.col("body") != F.lit(legit))
         undecodable = F.when(sid == schema_id, bad).otherwise(undecodable)

@@ -84,7 +84,9 @@ def test_dynamic_producer_registers_compatible_versions_only_when_needed(
     assert len(messages) == len(payloads)
     read = [deserialize(m.value(), SerializationContext(topic, MessageField.VALUE))
             for m in messages]
-    assert read == payloads
+    # every message reads back as produced; the field the last payload lacked reads as its
+    # null default (the writer schema of that message has it)
+    assert read == payloads[:3] + [{**payloads[3], "field_2": None}]
 
 
 def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
@@ -132,3 +134,38 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     assert "tags" in table.columns
     rows = {r["kafka_key"]: r for r in table.collect()}
     assert rows["k6"]["tags"] == ["x"] and rows["k2"]["tags"] is None
+
+
+def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_registry_url,
+                                                                       monkeypatch):
+    import uuid
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from deltaferry.registry import RegistryError
+    from deltaferry.spark.avro import reader_schema
+
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    topic = f"pinned-{uuid.uuid4().hex[:8]}"
+    v1 = {"type": "record", "name": "Order", "namespace": "shop",
+          "fields": [{"name": "id", "type": "long"}]}
+    v2 = {**v1, "fields": v1["fields"] + [{"name": "qty", "type": ["null", "long"],
+                                           "default": None}]}
+    for subject in (f"{topic}-value", "shop.Order", f"{topic}-shop.Order"):
+        for schema in (v1, v2):
+            client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+    latest = reader_schema(client, TopicConfig(name=topic, format="avro"), schema_registry_url)
+    assert (latest.subject, latest.version, latest.schema) == (f"{topic}-value", 2, v2)
+    pinned = reader_schema(client, TopicConfig(name=topic, format="avro", schema_version=1),
+                           schema_registry_url)
+    assert (pinned.version, pinned.schema) == (1, v1)
+    for strategy, subject in (("record_name", "shop.Order"),
+                              ("topic_record_name", f"{topic}-shop.Order")):
+        found = reader_schema(client, TopicConfig(name=topic, format="avro",
+                                                  subject_strategy=strategy,
+                                                  record_name="shop.Order"),
+                              schema_registry_url)
+        assert (found.subject, found.version) == (subject, 2)
+    with pytest.raises(RegistryError, match=r"version 7.*pinned-|pinned-.*version 7"):
+        reader_schema(client, TopicConfig(name=topic, format="avro", schema_version=7),
+                      schema_registry_url)

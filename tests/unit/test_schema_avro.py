@@ -47,6 +47,17 @@ def test_array_elements_merge_and_empty_lists_have_null_items():
     assert all(f["default"] is None and f["type"][0] == "null" for f in items["fields"])
 
 
+def test_an_empty_list_fits_any_array_and_needs_no_new_version():
+    # found against a real registry: [] after [1, 2] used to register array<["null","long"]>
+    v1 = derive_schema({"tags": [1, 2], "nested": {"xs": ["a"]}}, "t")
+    assert evolve(v1, {"tags": [], "nested": {"xs": []}}, "t") == v1
+    first_empty = derive_schema({"tags": []}, "t")
+    assert evolve(first_empty, {"tags": []}, "t") == first_empty
+    grown = evolve(first_empty, {"tags": [3]}, "t")
+    assert grown["fields"][0]["type"] == {"type": "array", "items": ["null", "long"]}
+    assert "deltaferry:no-items" not in repr(evolve(None, {"a": [[]], "b": [{"c": []}]}, "t"))
+
+
 def test_payload_that_fits_keeps_the_schema():
     v1 = derive_schema({"id": 1, "name": "a"}, "t")
     assert evolve(v1, {"id": 2, "name": "b"}, "t") is v1 or evolve(v1, {"id": 2, "name": "b"}, "t") == v1
