@@ -7,6 +7,7 @@ topics file at the repository root, so it never touches a user's data.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -100,6 +101,7 @@ def print_table() -> None:
     from deltaferry.pipeline import TopicContext
     from deltaferry.spark.session import get_spark
 
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its exit-time INFO line is noise
     ctx = TopicContext.load(DEMO_TOPIC)
     spark = get_spark("deltaferry-demo", ctx.settings.spark_master)
     table = spark.read.format("delta").load(ctx.paths.table).orderBy("kafka_key")
