@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from deltaferry.airflow.connections import kafka_access, spark_master, storage_access
+from deltaferry.registry import RegistrySettings
 from deltaferry.storage import split_s3_uri
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +102,11 @@ def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(c
     assert "9000:9000" in services(compose)["minio"]["ports"]
     assert env["DELTAFERRY_DEPS"] == "/opt/deltaferry/.deps"
     assert env["DELTAFERRY_TOPICS"] == "/opt/deltaferry/topics.yaml"
+    # avro topics: the registry service, as RegistrySettings reads it in the job
+    registry = RegistrySettings.from_env(env)
+    sr = services(compose)["schema-registry"]
+    listener = sr["environment"]["SCHEMA_REGISTRY_LISTENERS"].rsplit(":", 1)[1]
+    assert registry.url == f"http://{sr['hostname']}:{listener}"
 
 
 def test_spark_cluster_is_the_master_the_connection_names(compose):
