@@ -52,6 +52,8 @@ def type_label(avro_type: Any) -> str:
         if kind == "record":
             return f"a record ({avro_type.get('name')})"
         if kind == "array":
+            if avro_type.get("items") == NO_ITEMS:
+                return "an empty array"
             return f"an array of {type_label(avro_type.get('items'))}"
         return str(kind)
     return str(avro_type)

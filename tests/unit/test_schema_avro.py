@@ -112,3 +112,10 @@ def test_illegal_field_names_are_refused():
 def test_record_names_are_legal_avro_names():
     assert record_name("orders-v2.eu") == "orders_v2_eu"
     assert record_name("1abc") == "_1abc"
+
+
+def test_an_empty_list_where_a_string_was_is_named_as_such():
+    v1 = derive_schema({"x": "s"}, "t")
+    with pytest.raises(IncompatibleShapeError, match="the payload has an empty array where "
+                                                     "the schema has string"):
+        evolve(v1, {"x": []}, "t")
