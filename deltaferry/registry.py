@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
+from deltaferry.config import SUBJECT_STRATEGIES
 from deltaferry.errors import ConfigError, DeltaferryError
 
 URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
 USER_VAR = "DELTAFERRY_SCHEMA_REGISTRY_USER"
 PASSWORD_VAR = "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD"
-SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 
 
 class RegistryError(DeltaferryError):

@@ -28,11 +28,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from deltaferry.config import parse_kafka_options
 from deltaferry.errors import ConfigError
-from deltaferry.registry import RegistrySettings
+from deltaferry.registry import PASSWORD_VAR, RegistrySettings
 
 SPARK_CONN_ID = "spark_default"
 KAFKA_CONN_ID_ENV = "DELTAFERRY_KAFKA_CONN_ID"
@@ -143,18 +143,32 @@ def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaA
 
 
 @dataclass(frozen=True)
-class StorageAccess:
-    """Object-storage settings for one task (empty when the environment already has them)."""
+class JobEnvAccess:
+    """Variables a connection gives one task's spark-submit environment (empty when the
+    environment already has them), and where they came from; `SECRET_VARS` are masked."""
 
     env: dict[str, str] = field(default_factory=dict)
     source: str = "environment"
+    SECRET_VARS: ClassVar[tuple[str, ...]] = ()
 
     def secrets(self) -> list[str]:
         """The values to mask in logs."""
-        return [v for k, v in self.env.items() if k == "AWS_SECRET_ACCESS_KEY" and v]
+        return [v for k, v in self.env.items() if k in self.SECRET_VARS and v]
 
     def __repr__(self) -> str:
-        return f"StorageAccess(variables={sorted(self.env)}, source={self.source!r})"
+        return f"{type(self).__name__}(variables={sorted(self.env)}, source={self.source!r})"
+
+
+class StorageAccess(JobEnvAccess):
+    """Object-storage settings for one task."""
+
+    SECRET_VARS = ("AWS_SECRET_ACCESS_KEY",)
+
+
+class RegistryAccess(JobEnvAccess):
+    """Schema Registry settings for one task."""
+
+    SECRET_VARS = (PASSWORD_VAR,)
 
 
 def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> StorageAccess:
@@ -179,21 +193,6 @@ def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Stor
     if extra.get("region_name"):
         result["AWS_REGION"] = str(extra["region_name"])
     return StorageAccess(result, source=where)
-
-
-@dataclass(frozen=True)
-class RegistryAccess:
-    """Schema Registry settings for one task (empty when the environment already has them)."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    source: str = "environment"
-
-    def secrets(self) -> list[str]:
-        """The values to mask in logs."""
-        return [v for k, v in self.env.items() if k.endswith("_PASSWORD") and v]
-
-    def __repr__(self) -> str:
-        return f"RegistryAccess(variables={sorted(self.env)}, source={self.source!r})"
 
 
 def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> RegistryAccess:

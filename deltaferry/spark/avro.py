@@ -25,10 +25,11 @@ from functools import reduce
 
 from deltaferry.config import TopicConfig
 from deltaferry.registry import RegistryError, RegistrySettings, subject_name
+from deltaferry.spark.ingest import REASON_NO_KEY, BatchWriter
+from deltaferry.spark.kafka_source import with_raw_columns
 
 log = logging.getLogger(__name__)
 
-REASON_NO_KEY = "message has no key, so it cannot be upserted by key"
 REASON_FRAMING = "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)"
 REASON_UNKNOWN_ID = "schema id {id} is not known to the schema registry"
 REASON_UNDECODABLE = "Avro body does not decode with writer schema id {id}"
@@ -116,19 +117,15 @@ def with_wire_columns(df):
     format's parts: magic byte, schema id and body."""
     from pyspark.sql import functions as F
 
-    value = F.col("value")
-    return df.select(
-        F.col("key").cast("string").alias("kafka_key"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        value.alias("raw_value"),
+    value = F.col("raw_value")
+    return with_raw_columns(df, value_as_text=False).select(
+        "*",
         F.when(F.length(value) >= 5, F.substring(value, 1, 1) == F.lit(b"\x00"))
         .otherwise(F.lit(False)).alias("wire_ok"),
         F.when(F.length(value) >= 5,
                F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
         .alias("schema_id"),
-        F.expr("substring(value, 6)").alias("body"),
+        F.expr("substring(raw_value, 6)").alias("body"),
     )
 
 
@@ -142,6 +139,7 @@ def decode(raw, writers: dict[int, dict | None], reader: dict):
     sid = F.col("schema_id")
     data = None
     undecodable = F.lit(False)
+    reader_fields = {f["name"] for f in reader["fields"]}
     for schema_id, writer in sorted(writers.items()):
         if writer is None:
             continue
@@ -149,8 +147,7 @@ def decode(raw, writers: dict[int, dict | None], reader: dict):
                             {"mode": "PERMISSIVE", "avroSchema": reader_json})
         data = (F.when(sid == schema_id, decoded) if data is None
                 else data.when(sid == schema_id, decoded))
-        shared = [f["name"] for f in writer["fields"]
-                  if f["name"] in {r["name"] for r in reader["fields"]}]
+        shared = [f["name"] for f in writer["fields"] if f["name"] in reader_fields]
         # PERMISSIVE gives a struct of nulls for a body that does not decode (isNull per field:
         # coalesce would need one type for all fields)
         all_null = (reduce(operator.and_, [decoded.getField(n).isNull() for n in shared])
@@ -214,9 +211,6 @@ def registry_version(topic: TopicConfig) -> RegistryReport:
                             settings.safe_url, time.monotonic() - started)
     log.info(report.summary())
     return report
-
-
-from deltaferry.spark.ingest import BatchWriter  # noqa: E402  (ingest imports this lazily)
 
 
 class AvroBatchWriter(BatchWriter):

@@ -18,16 +18,18 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def with_raw_columns(df):
-    """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns."""
+def with_raw_columns(df, value_as_text: bool = True):
+    """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns
+    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False)."""
     from pyspark.sql import functions as F
 
+    value = F.col("value").cast("string") if value_as_text else F.col("value")
     return df.select(
         F.col("key").cast("string").alias("kafka_key"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.col("value").cast("string").alias("raw_value"),
+        value.alias("raw_value"),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from deltaferry.jvm import REPO_ROOT
 from deltaferry.stack import kafka, registry, s3
-from deltaferry.stack.process import Service, is_alive, port_accepts, stop
+from deltaferry.stack.process import Service, is_alive, port_accepts, stop, write_private
 
 __all__ = ["up", "down", "status", "resolve_stack_dir"]
 
@@ -64,10 +64,7 @@ def write_state(stack_dir: Path, state: dict) -> None:
     """Write the state file atomically (a reader never sees half of it)."""
     stack_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_path(stack_dir).with_suffix(".json.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the S3 secret
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(state, indent=2) + "\n")
+    write_private(tmp, json.dumps(state, indent=2) + "\n")  # it holds the S3 secret
     os.replace(tmp, state_path(stack_dir))
 
 

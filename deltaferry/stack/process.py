@@ -95,6 +95,15 @@ class Service:
         )
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` (its folder must exist), readable and writable by the owner only
+    (0600) from the moment it exists: for files that hold a secret."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
 def start_detached(
     argv: Sequence[str],
     log: Path,

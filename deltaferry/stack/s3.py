@@ -18,7 +18,9 @@ import sysconfig
 from pathlib import Path
 
 from deltaferry.errors import StackError
-from deltaferry.stack.process import Service, free_ports, port_accepts, start_detached, wait_ready
+from deltaferry.stack.process import (
+    Service, free_ports, port_accepts, start_detached, wait_ready, write_private,
+)
 
 NAME = "s3"
 TITLE = "S3 server (SeaweedFS)"
@@ -83,15 +85,6 @@ def identity_config(access_key: str, secret_key: str) -> dict:
     }
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path`, readable and writable by the owner only (0600) from the start."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-
-
 def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
                    host: str = HOST) -> list[str]:
     """The `weed server` command line (no secret on it: the identity is in `config`)."""
@@ -114,6 +107,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
     data_dir(stack_dir).mkdir(parents=True)
     access_key, secret_key = new_credentials()
+    identity_dir(stack_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     config = identity_dir(stack_dir) / "s3.json"
     write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
     ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST)))
