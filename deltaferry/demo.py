@@ -79,8 +79,8 @@ def main() -> int:
     for task_id, reports in results["tasks"].items():
         say(f"  {task_id}: {describe(task_id, reports)}")
     print_table()
-    say("The broker keeps running; `make stack-down` stops it. `make airflow` shows this run "
-        "in the Airflow UI.")
+    say("The local stack (broker, S3 server) keeps running; `make stack-down` stops it. "
+        "`make airflow` shows this run in the Airflow UI.")
     return 0
 
 
