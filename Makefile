@@ -24,10 +24,10 @@ $(VENV)/.tools:
 	scripts/ensure-tools.sh
 	mkdir -p $(VENV) && touch $@
 
-$(VENV)/.installed: requirements.lock pyproject.toml | $(VENV)/.tools
+$(VENV)/.installed: requirements.lock overrides.txt pyproject.toml | $(VENV)/.tools
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --override overrides.txt -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	touch $@
 
@@ -77,7 +77,7 @@ $(DEPS)/registry/quarkus-app/quarkus-run.jar: jvm/registry/pom.xml | $(VENV)/.to
 
 # Re-resolve requirements.lock after changing pyproject.toml (needs uv in .venv).
 lock:
-	$(BIN)/uv pip compile pyproject.toml --extra airflow --extra dev --python-version 3.11 -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra airflow --extra dev --python-version 3.11 --override overrides.txt -o requirements.lock
 
 clean: stack-down
 	rm -rf $(VENV) .deps .stack warehouse .airflow
