@@ -27,6 +27,26 @@ def _stack(args: argparse.Namespace) -> int:
     return 0
 
 
+def _airflow(args: argparse.Namespace) -> int:
+    from deltaferry.airflow import services
+
+    if args.action == "up":
+        running = services.up()
+        print(f"AIRFLOW_URL={running.url}")
+        print(f"AIRFLOW_HOME={running.home}")
+    elif args.action == "down":
+        for line in services.down():
+            print(line, file=sys.stderr)
+    else:
+        running = services.status()
+        if running is None:
+            print("airflow: not running", file=sys.stderr)
+            return 1
+        print(f"AIRFLOW_URL={running.url}")
+        print(f"AIRFLOW_HOME={running.home}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from deltaferry.pipeline import configure_logging, run_topic
 
@@ -50,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         "status: print the assignments of a running stack",
     )
     p_stack.set_defaults(func=_stack)
+
+    p_airflow = sub.add_parser(
+        "airflow", help="start or stop a local Airflow (api-server, scheduler, dag-processor, "
+        "triggerer) on the repository's DAGs")
+    p_airflow.add_argument(
+        "action", choices=["up", "down", "status"],
+        help="up: start in the background (AIRFLOW_HOME, default .airflow; AIRFLOW__API__PORT, "
+        "default 8080 or a free port) and print its URL; down: stop it; status: its URL if it runs",
+    )
+    p_airflow.set_defaults(func=_airflow)
 
     p_run = sub.add_parser(
         "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"

@@ -10,6 +10,8 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         starting_offsets: earliest # where a new checkpoint starts: earliest | latest
         max_offsets_per_trigger: 50000   # bound on messages per micro-batch
         vacuum_retention_hours: 168      # VACUUM keeps files younger than this
+        vacuum_interval_hours: 24  # VACUUM at most this often (and only once files can be old enough)
+        optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
         fail_on_data_loss: true    # fail when offsets expired before they were read
         retries: 2                 # Airflow retries of each task, with exponential back-off
         retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
@@ -73,6 +75,8 @@ class TopicConfig:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 50_000
     vacuum_retention_hours: float = 168.0
+    vacuum_interval_hours: float = 24.0
+    optimize_min_files: int = 16
     fail_on_data_loss: bool = True
     retries: int = 2
     retry_delay_minutes: float = 2.0
@@ -116,6 +120,15 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise fail(f"must be a number of hours >= 0, got {value!r}")
         return float(value)
+    if key == "vacuum_interval_hours":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise fail(f"must be a number of hours > 0, got {value!r}")
+        return float(value)
+    if key == "optimize_min_files":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise fail(f"must be a whole number >= 2 (OPTIMIZE merges two files or more), "
+                       f"got {value!r}")
+        return value
     if key == "retries":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise fail(f"must be a whole number >= 0, got {value!r}")

@@ -1,5 +1,5 @@
-"""`make demo`: the local stack, sample events on a demo topic, one DAG run through Airflow,
-the resulting table.
+"""`make demo`: the local stack, sample events on a demo topic, one DAG run through a running
+Airflow's scheduler (triggered through its REST API), the resulting table.
 
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
@@ -42,12 +42,15 @@ def sample_events(n_users: int = 8, seed: int = 7):
     yield "user-4", "{this is not json"  # goes to the quarantine table
 
 
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def main() -> int:
-    """Start the stack, produce, run the topic's DAG through Airflow, print the table."""
-    from deltaferry.airflow.local import (
-        airflow_env, dags_test, ensure_database, progress_line, run_results,
-    )
-    from deltaferry.airflow.reports import describe
+    """Start the stack and a local Airflow, produce, run the topic's DAG through the scheduler,
+    print the table."""
+    from deltaferry.airflow import services
+    from deltaferry.airflow.rest import run_through_scheduler
 
     env = stack.up()
     os.environ.update(env)
@@ -59,28 +62,16 @@ def main() -> int:
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
     say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
 
-    airflow = airflow_env()
-    ensure_database(airflow)
+    airflow = services.up(env=os.environ, say=say)
     dag_id = f"ingest_{DEMO_TOPIC}"
-    log_file = Path(airflow["AIRFLOW_HOME"]) / f"{dag_id}.last-run.log"
-    say(f"running DAG {dag_id} through Airflow (`airflow dags test`): infer_schema >> ingest "
-        f">> optimize >> vacuum, each a spark-submit; full log in {log_file}")
-
-    def show(line: str) -> None:
-        text = progress_line(line)
-        if text:
-            say("  " + text)
-
-    if dags_test(dag_id, airflow, log_file=log_file, on_line=show) != 0:
-        say(f"the DAG run failed; see {log_file}")
+    runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
+    if any(run["state"] != "success" for run in runs):
+        say(f"a DAG run failed; its task logs are in the UI at {airflow.url}/dags/{dag_id}")
         return 1
-    results = run_results(dag_id, airflow)
-    say(f"DAG run {results['run_id']}: {results['state']}")
-    for task_id, reports in results["tasks"].items():
-        say(f"  {task_id}: {describe(task_id, reports)}")
     print_table()
-    say("The local stack (broker, S3 server) keeps running; `make stack-down` stops it. "
-        "`make airflow` shows this run in the Airflow UI.")
+    say(f"Airflow keeps running at {airflow.url} (user admin, password in "
+        f"{airflow.passwords_file}): these runs, their task logs and results are there. "
+        "`make stack-down` stops Airflow, the broker and the S3 server.")
     return 0
 
 
@@ -90,10 +81,6 @@ def start_over(topic_dir: Path) -> None:
     if topic_dir.exists():
         say(f"{DEMO_TOPIC!r} is new on this broker; starting the demo's own {topic_dir} over")
         shutil.rmtree(topic_dir)
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def print_table() -> None:

@@ -38,7 +38,8 @@ def main(step: str, argv: list[str] | None = None) -> int:
         reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
     except EmptyTopicError as exc:
         print(f"deltaferry: {exc}", file=sys.stderr)
-        print(REPORT_PREFIX + json.dumps({"topic": args.topic, "step": step, "empty": True}))
+        print(REPORT_PREFIX + json.dumps({"topic": args.topic, "step": step, "empty": True,
+                                          "summary": f"{step} {args.topic}: {exc}"}))
         return 0
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Mapping
 
 from deltaferry.config import Settings, TopicConfig, load_topics
 from deltaferry.errors import ConfigError, EmptyTopicError
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
+from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +30,14 @@ class TopicContext:
     store: SchemaStore
 
     @classmethod
-    def load(cls, name: str, topics_file: str | None = None,
-             settings: Settings | None = None, debug: bool = False) -> "TopicContext":
-        """Resolve `name` from the topics file and the environment (debug: separate locations)."""
+    def load(cls, name: str, topics_file: str | None = None, debug: bool = False,
+             env: Mapping[str, str] | None = None) -> "TopicContext":
+        """Resolve `name` from the topics file and the environment `env` (default os.environ;
+        debug: separate locations)."""
         topic = load_topics(topics_file).get(name)
-        settings = settings or Settings.from_env()
+        settings = Settings.from_env(env)
         paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
-        return cls(topic, settings, paths, SchemaStore(paths.schema))
+        return cls(topic, settings, paths, SchemaStore(paths.schema, storage_for(paths.schema, env)))
 
 
 def configure_logging(level: int = logging.INFO) -> None:

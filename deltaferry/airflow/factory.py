@@ -122,11 +122,12 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
                 task_id=task_id, topic=topic.name, step=name, topics_file=topics_file, **kwargs
             )
 
+        # A step with nothing to do ends skipped; the next steps still run (none_failed).
         (
             step("infer_schema", "infer")
-            >> step("ingest", "ingest", outlets=[table])
-            >> step("optimize", "optimize")
-            >> step("vacuum", "vacuum")
+            >> step("ingest", "ingest", outlets=[table], trigger_rule="none_failed")
+            >> step("optimize", "optimize", trigger_rule="none_failed")
+            >> step("vacuum", "vacuum", trigger_rule="none_failed")
         )
     return dag
 
@@ -168,7 +169,8 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
     """Every valid entry's DAG, a stand-in DAG per bad entry with a legal name, and the errors.
 
     Never raises for a bad entry or a bad file: the errors are returned for
-    `raise_config_errors` to show.
+    `raise_config_errors` to show. A failure that is not the entry's (Airflow or a provider
+    cannot be imported) raises, so it is reported as what it is.
     """
     result = Built()
     try:
@@ -178,14 +180,20 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
         return result
     warehouse = warehouse or warehouse_from_env()
     broken: list[ConfigError] = list(loaded.errors)
+    # Only the entry's own schedule can make Airflow refuse a DAG built from a valid entry; any
+    # other failure (an import, a provider) is Airflow's or deltaferry's, not the topics file's,
+    # and propagates as the DAG file's own import error.
+    from airflow.sdk.exceptions import AirflowTimetableInvalid
+
     for topic in loaded.topics:
         try:
             dag = topic_dag(topic, warehouse, topics_file)
-            dag.validate()  # what Airflow's parser checks: a schedule it cannot parse, ...
-        except Exception as exc:
+            dag.validate()  # what Airflow's parser checks: the schedule
+        except AirflowTimetableInvalid as exc:
             broken.append(ConfigError(
                 f"topic {topic.name!r}",
-                f"Airflow refuses the DAG: {type(exc).__name__}: {exc} (schedule: {topic.schedule!r})",
+                f"schedule: {topic.schedule!r} is not a schedule Airflow accepts ({exc}); use a "
+                "cron expression (5 fields) or a preset such as @hourly",
                 topic=topic.name,
             ))
             continue

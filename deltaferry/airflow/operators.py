@@ -10,8 +10,11 @@ needs decided at run time, so a DAG file only names the topic and the step:
   the jars are the ones ``make setup`` resolved;
 * Kafka brokers and client properties come from the Kafka connection or the environment and
   reach spark-submit in its environment (never its command line); secret values are masked;
-* the job's report (its ``DELTAFERRY_REPORT`` line) becomes the task's XCom return value, a
-  summary line in the log and the ``extra`` of the task's asset events.
+* before spark-submit, `deltaferry.plan` decides from the topic's offsets, checkpoint, schema
+  cache and Delta log whether the step has anything to do; if not, no JVM starts and the task
+  ends *skipped*, saying why in its log and its XCom (and the ingest task emits no asset event);
+* the job's report (its ``DELTAFERRY_REPORT`` line) becomes the task's XCom return value (one
+  dict), a ``deltaferry result:`` line in the log and the ``extra`` of the task's asset events.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from deltaferry.airflow.connections import (
     spark_master,
     storage_access,
 )
-from deltaferry.airflow.reports import describe, parse_report_line
+from deltaferry.airflow.reports import describe, one_report, parse_report_line
 from deltaferry.jvm import REPO_ROOT
 
 JOBS_DIR = REPO_ROOT / "spark_jobs"
@@ -168,7 +171,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.step = step
         self.topics_file = topics_file
 
-    def execute(self, context) -> list[dict]:
+    def execute(self, context) -> dict:
         from airflow.sdk.log import mask_secret
 
         from deltaferry.spark.session import spark_jars_csv
@@ -181,13 +184,18 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         registry = registry_access(connection_or_none)
         for secret in kafka.secrets() + storage.secrets() + registry.secrets():
             mask_secret(secret)
+        env = child_environment(dict(os.environ), kafka, master, storage, registry)
+        self.log.info("deltaferry %s of %r: master %s, brokers from %s, storage from %s%s%s",
+                      self.step, self.topic, master, kafka.source, storage.source,
+                      ", debug locations" if debug else "",
+                      ", full re-inference" if reinfer and self.step == "infer" else "")
+        skip = self._nothing_to_do(env, reinfer, debug)
+        if skip is not None:
+            self._skip(context, skip.as_dict())
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
         self.conf = spark_conf(master, self.conf)
         self.jars = self.jars or spark_jars_csv()
-        self.log.info("deltaferry %s of %r: master %s, brokers from %s, storage from %s%s%s",
-                      self.step, self.topic, master, kafka.source, storage.source, ", debug locations" if debug else "",
-                      ", full re-inference" if reinfer and self.step == "infer" else "")
         self._hook = self._get_hook(default_master=master)
         if self._hook._connection.get("deploy_mode") == "cluster":
             from airflow.sdk.exceptions import AirflowFailException
@@ -197,18 +205,35 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                 "driver in client mode (its Kafka settings and report travel through the "
                 "spark-submit process); remove deploy-mode from the connection's extra"
             )
-        self._hook.submit(self.application,
-                          env=child_environment(dict(os.environ), kafka, master, storage,
-                                                registry))
-        reports = self._hook.reports
-        summary = describe(self.step, reports)
-        self.log.info("deltaferry result: %s", summary)
+        self._hook.submit(self.application, env=env)
+        report = one_report(self.step, self._hook.reports)
+        self.log.info("deltaferry result: %s", describe(self.step, self._hook.reports))
+        self._publish(context, report, debug)
+        return report
+
+    def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
+        """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM)."""
+        from deltaferry.pipeline import TopicContext
+        from deltaferry.plan import decide
+
+        ctx = TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
+        return decide(self.step, ctx, reinfer=reinfer, env=env)
+
+    def _skip(self, context, report: dict) -> None:
+        """End the task as skipped (no asset event), its report as the XCom return value."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        self.log.info("deltaferry result: %s", report["summary"])
+        context["ti"].xcom_push(key="return_value", value=report)
+        raise AirflowSkipException(report["summary"])
+
+    def _publish(self, context, report: dict, debug: bool) -> None:
+        """The report as the `extra` of the task's asset events (the ingest task's table)."""
         outlet_events = context.get("outlet_events")
-        if outlet_events is not None:
-            for outlet in self.outlets or []:
-                outlet_events[outlet].extra = {"summary": summary, "debug": debug,
-                                               "reports": reports}
-        return reports
+        if outlet_events is None:
+            return
+        for outlet in self.outlets or []:
+            outlet_events[outlet].extra = {**report, "debug": debug}
 
     def _get_hook(self, default_master: str | None = None) -> DeltaferrySparkSubmitHook:
         return DeltaferrySparkSubmitHook(

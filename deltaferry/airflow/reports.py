@@ -26,26 +26,13 @@ def describe(step: str, reports: list[dict]) -> str:
     """One line saying what a step did, from its reports (for the log and the UI)."""
     if not reports:
         return f"{step}: the job printed no report"
-    parts = []
-    for r in reports:
-        if r.get("empty"):
-            parts.append(f"{step} {r.get('topic')}: the topic is empty, nothing to do")
-        elif "messages_read" in r:
-            parts.append(
-                f"ingest {r['topic']}: {r['messages_read']} messages read in {r['batches']} "
-                f"batch(es); {r['inserted']} inserted, {r['updated']} updated, "
-                f"{r['deleted']} deleted, {r['quarantined']} quarantined; schema "
-                f"v{r['schema_version']}; {r['seconds']:.1f} s"
-            )
-        elif "schema_version" in r:
-            what = f"new version ({r['changes']})" if r.get("changed") else "unchanged"
-            scope = "full" if r.get("full") else "incremental"
-            parts.append(
-                f"infer {r['topic']}: {scope}, {r['offsets_scanned']} offsets scanned; schema "
-                f"v{r['schema_version']} {what}; {r['seconds']:.1f} s"
-            )
-        else:
-            tables = "; ".join(f"{k}: {v}" for k, v in (r.get("tables") or {}).items())
-            parts.append(f"{r.get('step', step)} {r.get('topic')}: {tables or 'no table yet'}; "
-                         f"{r.get('seconds', 0):.1f} s")
-    return " | ".join(parts)
+    return " | ".join(r.get("summary") or f"{r.get('step', step)} {r.get('topic')}: "
+                      f"{json.dumps(r, sort_keys=True)}" for r in reports)
+
+
+def one_report(step: str, reports: list[dict]) -> dict:
+    """A step's result as one dict (what the task returns and its asset event carries): its
+    report, or for a job that printed several, their summaries and the reports."""
+    if len(reports) == 1:
+        return dict(reports[0])
+    return {"step": step, "summary": describe(step, reports), "reports": reports}

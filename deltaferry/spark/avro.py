@@ -189,6 +189,7 @@ class RegistryReport:
     schema_id: int
     registry: str
     seconds: float
+    step: str = "infer"
 
     def summary(self) -> str:
         """One line for logs."""
@@ -197,10 +198,10 @@ class RegistryReport:
                 f"{self.seconds:.1f} s")
 
     def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
+        """Plain data (for XCom and JSON output), with its summary line."""
         from dataclasses import asdict
 
-        return asdict(self)
+        return {**asdict(self), "summary": self.summary()}
 
 
 def registry_version(topic: TopicConfig) -> RegistryReport:

@@ -32,6 +32,7 @@ class InferReport:
     full: bool
     changes: str
     seconds: float
+    step: str = "infer"
 
     def summary(self) -> str:
         """One line for logs."""
@@ -43,8 +44,8 @@ class InferReport:
         )
 
     def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
-        return asdict(self)
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
 
 
 def json_objects(df):

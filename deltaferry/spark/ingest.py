@@ -18,12 +18,12 @@ from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import NoSchemaError
 from deltaferry.kafka import check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
+from deltaferry.plan import lag, read_checkpoint
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.infer import commit_schema, infer_from_records, json_objects
-from deltaferry.spark.kafka_source import (
-    checkpoint_offsets, kafka_options, latest_per_key, with_raw_columns,
-)
+from deltaferry.spark.kafka_source import kafka_options, latest_per_key, with_raw_columns
+from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +47,25 @@ class IngestReport:
     quarantined: int = 0
     schema_version: int = 0
     widened_columns: list[str] = field(default_factory=list)
+    #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
+    offsets_read_to: dict[str, int] = field(default_factory=dict)
+    lag: int = 0
     seconds: float = 0.0
+    step: str = "ingest"
 
     def summary(self) -> str:
         """One line for logs."""
+        read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
         return (
             f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
             f"{self.inserted} inserted, {self.updated} updated, {self.deleted} deleted, "
-            f"{self.quarantined} quarantined, schema v{self.schema_version}, "
-            f"{self.seconds:.1f} s"
+            f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
+            f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
         )
 
     def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
-        return asdict(self)
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
 
 
 def uncovered(raw, covered: dict[int, int]):
@@ -215,7 +220,8 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
     """Run the availableNow streaming query for `topic` until everything available is in."""
     started = time.monotonic()
     current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
-    check_not_reset(current, checkpoint_offsets(spark, paths.checkpoint, topic.name),
+    check_not_reset(current, read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
+                                             topic.name).offsets,
                     settings.kafka_bootstrap, "streaming checkpoint", paths.root)
     report = IngestReport(topic.name)
     if topic.format == "avro":  # schemas come from the registry (deltaferry.spark.avro)
@@ -250,6 +256,10 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
     progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
     report.messages_read = sum(p["numInputRows"] for p in progress)
     report.batches = len(progress)
+    read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
+    report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
+    report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),
+                     read_to)
     report.seconds = time.monotonic() - started
     log.info(report.summary())
     return report

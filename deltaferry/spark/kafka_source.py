@@ -61,36 +61,3 @@ def latest_per_key(df):
         .agg(F.max_by(record, F.struct("kafka_timestamp", "kafka_partition")).alias("r"))
         .select("r.*")
     )
-
-
-def parse_offset_log(text: str, topic: str) -> dict[int, int] | None:
-    """The end offsets of `topic` in one file of a streaming checkpoint's ``offsets/`` log
-    (a version line, the batch metadata, then one JSON line per source), or None if absent."""
-    for line in text.splitlines()[2:]:
-        try:
-            source = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(source, dict) and isinstance(source.get(topic), dict):
-            return {int(p): int(o) for p, o in source[topic].items()}
-    return None
-
-
-def checkpoint_offsets(spark, checkpoint: str, topic: str) -> dict[int, int] | None:
-    """The offsets of `topic` the checkpoint's latest planned batch reads up to; None for a new
-    checkpoint. Read through Hadoop's FileSystem, so local paths and s3a:// both work."""
-    jvm = spark.sparkContext._jvm
-    log_dir = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
-    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(log_dir):
-        return None
-    batches = [s.getPath() for s in fs.listStatus(log_dir) if s.getPath().getName().isdigit()]
-    if not batches:
-        return None
-    latest = max(batches, key=lambda path: int(path.getName()))
-    stream = fs.open(latest)
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return parse_offset_log(text, topic)

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 
 from deltaferry.config import TopicConfig
 from deltaferry.paths import TopicPaths
+from deltaferry.plan import record_vacuum
+from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +32,8 @@ class MaintainReport:
         return f"{self.step} {self.topic}: {parts or 'no table yet'} ({self.seconds:.1f} s)"
 
     def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
-        return asdict(self)
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
 
 
 def _existing_tables(spark, paths: TopicPaths) -> dict[str, str]:
@@ -76,6 +78,8 @@ def vacuum(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
     for name, path in _existing_tables(spark, paths).items():
         DeltaTable.forPath(spark, path).vacuum(hours)
         details[name] = f"vacuumed, retention {hours:g} h"
+    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.plan)
+        record_vacuum(storage_for(paths.root), paths.root)
     report = MaintainReport(topic.name, "vacuum", details, time.monotonic() - started)
     log.info(report.summary())
     return report

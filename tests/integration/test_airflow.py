@@ -1,19 +1,30 @@
-"""End to end through Airflow: `airflow dags test` runs a topic's DAG (infer, spark-submit
-ingest, optimize, vacuum) on the real broker; the Delta table must hold the latest value per key.
-Then new fields appear and a second run, triggered with {"reinfer": true}, brings them in."""
+"""End to end through a real Airflow, as users run it: the project's launcher starts the
+api-server, scheduler, dag-processor and triggerer (SQLite, LocalExecutor) on a free port; the
+topic's DAG must load in the dag-processor (only the deliberately bad entry is an import
+error); unpausing it lets the *scheduler* run it; a run triggered through the REST API with
+{"reinfer": true} brings in new fields; a run with nothing new skips every step without
+starting Spark. The table is checked with Spark and with delta-rs after each run."""
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import pytest
 
-from deltaferry.airflow.local import airflow_env, dags_test, ensure_database, run_results
-from deltaferry.kafka import produce
+from deltaferry.airflow import services
+from deltaferry.airflow.rest import follow, wait_until
+from deltaferry.kafka import create_topic, produce
+from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
+from deltaferry.stack.process import free_ports
 
 from .test_pipeline import assert_table_is_latest_state
 
 pytestmark = pytest.mark.integration
+
+BAD_ENTRY = "broken_schedule"
 
 
 def first_events():
@@ -31,53 +42,95 @@ def second_events():
                            "address": {"city": "Lyon", "zip": "69001"}}
 
 
-def run_dag(dag_id, env, tmp_path, name, conf=None):
-    log = tmp_path / f"{name}.log"
-    returncode = dags_test(dag_id, env, conf=conf, log_file=log)
-    output = log.read_text()
-    assert returncode == 0, f"airflow dags test {dag_id} failed:\n{output[-6000:]}"
-    results = run_results(dag_id, env)
-    assert results["state"] == "success", output[-6000:]
-    return results, output
+@pytest.fixture(scope="module")
+def airflow(stack_env, kafka_bootstrap, tmp_path_factory):
+    """A running local Airflow on a free, non-default port, its topics file holding one real
+    topic (no retries: a failure fails the test at once) and one bad entry."""
+    folder = tmp_path_factory.mktemp("airflow")
+    topic = f"airflow-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    topics_file = folder / "topics.yaml"
+    topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n"
+                           f"  - name: {BAD_ENTRY}\n    schedule: every hour\n")
+    warehouse = folder / "warehouse"
+    (port,) = free_ports(1)
+    env = {**stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_TOPICS": str(topics_file), "DELTAFERRY_WAREHOUSE": str(warehouse),
+           "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port)}
+    running = services.up(folder / "home", env={**os.environ, **env})
+    try:
+        assert running.port == port
+        yield running, topic, TopicPaths.for_topic(str(warehouse), topic)
+    finally:
+        services.down(folder / "home")
 
 
-def test_dag_run_ingests_then_reinfer_brings_new_fields(kafka_bootstrap, new_topic, spark,
-                                                         tmp_path):
-    topic = new_topic("airflow", partitions=2)
-    topics_file = tmp_path / "topics.yaml"
-    # No retries: a failing task fails the test at once instead of waiting out the back-off.
-    topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n")
-    warehouse = tmp_path / "warehouse"
-    env = airflow_env(
-        tmp_path / "airflow-home",
-        DELTAFERRY_TOPICS=str(topics_file),
-        DELTAFERRY_WAREHOUSE=str(warehouse),
-        DELTAFERRY_KAFKA_BOOTSTRAP=kafka_bootstrap,
-        DELTAFERRY_SPARK_MASTER="local[2]",
-    )
-    ensure_database(env)
+def finished_run(client, dag_id, run_id):
+    run = follow(client, dag_id, run_id, tell=print)
+    tasks = client.tasks(dag_id, run_id)
+    if run["state"] != "success":
+        logs = "\n".join(f"--- {t}\n{client.log(dag_id, run_id, t)[-4000:]}" for t in tasks)
+        pytest.fail(f"run {run_id} {run['state']}:\n{logs}")
+    return run, {t: ti["state"] for t, ti in tasks.items()}
+
+
+def delta_rs_keys(paths) -> set[str]:
+    """The table's keys as delta-rs reads them (a second engine, no JVM). Through its SQL
+    engine: delta-rs 1.6's to_pyarrow_table ignores column mapping and reads nulls."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    rows = QueryBuilder().register("t", open_table(paths.table)).execute(
+        "SELECT kafka_key FROM t").read_all()
+    return {r["kafka_key"] for r in pa.table(rows).to_pylist()}
+
+
+def test_real_airflow_loads_schedules_triggers_and_skips_idle_steps(airflow, kafka_bootstrap,
+                                                                    spark):
+    running, topic, paths = airflow
+    client = running.client()
     dag_id = f"ingest_{topic}"
-    paths = TopicPaths.for_topic(str(warehouse), topic)
     ctx = type("Ctx", (), {"paths": paths})
 
+    # 1. The dag-processor loads the topic's DAG; only the bad entry is an import error.
+    dag = wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    assert "config-error" not in {t["name"] for t in dag["tags"]}
+    assert not dag["has_import_errors"]
+    errors = wait_until(client.import_errors, 120, what="the bad entry's import error")
+    assert [e["filename"].rsplit("/", 1)[-1] for e in errors] == ["deltaferry_config_errors.py"]
+    assert BAD_ENTRY in errors[0]["stack_trace"] and "every hour" in errors[0]["stack_trace"]
+    assert topic not in errors[0]["stack_trace"]
+    stand_in = wait_until(lambda: client.dag(f"ingest_{BAD_ENTRY}"), 60, what="stand-in DAG")
+    assert "config-error" in {t["name"] for t in stand_in["tags"]}
+
+    # 2. Unpaused, the scheduler runs the latest interval by itself.
     messages = list(first_events())
     produce(kafka_bootstrap, topic, messages)
-    results, output = run_dag(dag_id, env, tmp_path, "run1")
+    client.set_paused(dag_id, False)
+    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
+                           what="a scheduled run")[0]
+    assert scheduled["run_type"] == "scheduled"
+    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
+    assert states["infer_schema"] == states["ingest"] == "success"
     assert_table_is_latest_state(spark, ctx, messages)
-    tasks = results["tasks"]
-    assert sorted(tasks) == ["infer_schema", "ingest", "optimize", "vacuum"]
-    (ingest,) = tasks["ingest"]
+    assert delta_rs_keys(paths) == {"u0", "u1", "u3", "u4", "u5"}
+    ingest = client.result(dag_id, run["dag_run_id"], "ingest")
+    assert isinstance(ingest, dict)  # one dict per task, not a one-item list
     assert (ingest["messages_read"], ingest["quarantined"], ingest["schema_version"]) == (
         len(messages), 1, 1)
-    assert results["asset_events"] and "1 quarantined" in results["asset_events"][0]["summary"]
-    assert "deltaferry result: ingest" in output  # the one-line summary in the task log
-    assert spark.read.format("delta").load(paths.quarantine).count() == 1
+    assert ingest["lag"] == 0 and sum(ingest["offsets_read_to"].values()) == len(messages)
+    (event,) = client.asset_events(dag_id, run["dag_run_id"])
+    assert event["extra"]["messages_read"] == len(messages)
+    assert "1 quarantined" in event["extra"]["summary"]
+    assert "deltaferry result: ingest" in client.log(dag_id, run["dag_run_id"], "ingest")
 
+    # 3. Triggered through the REST API with {"reinfer": true}: the new fields come in.
     more = list(second_events())
     produce(kafka_bootstrap, topic, more)
-    results, _ = run_dag(dag_id, env, tmp_path, "run2", conf={"reinfer": True})
-    assert results["conf"] == {"reinfer": True}
-    (infer,) = results["tasks"]["infer_schema"]
+    triggered = client.trigger(dag_id, {"reinfer": True})
+    run, states = finished_run(client, dag_id, triggered["dag_run_id"])
+    assert run["conf"] == {"reinfer": True}
+    infer = client.result(dag_id, run["dag_run_id"], "infer_schema")
     assert infer["full"] is True and infer["changed"] is True
     assert infer["offsets_scanned"] == len(messages) + len(more)  # the whole topic, re-read
     assert SchemaStore(paths.schema).latest().version == 2
@@ -85,5 +138,17 @@ def test_dag_run_ingests_then_reinfer_brings_new_fields(kafka_bootstrap, new_top
     table = spark.read.format("delta").load(paths.table)
     assert "score" in table.columns
     assert "zip" in table.schema["address"].dataType.fieldNames()
-    (ingest,) = results["tasks"]["ingest"]
-    assert ingest["messages_read"] == len(more)  # the checkpoint: nothing read twice
+    assert client.result(dag_id, run["dag_run_id"], "ingest")["messages_read"] == len(more)
+    assert delta_rs_keys(paths) == {"u0", "u1", "u3", "u4", "u5", "u6", "u7"}
+
+    # 4. Nothing new: every step is skipped, says why, and starts no Spark; no asset event.
+    idle = client.trigger(dag_id)
+    run, states = finished_run(client, dag_id, idle["dag_run_id"])
+    assert states == dict.fromkeys(["infer_schema", "ingest", "optimize", "vacuum"], "skipped")
+    for task_id in states:
+        result = client.result(dag_id, run["dag_run_id"], task_id)
+        assert result["skipped"] is True and result["reason"], result
+        log = client.log(dag_id, run["dag_run_id"], task_id)
+        assert "skipped, no Spark started" in log and "spark-submit" not in log
+    assert "no new messages" in client.result(dag_id, run["dag_run_id"], "ingest")["reason"]
+    assert client.asset_events(dag_id, run["dag_run_id"]) == []

@@ -138,13 +138,17 @@ def test_parse_report_line_and_describe():
     assert reports.parse_report_line("some spark log line") is None
     assert reports.parse_report_line("DELTAFERRY_REPORT {not json") is None
     (ingest,) = reports.parse_report_line('DELTAFERRY_REPORT [{"topic": "t", "messages_read": 5, '
-                                     '"batches": 1, "inserted": 2, "updated": 1, "deleted": 1, '
-                                     '"quarantined": 1, "schema_version": 3, "seconds": 2.5}]')
-    text = reports.describe("ingest", [ingest])
-    assert "5 messages read" in text and "1 quarantined" in text and "schema v3" in text
-    empty = reports.parse_report_line('DELTAFERRY_REPORT {"topic": "t", "step": "infer", "empty": true}')
-    assert "empty" in reports.describe("infer", empty)
+                                          '"summary": "ingest t: 5 messages"}]')
+    assert reports.describe("ingest", [ingest]) == "ingest t: 5 messages"
+    assert reports.one_report("ingest", [ingest]) == ingest
+    # a report without its summary line (an older job) is shown whole, never a KeyError
+    (registry,) = reports.parse_report_line('DELTAFERRY_REPORT [{"topic": "t", "step": "infer", '
+                                            '"subject": "t-value", "schema_version": 2}]')
+    assert reports.describe("infer", [registry]) == (
+        'infer t: {"schema_version": 2, "step": "infer", "subject": "t-value", "topic": "t"}')
     assert "no report" in reports.describe("vacuum", [])
+    both = reports.one_report("maintain", [ingest, registry])
+    assert both["reports"] == [ingest, registry] and "ingest t: 5 messages | infer t" in both["summary"]
 
 
 def test_operator_runs_the_step_with_secrets_only_in_the_environment(tmp_path, monkeypatch):
@@ -159,7 +163,7 @@ json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_
            "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY"),
            "s3_endpoint": os.environ.get("DELTAFERRY_S3_ENDPOINT")}}, open({str(record)!r}, "w"))
 PY
-echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": false, "offsets_scanned": 7, "full": true, "changes": "", "seconds": 1.0}}]'
+echo 'DELTAFERRY_REPORT [{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "infer orders: v2"}}]'
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
@@ -168,9 +172,12 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": fa
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
         "conn_type": "aws", "login": "AKIA1", "password": "s3-hunter3",
         "extra": {"endpoint_url": "http://127.0.0.1:8333"}}))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
     task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             conn_id="no_such_spark", spark_binary=str(script))
-    reports = task.execute({"params": {"reinfer": True, "debug": False}})
+    report = task.execute({"params": {"reinfer": True, "debug": False}})
     seen = json.loads(record.read_text())
     assert seen["argv"][-3:] == [str(op.JOBS_DIR / "infer_schema.py"), "orders", "--reinfer"]
     assert "hunter2" not in " ".join(seen["argv"])
@@ -178,8 +185,8 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "schema_version": 2, "changed": fa
     assert (seen["s3_secret"], seen["s3_endpoint"]) == ("s3-hunter3", "http://127.0.0.1:8333")
     assert seen["bootstrap"] == "k:9092"
     assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
-    assert reports == [{"topic": "orders", "schema_version": 2, "changed": False,
-                        "offsets_scanned": 7, "full": True, "changes": "", "seconds": 1.0}]
+    assert report == {"topic": "orders", "step": "infer", "schema_version": 2,
+                      "summary": "infer orders: v2"}  # one dict, not a one-item list
 
 
 # --- object storage ---------------------------------------------------------------------------

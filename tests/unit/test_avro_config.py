@@ -94,7 +94,11 @@ PY
     monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT", json.dumps({
         "conn_type": "http", "login": "u", "password": "hunter2",
         "extra": {"url": "http://reg:1/apis/ccompat/v7"}}))
-    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n    format: avro\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    # an avro topic's infer step always runs (it asks the registry): no broker needed here
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             conn_id="no_such_spark", spark_binary=str(script))
     task.execute({"params": {}})
     seen = json.loads(record.read_text())

@@ -7,7 +7,7 @@ from deltaferry.jvm import artifact_name, prune_shipped
 from deltaferry.kafka import (
     TopicOffsets, check_not_reset, offsets_beyond_end, offsets_json, ranges_to_read,
 )
-from deltaferry.spark.kafka_source import parse_offset_log
+from deltaferry.plan import parse_offset_log
 from deltaferry.spark.table import quote, widened_type
 
 
