@@ -8,15 +8,16 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup test test-unit test-integration demo airflow stack-up stack-down bench lock clean help registry
+.PHONY: setup test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help registry
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
-	@echo "make airflow - the Airflow UI (http://localhost:8080, user admin) on the repo's DAGs"
+	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs"
 	@echo "make test   - unit tests, then integration tests on a real broker and Spark"
 	@echo "make setup  - install pinned Python deps into .venv and resolve pinned jars into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
-	@echo "make stack-down - stop the local stack"
+	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
+	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved
 
@@ -53,18 +54,24 @@ test-integration: setup
 demo: setup
 	$(BIN)/python -m deltaferry.demo
 
-# Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, with the local stack.
+# A local Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, in the
+# background, on the local stack: http://localhost:8080 (or AIRFLOW__API__PORT, or a free port).
 airflow: setup
-	$(BIN)/python -m deltaferry.airflow.local standalone
+	@$(BIN)/deltaferry airflow up
 
 stack-up: setup
 	@$(BIN)/deltaferry stack up
 
 stack-down:
+	@test ! -x $(BIN)/deltaferry || $(BIN)/deltaferry airflow down
 	@test ! -x $(BIN)/deltaferry || $(BIN)/deltaferry stack down
 
 bench: setup
 	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
+
+# What an hourly DAG run costs through a real Airflow scheduler: the demo's run, an idle run.
+bench-airflow: setup
+	$(BIN)/python bench/bench_airflow.py
 
 # The local Schema Registry (Apicurio, Quarkus fast-jar) into .deps/registry; `stack up` starts it
 # when present. Not in `setup` yet: see the status note in jvm/registry/pom.xml.

@@ -31,7 +31,7 @@ def _airflow(args: argparse.Namespace) -> int:
     from deltaferry.airflow import services
 
     if args.action == "up":
-        running = services.up()
+        running = services.up(env=services.local_env())
         print(f"AIRFLOW_URL={running.url}")
         print(f"AIRFLOW_HOME={running.home}")
     elif args.action == "down":
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_airflow.add_argument(
         "action", choices=["up", "down", "status"],
         help="up: start in the background (AIRFLOW_HOME, default .airflow; AIRFLOW__API__PORT, "
-        "default 8080 or a free port) and print its URL; down: stop it; status: its URL if it runs",
+        "default 8080 or a free port; the local stack too unless DELTAFERRY_KAFKA_BOOTSTRAP is "
+        "set) and print its URL; down: stop it; status: its URL if it runs",
     )
     p_airflow.set_defaults(func=_airflow)
 

@@ -14,12 +14,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from deltaferry import stack
-from deltaferry.config import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 
 DEMO_TOPIC = "demo_events"
-DEMO_WAREHOUSE = REPO_ROOT / "warehouse" / "demo"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
@@ -52,13 +49,11 @@ def main() -> int:
     from deltaferry.airflow import services
     from deltaferry.airflow.rest import run_through_scheduler
 
-    env = stack.up()
-    os.environ.update(env)
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
-    os.environ.setdefault("DELTAFERRY_WAREHOUSE", str(DEMO_WAREHOUSE))
-    bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
+    bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
     if create_topic(bootstrap, DEMO_TOPIC, partitions=3) and own_warehouse:
-        start_over(DEMO_WAREHOUSE / DEMO_TOPIC)
+        start_over(services.LOCAL_WAREHOUSE / DEMO_TOPIC)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
     say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
 

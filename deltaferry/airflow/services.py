@@ -30,6 +30,7 @@ from typing import Mapping
 
 from deltaferry.airflow.local import airflow_command, airflow_env, ensure_database
 from deltaferry.errors import StackError
+from deltaferry.jvm import REPO_ROOT
 from deltaferry.stack.process import (
     ManagedProcess, free_ports, is_alive, port_accepts, start_detached, stop, wait_ready,
 )
@@ -40,6 +41,8 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 DEFAULT_PORT = 8080
 READY_DEADLINE_S = 240.0
 USER = "admin"
+#: The warehouse of the local Airflow on the local stack (the demo's).
+LOCAL_WAREHOUSE = REPO_ROOT / "warehouse" / "demo"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Services:
     url: str
     port: int
     processes: dict[str, ManagedProcess]
+    settings: str = ""
 
     @property
     def passwords_file(self) -> Path:
@@ -73,13 +77,15 @@ class Services:
     def to_dict(self) -> dict:
         """The state file's content."""
         return {"home": str(self.home), "url": self.url, "port": self.port,
+                "settings": self.settings,
                 "processes": {n: p.to_dict() for n, p in self.processes.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Services":
         """Inverse of to_dict."""
         return cls(Path(data["home"]), str(data["url"]), int(data["port"]),
-                   {n: ManagedProcess.from_dict(p) for n, p in data["processes"].items()})
+                   {n: ManagedProcess.from_dict(p) for n, p in data["processes"].items()},
+                   str(data.get("settings", "")))
 
 
 def resolve_home(home: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
@@ -122,6 +128,16 @@ def services_env(home: Path, port: int, log_ports: tuple[int, int],
     return env
 
 
+def settings_digest(env: Mapping[str, str]) -> str:
+    """A digest of the deltaferry, AWS and Airflow settings the components were started with
+    (never the values themselves: some are secrets)."""
+    import hashlib
+
+    wanted = sorted((k, v) for k, v in env.items()
+                    if k.startswith(("DELTAFERRY_", "AWS_", "AIRFLOW__")))
+    return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()
+
+
 def read_state(home: Path) -> Services | None:
     """The recorded services of `home`, or None."""
     try:
@@ -154,6 +170,19 @@ def healthy(document: Mapping) -> bool:
         (document.get(p) or {}).get("status") == "healthy" for p in parts)
 
 
+def local_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default os.environ), and when it names no Kafka brokers, the local stack's
+    settings (`deltaferry stack up`, started if needed) with the demo's warehouse
+    (``warehouse/demo``) unless DELTAFERRY_WAREHOUSE is set."""
+    env = dict(os.environ if base is None else base)
+    if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
+        from deltaferry import stack
+
+        env.update(stack.up())
+        env.setdefault("DELTAFERRY_WAREHOUSE", str(LOCAL_WAREHOUSE))
+    return env
+
+
 def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
        say=lambda text: print(text, file=sys.stderr, flush=True)) -> Services:
     """Start the four components unless they already run in `home`; the running Services.
@@ -162,10 +191,13 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
     base = dict(os.environ if env is None else env)
     folder = resolve_home(home, base)
     current = read_state(folder)
-    if runs(current):
+    digest = settings_digest(base)
+    if runs(current) and current.settings == digest:
         say(f"Airflow already running at {current.url} (home {folder})")
         return current
     if current is not None:
+        if runs(current):
+            say("restarting Airflow: its deltaferry settings changed (a new local stack?)")
         down(folder)
     port = choose_port(base)
     log_ports = tuple(free_ports(2))
@@ -174,7 +206,7 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
     logs = folder / "logs" / "services"
     say(f"starting Airflow ({', '.join(COMPONENTS)}) on http://localhost:{port}, home {folder}")
     processes: dict[str, ManagedProcess] = {}
-    services = Services(folder, f"http://localhost:{port}", port, processes)
+    services = Services(folder, f"http://localhost:{port}", port, processes, digest)
     try:
         for component in COMPONENTS:
             processes[component] = start_detached(airflow_command(component),

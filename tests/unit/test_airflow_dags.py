@@ -115,3 +115,43 @@ def test_no_import_error_when_everything_is_valid(tmp_path, monkeypatch):
     bag = load(tmp_path, monkeypatch, "topics:\n  - name: a\n")
     assert bag.import_errors == {}
     assert list(bag.dags) == ["ingest_a"]
+
+
+def test_an_airflow_failure_is_not_blamed_on_the_topics_file(tmp_path, monkeypatch):
+    """Issue 21: an import failure inside Airflow or the provider (as WEB_COLORS was) is the DAG
+    file's own error, not an entry's problem with a stand-in DAG."""
+    from deltaferry.airflow import factory
+
+    def broken(*args, **kwargs):
+        raise ImportError("cannot import name 'WEB_COLORS' from 'airflow.settings'")
+
+    monkeypatch.setattr(factory, "topic_dag", broken)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    with pytest.raises(ImportError, match="WEB_COLORS"):
+        factory.build(str(topics), warehouse=str(tmp_path))
+
+
+def test_the_operator_module_imports_where_the_dag_processor_parses():
+    """The provider's operator module must not need names Airflow's supervisor removes from
+    airflow.settings (provider 5.x imported WEB_COLORS from there)."""
+    import inspect
+
+    from airflow.providers.apache.spark.operators import spark_submit
+
+    assert "WEB_COLORS" not in inspect.getsource(spark_submit)
+
+
+def test_the_full_pyspark_is_installed_not_the_providers_pyspark_client():
+    """Provider 6.x requires pyspark-client, which ships the same `pyspark` package without
+    Spark's jars; overrides.txt keeps it out so delta-spark's full pyspark stays intact."""
+    from importlib import metadata
+    from pathlib import Path
+
+    import pyspark
+
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version("pyspark-client")
+    assert metadata.version("apache-airflow-providers-apache-spark").startswith("6.")
+    assert (Path(pyspark.__file__).parent / "jars" / f"spark-core_2.13-{pyspark.__version__}.jar"
+            ).exists()

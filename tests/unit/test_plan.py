@@ -1,0 +1,95 @@
+"""deltaferry.plan: a step is skipped only when its own state proves it has nothing to do."""
+
+import time
+
+import pytest
+
+from deltaferry.config import TopicConfig
+from deltaferry.kafka import TopicOffsets
+from deltaferry.plan import (
+    CheckpointState, TableFiles, infer_skip, ingest_skip, lag, last_vacuum, optimize_skip,
+    read_checkpoint, record_vacuum, vacuum_skip,
+)
+from deltaferry.storage import LocalStorage
+
+TOPIC = TopicConfig("orders", optimize_min_files=4, vacuum_retention_hours=168,
+                    vacuum_interval_hours=24)
+OFFSETS = TopicOffsets("orders", {0: (0, 10), 1: (5, 7)})
+HOUR = 3600.0
+
+
+def test_lag_counts_what_lies_past_the_offsets_read():
+    assert lag(OFFSETS, {0: 10, 1: 7}) == 0
+    assert lag(OFFSETS, {0: 8, 1: 7}) == 2
+    assert lag(OFFSETS, {0: 10}) == 2      # a partition never read: all it holds
+    assert lag(OFFSETS, None) == 12
+    assert lag(OFFSETS, {0: 10, 1: 2}) == 2  # retention deleted below 5: counted from 5
+
+
+def test_infer_is_skipped_only_when_the_cache_covers_every_offset():
+    skip = infer_skip(TOPIC, OFFSETS, 3, {0: 10, 1: 7})
+    assert skip and skip.as_dict()["skipped"] and "schema v3 already covers" in skip.reason
+    assert skip.as_dict()["schema_version"] == 3
+    assert infer_skip(TOPIC, OFFSETS, 3, {0: 9, 1: 7}) is None      # one new message
+    assert infer_skip(TOPIC, OFFSETS, None, {0: 10, 1: 7}) is None   # nothing cached
+    assert infer_skip(TOPIC, OFFSETS, 3, {0: 10, 1: 7}, reinfer=True) is None
+
+
+def test_ingest_is_skipped_only_after_a_committed_batch_that_reached_the_end():
+    done = CheckpointState(4, {0: 10, 1: 7}, committed=True)
+    skip = ingest_skip(TOPIC, OFFSETS, done)
+    assert skip and "no new messages" in skip.reason and skip.details["lag"] == 0
+    assert ingest_skip(TOPIC, OFFSETS, CheckpointState(4, {0: 10, 1: 6})) is None
+    # planned but not committed (a crash mid-batch): the batch must be replayed
+    assert ingest_skip(TOPIC, OFFSETS, CheckpointState(4, {0: 10, 1: 7}, False)) is None
+    assert ingest_skip(TOPIC, OFFSETS, CheckpointState()) is None  # new checkpoint
+
+
+def test_read_checkpoint_finds_the_latest_batch_and_whether_it_was_committed(tmp_path):
+    cp = tmp_path / "cp"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    for batch, offsets in ((0, '{"orders":{"0":4,"1":5}}'), (1, '{"orders":{"0":10,"1":7}}')):
+        (cp / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{offsets}\n')
+    (cp / "offsets" / ".1.crc").write_text("x")
+    (cp / "commits" / "0").write_text("v1\n{}\n")
+    state = read_checkpoint(LocalStorage(), str(cp), "orders")
+    assert state == CheckpointState(1, {0: 10, 1: 7}, committed=False)
+    (cp / "commits" / "1").write_text("v1\n{}\n")
+    assert read_checkpoint(LocalStorage(), str(cp), "orders").committed
+    assert read_checkpoint(LocalStorage(), str(tmp_path / "none"), "orders") == CheckpointState()
+
+
+def test_optimize_waits_for_enough_small_files_and_runs_when_unsure():
+    few = TableFiles((100, 200, 300))
+    skip = optimize_skip(TOPIC, {"table": few, "quarantine": TableFiles((10,))})
+    assert skip and "table: 3 small file(s), quarantine: 1 small file(s)" in skip.reason
+    assert "starts at 4" in skip.reason
+    assert optimize_skip(TOPIC, {"table": TableFiles((1, 2, 3, 4))}) is None
+    big = 2 * 1024 ** 3
+    assert optimize_skip(TOPIC, {"table": TableFiles((big,) * 9)})  # nothing small to compact
+    assert optimize_skip(TOPIC, {"table": None}) is None  # unreadable log: let Spark do it
+    assert "no table yet" in optimize_skip(TOPIC, {}).reason
+
+
+def test_vacuum_waits_for_the_retention_then_runs_once_per_interval():
+    now = time.time()
+    young = TableFiles((1,), created=now - 10 * HOUR)
+    skip = vacuum_skip(TOPIC, {"table": young}, None, now)
+    assert skip and "nothing can be older than the 168 h retention yet" in skip.reason
+    old = TableFiles((1,), created=now - 200 * HOUR)
+    assert vacuum_skip(TOPIC, {"table": old}, None, now) is None  # never vacuumed: due
+    recent = vacuum_skip(TOPIC, {"table": old}, now - 2 * HOUR, now)
+    assert recent and "last VACUUM at" in recent.reason and "vacuum_interval_hours 24" in \
+        recent.reason
+    assert vacuum_skip(TOPIC, {"table": old}, now - 25 * HOUR, now) is None
+    # one young table does not hold back an old one's VACUUM
+    assert vacuum_skip(TOPIC, {"table": old, "quarantine": young}, None, now) is None
+    assert vacuum_skip(TOPIC, {"table": TableFiles((1,), created=None)}, None, now) is None
+
+
+def test_vacuum_record_round_trip(tmp_path):
+    storage = LocalStorage()
+    assert last_vacuum(storage, str(tmp_path)) is None
+    record_vacuum(storage, str(tmp_path), when=1_700_000_000)
+    assert last_vacuum(storage, str(tmp_path)) == pytest.approx(1_700_000_000)
