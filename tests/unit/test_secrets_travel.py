@@ -98,3 +98,15 @@ def test_auth_failure_is_found_among_client_errors_and_trimmed():
     assert auth_failure(errors) == ("SASL authentication error: Authentication failed due to "
                                     "invalid credentials with SASL mechanism SCRAM-SHA-512")
     assert auth_failure(errors[:1]) is None
+
+
+def test_a_kafka_connection_in_the_providers_librdkafka_form_masks_the_password():
+    from deltaferry.airflow.connections import kafka_access
+
+    extra = {"bootstrap.servers": "b:9094", "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": "pw-9"}
+    access = kafka_access(lambda conn_id: SimpleNamespace(host=None, port=None,
+                                                          extra_dejson=extra), env={})
+    assert access.secrets() == ["pw-9"] and "pw-9" not in repr(access)
+    spark_side = java_client_options(json.loads(access.child_env()["DELTAFERRY_KAFKA_OPTIONS"]))
+    assert spark_side["sasl.jaas.config"] == f'{SCRAM} required username="u" password="pw-9";'
