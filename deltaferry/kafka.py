@@ -7,16 +7,20 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as KafkaErrorCode
 
-from deltaferry.errors import KafkaError
+from deltaferry.errors import ConfigError, KafkaError
 
 log = logging.getLogger(__name__)
 #: librdkafka repeats every connection failure; the KafkaError raised here says it once.
 _client_log = logging.getLogger("deltaferry.kafka.client")
 _client_log.setLevel(logging.CRITICAL)
+#: Metadata is asked for in slices this long, client errors looked at in between.
+_SLICE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,15 @@ class TopicOffsets:
 
 #: Java client property -> librdkafka property, where the names differ.
 _LIBRDKAFKA_NAMES = {"sasl.mechanism": "sasl.mechanisms"}
-_JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
+_JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+#: The JAAS login module of each SASL mechanism that logs in with a username and password.
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+#: Where client options come from, for messages that must not echo them.
+OPTIONS_SOURCE = "DELTAFERRY_KAFKA_OPTIONS (or the Airflow Kafka connection)"
 
 
 def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
@@ -48,7 +60,7 @@ def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
     for key, value in (options or {}).items():
         if key == "sasl.jaas.config":
             for name, found in _JAAS_CREDENTIAL.findall(value):
-                out[f"sasl.{name}"] = found
+                out[f"sasl.{name}"] = re.sub(r"\\(.)", r"\1", found)
         elif key in _LIBRDKAFKA_NAMES:
             out[_LIBRDKAFKA_NAMES[key]] = value
         elif key in ("security.protocol", "sasl.mechanisms", "sasl.username", "sasl.password") \
@@ -57,9 +69,42 @@ def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _client_config(bootstrap: str, options: dict[str, str] | None) -> dict:
-    """A confluent-kafka consumer config that never commits and logs through Python logging."""
-    return {
+def jaas_quote(value: str) -> str:
+    """`value` as a double-quoted JAAS option value (backslash and quote escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def jaas_config(mechanism: str, username: str, password: str) -> str:
+    """The sasl.jaas.config of a username/password login with `mechanism`; ConfigError (without
+    the credentials) for a mechanism that does not log in that way."""
+    module = _LOGIN_MODULES.get(mechanism.upper())
+    if module is None:
+        raise ConfigError(OPTIONS_SOURCE, f"sasl.username/sasl.password need sasl.mechanism "
+                          f"{', '.join(_LOGIN_MODULES)}, not {mechanism!r}")
+    return f"{module} required username={jaas_quote(username)} password={jaas_quote(password)};"
+
+
+def java_client_options(options: dict[str, str] | None) -> dict[str, str]:
+    """Client properties as Spark's Kafka source (the Java client) takes them: librdkafka's
+    ``sasl.mechanisms``, ``sasl.username`` and ``sasl.password`` (the apache-kafka provider's
+    form) become ``sasl.mechanism`` and a ``sasl.jaas.config``; everything else stays as is."""
+    options = dict(options or {})
+    if "sasl.mechanisms" in options:
+        options.setdefault("sasl.mechanism", options.pop("sasl.mechanisms"))
+    username, password = options.pop("sasl.username", None), options.pop("sasl.password", None)
+    if (username or password) and "sasl.jaas.config" not in options:
+        if not (username and password and options.get("sasl.mechanism")):
+            raise ConfigError(OPTIONS_SOURCE, "a SASL login needs sasl.username, sasl.password "
+                              "and sasl.mechanism together")
+        options["sasl.jaas.config"] = jaas_config(options["sasl.mechanism"], username, password)
+    return options
+
+
+def _client_config(bootstrap: str, options: dict[str, str] | None, errors: list | None = None
+                   ) -> dict:
+    """A confluent-kafka consumer config that never commits and logs through Python logging
+    (client errors appended to `errors` when given)."""
+    config = {
         "bootstrap.servers": bootstrap,
         "group.id": "deltaferry-metadata",
         "enable.auto.commit": False,
@@ -67,22 +112,51 @@ def _client_config(bootstrap: str, options: dict[str, str] | None) -> dict:
         "logger": _client_log,
         **librdkafka_options(options),
     }
+    if errors is not None:
+        config["error_cb"] = errors.append
+    return config
+
+
+def auth_failure(errors) -> str | None:
+    """What the first authentication error among client `errors` says, without the broker
+    prefix and the timing (librdkafka's words never include the password); None if none."""
+    for error in errors:
+        if error.code() == KafkaErrorCode._AUTHENTICATION:
+            text = error.str().split(": ", 1)[-1]
+            return re.sub(r"\s*\(after \d+ms in state \w+\)$", "", text)
+    return None
+
+
+def _metadata(consumer, topic: str, bootstrap: str, timeout: float, errors: list):
+    """The cluster metadata for `topic`, asked in short slices so that an authentication failure
+    (a wrong password) is said at once, not after `timeout`; KafkaError otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.list_topics(topic, timeout=min(_SLICE_S, timeout))
+        except KafkaException as exc:
+            last = exc.args[0].str()
+        consumer.poll(0)  # serves error_cb
+        failure = auth_failure(errors)
+        if failure:
+            raise KafkaError(topic, bootstrap, f"authentication failed: {failure}; check the "
+                             f"SASL username and password in {OPTIONS_SOURCE}")
+        if time.monotonic() >= deadline:
+            raise KafkaError(
+                topic, bootstrap,
+                f"broker not reachable within {timeout:.0f} s ({last}); "
+                "is it running? (`deltaferry stack up` starts a local one)",
+            )
 
 
 def topic_offsets(
     bootstrap: str, topic: str, options: dict[str, str] | None = None, timeout: float = 15.0
 ) -> TopicOffsets:
     """The low/high watermarks of every partition of `topic`; KafkaError says what is wrong."""
-    consumer = Consumer(_client_config(bootstrap, options))
+    errors: list = []
+    consumer = Consumer(_client_config(bootstrap, options, errors))
     try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaError(
-                topic, bootstrap,
-                f"broker not reachable within {timeout:.0f} s ({exc.args[0].str()}); "
-                "is it running? (`deltaferry stack up` starts a local one)",
-            ) from None
+        metadata = _metadata(consumer, topic, bootstrap, timeout, errors)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None or not described.partitions:
             known = sorted(t for t in metadata.topics if not t.startswith("__"))

@@ -13,7 +13,8 @@ S3 settings come from the environment, validated once into `S3Settings`:
 * ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``): default ``us-east-1``.
 
 The secret never appears in a repr, a log line, an error message or a command line: Spark gets it
-as Hadoop configuration set inside the driver (`s3a_hadoop_conf`).
+as Hadoop configuration set inside the running driver (`s3a_hadoop_conf`, the keys in
+`S3A_CREDENTIAL_KEYS`; see `deltaferry.spark.session`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from deltaferry.errors import ConfigError, WarehouseError
 S3_SCHEMES = ("s3://", "s3a://")
 ENDPOINT_VAR = "DELTAFERRY_S3_ENDPOINT"
 DEFAULT_REGION = "us-east-1"
+#: The S3A properties that carry credentials: never Spark configuration, which can reach a
+#: command line; set on the running session's Hadoop configuration instead.
+S3A_CREDENTIAL_KEYS = ("fs.s3a.aws.credentials.provider", "fs.s3a.access.key",
+                       "fs.s3a.secret.key")
 
 
 def is_s3(uri: str) -> bool:

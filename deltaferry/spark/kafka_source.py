@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 
 from deltaferry.config import Settings
-from deltaferry.kafka import offsets_json
+from deltaferry.kafka import java_client_options, offsets_json
 
 #: The columns every record carries before its payload is parsed.
 RAW_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value")
 
 
 def kafka_options(settings: Settings) -> dict[str, str]:
-    """Spark Kafka source options for the brokers and any client (security) settings."""
+    """Spark Kafka source options for the brokers and any client (security) settings, in the
+    Java client's form. They reach the JVM as reader options through py4j, never on a command
+    line; Spark redacts option values that mention a password when it shows a plan."""
     options = {"kafka.bootstrap.servers": settings.kafka_bootstrap}
-    options.update({f"kafka.{k}": v for k, v in settings.kafka_options.items()})
+    options.update({f"kafka.{k}": v for k, v in java_client_options(settings.kafka_options).items()})
     return options
 
 

@@ -7,9 +7,11 @@ holds the assignments of the services started before it), `await_ready(service) 
 The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
 ``state.json`` (each service's pid, start time, ports and shell assignments) and each service's
 own folder. `up` prints nothing but progress on stderr; its result is the ordered shell
-assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, ``DELTAFERRY_S3_ENDPOINT=...``,
-``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``) the CLI prints on stdout. The state
-file holds the S3 secret, so it is readable by its owner only.
+assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, the SASL listener's
+``DELTAFERRY_KAFKA_SASL_BOOTSTRAP``, ``_MECHANISM``, ``_USERNAME``, ``_PASSWORD``,
+``DELTAFERRY_S3_ENDPOINT=...``, ``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``) the CLI
+prints on stdout. The state file holds the S3 secret and the SASL password, so it is readable by
+its owner only.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def write_state(stack_dir: Path, state: dict) -> None:
     """Write the state file atomically (a reader never sees half of it)."""
     stack_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_path(stack_dir).with_suffix(".json.tmp")
-    write_private(tmp, json.dumps(state, indent=2) + "\n")  # it holds the S3 secret
+    write_private(tmp, json.dumps(state, indent=2) + "\n")  # it holds the secrets
     os.replace(tmp, state_path(stack_dir))
 
 

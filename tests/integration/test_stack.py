@@ -26,18 +26,19 @@ def java_processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def round_trip(bootstrap: str) -> None:
-    """Create a topic, produce one message, consume it back."""
+def round_trip(bootstrap: str, client: dict | None = None) -> None:
+    """Create a topic, produce one message, consume it back (as a client with the settings
+    `client`, e.g. SASL credentials)."""
     topic = f"stack-test-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    client = {"bootstrap.servers": bootstrap, **(client or {})}
+    admin = AdminClient(client)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer(client)
     producer.produce(topic, key=b"k", value=b"hello")
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer({**client, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([topic])
         msg = None
@@ -67,16 +68,22 @@ def test_up_reuse_use_down(tmp_path):
         bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
         host, port = bootstrap.rsplit(":", 1)
         assert host == "127.0.0.1" and port.isdigit()
-        assert list(env) == ["DELTAFERRY_KAFKA_BOOTSTRAP", "DELTAFERRY_S3_ENDPOINT",
+        assert list(env) == ["DELTAFERRY_KAFKA_BOOTSTRAP", "DELTAFERRY_KAFKA_SASL_BOOTSTRAP",
+                             "DELTAFERRY_KAFKA_SASL_MECHANISM", "DELTAFERRY_KAFKA_SASL_USERNAME",
+                             "DELTAFERRY_KAFKA_SASL_PASSWORD", "DELTAFERRY_S3_ENDPOINT",
                              "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        assert env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"].startswith("127.0.0.1:")
+        assert env["DELTAFERRY_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert env["DELTAFERRY_S3_ENDPOINT"].startswith("http://127.0.0.1:")
         # the state file and the server's identity file hold the secret: owner-only
         for secret_file in (stack_dir / "state.json", stack_dir / "s3" / "identity" / "s3.json"):
             assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         broker, s3_server = stack.services_of(stack.read_state(stack_dir))
         pids = [broker.process.pid, s3_server.process.pid]
-        secret = env["AWS_SECRET_ACCESS_KEY"]
-        assert all(secret not in " ".join(psutil.Process(p).cmdline()) for p in pids)
+        for secret in (env["AWS_SECRET_ACCESS_KEY"], env["DELTAFERRY_KAFKA_SASL_PASSWORD"]):
+            assert all(secret not in " ".join(psutil.Process(p).cmdline()) for p in pids)
+            assert not any(secret in log.read_text(errors="replace")
+                           for log in stack_dir.rglob("*.log"))
 
         again = stack.up(stack_dir)
         assert again == env and list(again) == list(env)
@@ -84,6 +91,10 @@ def test_up_reuse_use_down(tmp_path):
         assert stack.status(stack_dir) == env
 
         round_trip(bootstrap)
+        sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+                "sasl.username": env["DELTAFERRY_KAFKA_SASL_USERNAME"],
+                "sasl.password": env["DELTAFERRY_KAFKA_SASL_PASSWORD"]}
+        round_trip(env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"], sasl)
         s3_round_trip(env)
     finally:
         lines = stack.down(stack_dir)

@@ -44,6 +44,28 @@ def test_broker_properties_single_kraft_node(tmp_path):
     assert props["group.initial.rebalance.delay.ms"] == "0"
 
 
+def test_broker_properties_with_a_scram_listener_hold_no_credential(tmp_path):
+    props = parse_properties(kafka.broker_properties(19092, 19093, tmp_path / "data",
+                                                     sasl_port=19094))
+    client = "PLAINTEXT://127.0.0.1:19092,SASL://127.0.0.1:19094"
+    assert props["listeners"] == client + ",CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == client
+    assert props["listener.security.protocol.map"] == (
+        "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT")
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+    assert props["listener.name.sasl.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    jaas = props["listener.name.sasl.scram-sha-512.sasl.jaas.config"]
+    assert jaas == "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+def test_sasl_password_is_fresh_and_the_client_config_uses_it():
+    assert len({kafka.new_password() for _ in range(20)}) == 20
+    assert len(kafka.new_password()) >= 32
+    assert kafka.sasl_client_config("u", "p") == {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "u", "sasl.password": "p"}
+
+
 def test_cluster_id_is_a_base64url_uuid():
     ids = {kafka.random_cluster_id() for _ in range(50)}
     assert len(ids) == 50
