@@ -99,13 +99,11 @@ def assert_nothing_leaked(secrets, lines: CommandLines, topic: str, outputs: dic
 
 def table_rows(warehouse: str, topic: str, stack_env: dict[str, str]) -> dict[str, int]:
     """kafka_key -> the payload's `n` of the Delta table, read with delta-rs (no JVM)."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    options = {"AWS_ENDPOINT_URL": stack_env["DELTAFERRY_S3_ENDPOINT"],
-               "AWS_ACCESS_KEY_ID": stack_env["AWS_ACCESS_KEY_ID"],
-               "AWS_SECRET_ACCESS_KEY": stack_env["AWS_SECRET_ACCESS_KEY"],
-               "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    table = DeltaTable(f"{warehouse}/{topic}/table", storage_options=options)
+    from deltaferry.lake import open_table
+
+    table = open_table(f"{warehouse}/{topic}/table", stack_env)
     rows = QueryBuilder().register("t", table).execute("select kafka_key, n from t").read_all()
     return dict(zip(rows["kafka_key"].to_pylist(), rows["n"].to_pylist()))
 
