@@ -30,6 +30,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Kafka's own rule for topic names (kafka.common.internals.Topic).
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-FORMATS = ("json", "avro")
+class Format(str, Enum):
+    """The value formats deltaferry decodes (deltaferry.spark.decoding has one decoder each)."""
+
+    JSON = "json"
+    AVRO = "avro"
+
+
+FORMATS = tuple(f.value for f in Format)
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")

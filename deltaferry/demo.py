@@ -81,6 +81,7 @@ def start_over(topic_dir: Path) -> None:
 def print_table() -> None:
     """Print the demo topic's Delta table and quarantine."""
     from deltaferry.pipeline import TopicContext
+    from deltaferry.spark.quarantine import SHOWN
     from deltaferry.spark.session import get_spark
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its exit-time INFO line is noise
@@ -91,9 +92,7 @@ def print_table() -> None:
     table.show(truncate=False)
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
     print(f"Quarantine {ctx.paths.quarantine}:")
-    quarantine.select("kafka_key", "kafka_partition", "kafka_offset", "raw_value", "reason").show(
-        truncate=False
-    )
+    quarantine.select(*SHOWN).show(truncate=False)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from functools import reduce
 
 from deltaferry.config import TopicConfig
 from deltaferry.registry import RegistryError, RegistrySettings, subject_name
-from deltaferry.spark.ingest import REASON_NO_KEY, BatchWriter
 from deltaferry.spark.kafka_source import with_raw_columns
 
 log = logging.getLogger(__name__)
@@ -131,7 +130,7 @@ def with_wire_columns(df):
 
 def decode(raw, writers: dict[int, dict | None], reader: dict):
     """Decode `body` of each record with its writer schema, resolved into `reader`, into a
-    `data` struct; and give every unusable record a `reason`."""
+    `data` struct; `problem` says why a record cannot be used (framing, unknown id, body)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -156,11 +155,8 @@ def decode(raw, writers: dict[int, dict | None], reader: dict):
         bad = all_null if legit is None else all_null & (F.col("body") != F.lit(legit))
         undecodable = F.when(sid == schema_id, bad).otherwise(undecodable)
     known = [i for i, w in writers.items() if w is not None]
-    value = F.col("raw_value")
-    reason = (
-        F.when(F.col("kafka_key").isNull(), REASON_NO_KEY)
-        .when(value.isNull(), None)
-        .when(~F.col("wire_ok"), REASON_FRAMING)
+    problem = (
+        F.when(~F.col("wire_ok"), REASON_FRAMING)
         .when(~sid.isin(known) if known else F.lit(True),
               F.format_string(REASON_UNKNOWN_ID.replace("{id}", "%d"), sid))
         .when(undecodable, F.format_string(REASON_UNDECODABLE.replace("{id}", "%d"), sid))
@@ -169,7 +165,7 @@ def decode(raw, writers: dict[int, dict | None], reader: dict):
         from pyspark.sql.types import StructType
 
         data = F.lit(None).cast(StructType())
-    return raw.withColumn("data", data).withColumn("reason", reason)
+    return raw.withColumn("data", data).withColumn("problem", problem)
 
 
 def registry_for_run(topic: TopicConfig):
@@ -214,15 +210,14 @@ def registry_version(topic: TopicConfig) -> RegistryReport:
     return report
 
 
-class AvroBatchWriter(BatchWriter):
-    """ingest's foreachBatch function for an avro topic: same quarantine, upsert and schema
-    evolution; records decoded from the wire format instead of parsed as JSON."""
+class AvroDecoder:
+    """The decoder of an avro topic (deltaferry.spark.decoding): records decoded from the wire
+    format with their writer schemas, resolved into the run's reader schema."""
 
-    def __init__(self, spark, topic, paths, store, report):
-        super().__init__(spark, topic, paths, store, report)
+    def __init__(self, spark, topic: TopicConfig, store=None):
         self.registry, client, self.reader = registry_for_run(topic)
         self.writers = WriterSchemas(client, self.registry.safe_url)
-        report.schema_version = self.reader.version
+        self.schema_version = self.reader.version
         log.info("ingest %s: reader schema %s version %d (id %d) from %s", topic.name,
                  self.reader.subject, self.reader.version, self.reader.schema_id,
                  self.registry.safe_url)
@@ -230,7 +225,7 @@ class AvroBatchWriter(BatchWriter):
     def raw_columns(self, batch_df):
         return with_wire_columns(batch_df)
 
-    def parse_batch(self, raw):
+    def decode(self, raw):
         ids = [r[0] for r in raw.where("wire_ok").select("schema_id").distinct().collect()]
         writers = {int(i): self.writers.get(int(i)) for i in ids}
-        return decode(raw, writers, self.reader.schema), self.reader.version
+        return decode(raw, writers, self.reader.schema)

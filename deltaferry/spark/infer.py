@@ -60,6 +60,8 @@ def json_objects(df):
 
 
 NUMERIC = {"byte", "short", "integer", "long", "float", "double"}
+#: The column Spark's PERMISSIVE JSON parsing fills with a value that does not fit the schema.
+CORRUPT = "__deltaferry_corrupt"
 
 
 def relaxed(datatype):
@@ -89,11 +91,11 @@ def consistent_with(records, cached: dict | None):
 
     if not cached or not cached.get("fields"):
         return records
-    check = StructType.fromJson(relaxed(cached)).add(StructField("__corrupt", StringType()))
+    check = StructType.fromJson(relaxed(cached)).add(StructField(CORRUPT, StringType()))
     parsed = F.from_json(
-        "raw_value", check, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "__corrupt"}
+        "raw_value", check, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     )
-    return records.where(parsed.getField("__corrupt").isNull())
+    return records.where(parsed.getField(CORRUPT).isNull())
 
 
 def infer_from_records(spark, records, cached: dict | None = None) -> dict:

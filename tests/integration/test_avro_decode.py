@@ -3,7 +3,6 @@ into the latest, bad framing, unknown schema id and an undecodable body quaranti
 reason. Writer schemas are given directly, so this needs Spark but neither broker nor registry."""
 
 import io
-import json
 import struct
 
 import fastavro
@@ -29,8 +28,10 @@ def wire(schema_id: int, schema: dict, record: dict) -> bytes:
 
 
 def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons(spark):
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
+    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StructField, StructType,
+                                   TimestampType)
+
+    from deltaferry.spark.decoding import REASON_NO_KEY, with_reason
 
     rows = [
         ("a", wire(1, V1, {"id": 1, "item": "x"})),
@@ -49,7 +50,7 @@ def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons
         [(k.encode() if k else None, bytearray(v) if v is not None else None, 0, i, None)
          for i, (k, v) in enumerate(rows)], schema)
     raw = avro.with_wire_columns(df)
-    decoded = avro.decode(raw, {1: V1, 2: V2, 9: None}, V2)
+    decoded = with_reason(avro.decode(raw, {1: V1, 2: V2, 9: None}, V2))
     got = {r["kafka_key"]: r for r in decoded.collect()}
     assert got["a"]["reason"] is None
     assert got["a"]["data"].asDict() == {"id": 1, "item": "x", "qty": None, "note": "none"}
@@ -58,4 +59,4 @@ def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons
     assert got["d"]["reason"] == "schema id 9 is not known to the schema registry"
     assert got["e"]["reason"] == "Avro body does not decode with writer schema id 1"
     assert got["f"]["reason"] is None  # tombstones delete in the upsert
-    assert got[None]["reason"] == avro.REASON_NO_KEY
+    assert got[None]["reason"] == REASON_NO_KEY

@@ -219,6 +219,7 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     """A crash after the Delta writes but before the checkpoint commit replays the batch with
     the same id: the MERGE and the quarantine append must be skipped, not applied again."""
     from deltaferry.spark import table as delta_table
+    from deltaferry.spark.decoding import decoder_for
     from deltaferry.spark.ingest import BatchWriter, IngestReport
 
     topic = new_topic("replay", partitions=1)
@@ -233,7 +234,8 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
         .option("subscribe", topic).load()
     delta_table.ensure_table(spark, ctx.paths.table)
     report = IngestReport(topic)
-    writer = BatchWriter(spark, ctx.topic, ctx.paths, ctx.store, report)
+    writer = BatchWriter(spark, ctx.topic, ctx.paths, decoder_for(spark, ctx.topic, ctx.store),
+                         report)
     writer(batch, 0)
     assert (report.inserted, report.quarantined) == (2, 1)
     version = table_version(spark, ctx)
