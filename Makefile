@@ -8,12 +8,12 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help registry
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help registry
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
 	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs"
-	@echo "make test   - unit tests, then integration tests on a real broker and Spark"
+	@echo "make test   - lint and type checks, unit tests, then integration tests on a real broker and Spark"
 	@echo "make setup  - install pinned Python deps into .venv and resolve pinned jars into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
@@ -43,7 +43,12 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/kafka
 	touch $@
 
-test: setup test-unit test-integration
+test: setup lint test-unit test-integration
+
+# ruff (style, imports, bugbear) and mypy over the library, the tests, the benchmarks, the DAGs.
+lint: setup
+	$(BIN)/ruff check deltaferry tests bench dags
+	$(BIN)/mypy deltaferry
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q

@@ -112,7 +112,8 @@ def main() -> int:
     configure_logging()
     os.environ.setdefault("DELTAFERRY_DRIVER_MEMORY", args.driver_memory)
 
-    bootstrap = os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP") or stack.up()["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    bootstrap = (os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP")
+                 or stack.up()["DELTAFERRY_KAFKA_BOOTSTRAP"])
     topic = f"bench_{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=args.partitions)
     started = time.monotonic()

@@ -38,12 +38,12 @@ def _airflow(args: argparse.Namespace) -> int:
         for line in services.down():
             print(line, file=sys.stderr)
     else:
-        running = services.status()
-        if running is None:
+        found = services.status()
+        if found is None:
             print("airflow: not running", file=sys.stderr)
             return 1
-        print(f"AIRFLOW_URL={running.url}")
-        print(f"AIRFLOW_HOME={running.home}")
+        print(f"AIRFLOW_URL={found.url}")
+        print(f"AIRFLOW_HOME={found.home}")
     return 0
 
 
@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     from deltaferry.pipeline import configure_logging, run_topic
 
     configure_logging()
-    run_topic(args.topic, reinfer=args.reinfer, steps=args.steps)
+    run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps)
     return 0
 
 
@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_stack = sub.add_parser("stack", help="start or stop the local stack (Kafka broker, S3 server)")
+    p_stack = sub.add_parser("stack",
+                             help="start or stop the local stack (Kafka broker, S3 server)")
     p_stack.add_argument(
         "action",
         choices=["up", "down", "status"],

@@ -10,7 +10,7 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         starting_offsets: earliest # where a new checkpoint starts: earliest | latest
         max_offsets_per_trigger: 50000   # bound on messages per micro-batch
         vacuum_retention_hours: 168      # VACUUM keeps files younger than this
-        vacuum_interval_hours: 24  # VACUUM at most this often (and only once files can be old enough)
+        vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
         optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
         fail_on_data_loss: true    # fail when offsets expired before they were read
         retries: 2                 # Airflow retries of each task, with exponential back-off
@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Kafka's own rule for topic names (kafka.common.internals.Topic).
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-class Format(str, Enum):
+class Format(StrEnum):
     """The value formats deltaferry decodes (deltaferry.spark.decoding has one decoder each)."""
 
     JSON = "json"
@@ -169,7 +170,8 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     """Validate one entry of `topics:` (at index `position`) into a TopicConfig."""
     where = f"topics[{position}]"
     if not isinstance(entry, dict):
-        raise ConfigError(where, f"each entry must be a mapping with at least 'name:', got {entry!r}")
+        raise ConfigError(where,
+                          f"each entry must be a mapping with at least 'name:', got {entry!r}")
     if "name" in entry and isinstance(entry["name"], str):
         where = f"topics[{position}] ({entry['name']!r})"
     merged = {**(defaults or {}), **entry}
@@ -257,7 +259,7 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
     return parse_topics(document, path)
 
 
-def warehouse_from_env(env: dict[str, str] | None = None) -> str:
+def warehouse_from_env(env: Mapping[str, str] | None = None) -> str:
     """DELTAFERRY_WAREHOUSE (a folder or a URI), else ``warehouse/`` at the repository root."""
     env = os.environ if env is None else env
     warehouse = env.get("DELTAFERRY_WAREHOUSE") or str(REPO_ROOT / "warehouse")
@@ -274,7 +276,7 @@ class Settings:
     kafka_options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read DELTAFERRY_WAREHOUSE, DELTAFERRY_KAFKA_BOOTSTRAP, DELTAFERRY_SPARK_MASTER and
         DELTAFERRY_KAFKA_OPTIONS (a JSON object of Kafka client properties such as
         security.protocol or sasl.jaas.config; passed in the environment so that secrets never

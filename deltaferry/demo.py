@@ -13,6 +13,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from deltaferry.kafka import create_topic, produce
 
@@ -24,7 +25,7 @@ def sample_events(n_users: int = 8, seed: int = 7):
     rng = random.Random(seed)
     for version in range(3):
         for user in range(n_users):
-            event = {
+            event: dict[str, Any] = {
                 "user_id": user,
                 "status": ["created", "paid", "shipped"][version],
                 "amount": rng.randint(5, 500) if version == 0 else round(rng.uniform(5, 500), 2),

@@ -9,6 +9,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as KafkaErrorCode
@@ -203,7 +204,7 @@ def offsets_beyond_end(
     """Partitions whose already-read offset lies past what the topic holds now: {p: (seen, end)},
     end None when the partition is gone. Only a deleted and re-created (or truncated) topic does
     that; offsets never move backwards otherwise."""
-    beyond = {}
+    beyond: dict[int, tuple[int, int | None]] = {}
     for partition, offset in (seen or {}).items():
         bounds = current.partitions.get(partition)
         if bounds is None:
@@ -237,8 +238,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float
     """Create `topic` if it does not exist; True if it was created now."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap,
-                         "logger": _client_log})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _client_log}
+    admin = AdminClient(config)
     if topic in admin.list_topics(timeout=timeout).topics:
         return False
     future = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
@@ -246,7 +247,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float
         future.result(timeout)
     except KafkaException as exc:
         if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            raise KafkaError(topic, bootstrap, f"could not create topic: {exc.args[0].str()}") from None
+            raise KafkaError(topic, bootstrap,
+                             f"could not create topic: {exc.args[0].str()}") from None
         return False
     return True
 

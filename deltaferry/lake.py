@@ -6,7 +6,7 @@ Local folders as they are; ``s3://`` / ``s3a://`` URIs with the warehouse's S3 s
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from deltaferry.storage import S3Settings, is_s3
 

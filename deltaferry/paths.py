@@ -30,7 +30,7 @@ class TopicPaths:
     quarantine: str
 
     @classmethod
-    def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> "TopicPaths":
+    def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> TopicPaths:
         """Locations of `topic` under `warehouse` (under `_debug/` for a debug run); refuses a
         name that is not a legal topic."""
         name = validate_topic_name(topic)

@@ -6,19 +6,17 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from deltaferry.config import Settings, TopicConfig, load_topics
-from deltaferry.errors import ConfigError, EmptyTopicError
+from deltaferry import steps
+from deltaferry.config import Format, Settings, TopicConfig, load_topics
+from deltaferry.errors import EmptyTopicError
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
-
-STEPS = ("infer", "ingest", "maintain")
-
 
 @dataclass(frozen=True)
 class TopicContext:
@@ -31,13 +29,14 @@ class TopicContext:
 
     @classmethod
     def load(cls, name: str, topics_file: str | None = None, debug: bool = False,
-             env: Mapping[str, str] | None = None) -> "TopicContext":
+             env: Mapping[str, str] | None = None) -> TopicContext:
         """Resolve `name` from the topics file and the environment `env` (default os.environ;
         debug: separate locations)."""
         topic = load_topics(topics_file).get(name)
         settings = Settings.from_env(env)
         paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
-        return cls(topic, settings, paths, SchemaStore(paths.schema, storage_for(paths.schema, env)))
+        store = SchemaStore(paths.schema, storage_for(paths.schema, env))
+        return cls(topic, settings, paths, store)
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -58,9 +57,9 @@ def check_before_spark(ctx: TopicContext) -> None:
     check_warehouse(ctx.settings.warehouse)
 
 
-def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
-    """Run one step ('infer', 'ingest', 'optimize', 'vacuum', or 'maintain' for both)."""
-    if step == "infer" and ctx.topic.format == "avro":  # no inference: the registry's version
+def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
+    """Run one single step (infer, ingest, optimize or vacuum); its report."""
+    if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
         from deltaferry.spark.avro import registry_version
 
         return registry_version(ctx.topic)
@@ -74,36 +73,41 @@ def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
         return ingest_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store)
     from deltaferry.spark import maintain
 
-    if step == "optimize":
-        return maintain.optimize(spark, ctx.topic, ctx.paths)
-    if step == "vacuum":
-        return maintain.vacuum(spark, ctx.topic, ctx.paths)
-    if step == "maintain":
-        return [maintain.optimize(spark, ctx.topic, ctx.paths),
-                maintain.vacuum(spark, ctx.topic, ctx.paths)]
-    raise ConfigError("step", f"{step!r} is not one of infer, ingest, optimize, vacuum, maintain")
+    return getattr(maintain, step)(spark, ctx.topic, ctx.paths)
 
 
-def run_topic(name: str, reinfer: bool = False, steps: str = "infer,ingest,maintain",
+def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
+    """Run a step of deltaferry.steps: its report, or for a composite step (maintain) the list
+    of its parts' reports."""
+    definition = steps.get(step)
+    reports = [run_single(single, ctx, spark, reinfer) for single in definition.runs]
+    return reports if definition.parts else reports[0]
+
+
+def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
               spark=None) -> list:
     """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports.
 
-    An empty topic is not a failure: the run says so and stops.
+    A step with nothing to do (deltaferry.plan) is skipped, and Spark starts only for a step
+    that has work. An empty topic is not a failure: the run says so and stops.
     """
+    from deltaferry.plan import decide
     from deltaferry.spark.session import get_spark
 
-    wanted = [s.strip() for s in steps.split(",") if s.strip()]
     ctx = TopicContext.load(name)
     check_before_spark(ctx)
-    spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
-    reports = []
-    for step in wanted:
+    reports: list = []
+    for step in steps.parse_steps(steps_text):
+        skip = decide(step, ctx, reinfer=reinfer)
+        if skip is not None:
+            reports.append(skip)
+            continue
+        spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
         try:
-            report = run_step(step, ctx, spark, reinfer=reinfer)
+            reports.append(run_single(step, ctx, spark, reinfer=reinfer))
         except EmptyTopicError as exc:
             log.warning("%s", exc)
             break
-        reports.extend(report if isinstance(report, list) else [report])
     for report in reports:
         print(report.summary())
     return reports

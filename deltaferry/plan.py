@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Mapping
+from datetime import UTC, datetime, timedelta
 
 from deltaferry.config import TopicConfig
 from deltaferry.kafka import TopicOffsets, check_not_reset
@@ -155,22 +155,22 @@ class TableFiles:
 def optimize_skip(topic: TopicConfig, tables: Mapping[str, TableFiles | None]) -> Skip | None:
     """Skip OPTIMIZE while every table has fewer small files than `optimize_min_files`.
     `tables` maps a table's name to its files, None when they could not be read (then run)."""
-    if any(files is None for files in tables.values()):
+    known = {name: files for name, files in tables.items() if files is not None}
+    if len(known) < len(tables):
         return None
-    if any(files.small_files >= topic.optimize_min_files for files in tables.values()):
+    small = {name: files.small_files for name, files in known.items()}
+    if any(count >= topic.optimize_min_files for count in small.values()):
         return None
-    counted = ", ".join(f"{name}: {files.small_files} small file(s)"
-                        for name, files in tables.items()) or "no table yet"
+    counted = ", ".join(f"{name}: {count} small file(s)" for name, count in small.items())
     return Skip(topic.name, "optimize",
-                f"{counted}; compaction starts at {topic.optimize_min_files} "
-                "(optimize_min_files)",
-                {"small_files": {name: files.small_files for name, files in tables.items()}})
+                f"{counted or 'no table yet'}; compaction starts at {topic.optimize_min_files} "
+                "(optimize_min_files)", {"small_files": small})
 
 
 # --- vacuum ------------------------------------------------------------------------------------
 
 def _at(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
 def vacuum_skip(topic: TopicConfig, tables: Mapping[str, TableFiles | None],
@@ -181,10 +181,12 @@ def vacuum_skip(topic: TopicConfig, tables: Mapping[str, TableFiles | None],
     retention = timedelta(hours=topic.vacuum_retention_hours).total_seconds()
     if not tables:
         return Skip(topic.name, "vacuum", "no table yet")
-    if any(files is None or files.created is None for files in tables.values()):
+    created = [files.created for files in tables.values() if files is not None
+               and files.created is not None]
+    if len(created) < len(tables):
         return None
-    youngest_due = max(files.created for files in tables.values()) + retention
-    oldest_due = min(files.created for files in tables.values()) + retention
+    youngest_due = max(created) + retention
+    oldest_due = min(created) + retention
     if oldest_due > now:
         return Skip(topic.name, "vacuum",
                     f"nothing can be older than the {topic.vacuum_retention_hours:g} h retention "

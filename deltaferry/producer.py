@@ -64,7 +64,7 @@ class DynamicSchemaProducer:
             if exc.http_status_code == 404:
                 return
             raise self._fail(f"cannot read the latest version: {exc}") from None
-        self.schema = json.loads(latest.schema.schema_str)
+        self.schema = json.loads(latest.schema.schema_str or "null")
         self.schema_id = latest.schema_id
 
     def _register(self, schema: dict) -> int:
@@ -118,6 +118,7 @@ class DynamicSchemaProducer:
         if schema != self.schema:
             self.schema_id = self._register(schema)
             self.schema = schema
+        assert self.schema_id is not None  # registered above, or read from the registry
         value = self._serializer(self.schema_id, schema)(
             payload, SerializationContext(self.topic, MessageField.VALUE))
         if isinstance(key, str):

@@ -13,8 +13,8 @@ Subject name strategies (confluent's names): ``topic_name`` (``<topic>-value``, 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from deltaferry.config import SUBJECT_STRATEGIES
@@ -53,7 +53,7 @@ class RegistrySettings:
     password: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "RegistrySettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RegistrySettings:
         """Read DELTAFERRY_SCHEMA_REGISTRY_URL (+ _USER and _PASSWORD); ConfigError if unset."""
         env = os.environ if env is None else env
         url = (env.get(URL_VAR) or "").strip()

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from deltaferry.errors import ConfigError, WarehouseError
 
@@ -41,7 +42,7 @@ def is_s3(uri: str) -> bool:
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``); ConfigError without a bucket."""
+    """``s3://bucket/some/prefix`` -> (``bucket``, ``some/prefix``); ConfigError if no bucket."""
     if not is_s3(uri):
         raise ConfigError(uri, "is not an s3:// URI")
     rest = uri.split("://", 1)[1]
@@ -71,7 +72,7 @@ class S3Settings:
     region: str = DEFAULT_REGION
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "S3Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
         """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION."""
         env = os.environ if env is None else env
         endpoint = (env.get(ENDPOINT_VAR) or "").strip().rstrip("/") or None
@@ -233,10 +234,10 @@ def describe_s3_failure(exc: BaseException) -> str:
     """What went wrong talking to S3, in words a user can act on (never a credential)."""
     from botocore.exceptions import (
         ClientError,
+        ConnectTimeoutError,
         EndpointConnectionError,
         NoCredentialsError,
         ReadTimeoutError,
-        ConnectTimeoutError,
     )
 
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
@@ -254,7 +255,8 @@ def describe_s3_failure(exc: BaseException) -> str:
         if code in ("InvalidAccessKeyId",):
             return "access key id not known to the server (check AWS_ACCESS_KEY_ID)"
         if code in ("SignatureDoesNotMatch",):
-            return "credentials rejected: the secret key does not match (check AWS_SECRET_ACCESS_KEY)"
+            return ("credentials rejected: the secret key does not match "
+                    "(check AWS_SECRET_ACCESS_KEY)")
         if code in ("AccessDenied", "403") or status == 403:
             return "access denied: the credentials may not list this bucket"
         return f"{code or status}: {error.get('Message', '')}".strip()

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from deltaferry.config import parse_kafka_options
 from deltaferry.errors import ConfigError

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from deltaferry import steps
 from deltaferry.config import (
     TopicConfig,
     TopicsFile,
@@ -33,7 +34,7 @@ from deltaferry.paths import TopicPaths
 log = logging.getLogger(__name__)
 
 #: The first data interval of every topic DAG (no catch-up, so only its start matters).
-START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 MAX_RETRY_DELAY = timedelta(minutes=60)
 TAG = "deltaferry"
 
@@ -90,7 +91,7 @@ Trigger with **reinfer** to re-read the whole topic for the schema; **debug** wr
 def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None):
     """The DAG of one topic. Not auto-registered: a DAG file registers what `build` keeps
     (so a DAG Airflow would refuse cannot take the file's other DAGs down)."""
-    from airflow.sdk import DAG, Asset
+    from airflow.sdk import DAG, Asset, chain
 
     from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
 
@@ -117,18 +118,16 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
         doc_md=doc_for(topic, paths),
         auto_register=False,
     ) as dag:
-        def step(task_id: str, name: str, **kwargs):
-            return DeltaferrySparkSubmitOperator(
-                task_id=task_id, topic=topic.name, step=name, topics_file=topics_file, **kwargs
-            )
-
         # A step with nothing to do ends skipped; the next steps still run (none_failed).
-        (
-            step("infer_schema", "infer")
-            >> step("ingest", "ingest", outlets=[table], trigger_rule="none_failed")
-            >> step("optimize", "optimize", trigger_rule="none_failed")
-            >> step("vacuum", "vacuum", trigger_rule="none_failed")
-        )
+        tasks = [
+            DeltaferrySparkSubmitOperator(
+                task_id=steps.get(name).task_id, topic=topic.name, step=name,
+                topics_file=topics_file, trigger_rule="none_failed" if position else "all_success",
+                outlets=[table] if name == "ingest" else [],
+            )
+            for position, name in enumerate(steps.DAG_STEPS)
+        ]
+        chain(*tasks)
     return dag
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from deltaferry.errors import DeltaferryError
 from deltaferry.jvm import REPO_ROOT

@@ -3,30 +3,38 @@
 `DeltaferrySparkSubmitOperator` is the provider's SparkSubmitOperator with what a topic's step
 needs decided at run time, so a DAG file only names the topic and the step:
 
-* the application is ``spark_jobs/<step>.py`` and its arguments come from the DAG run's params
-  (``reinfer``, ``debug``);
+* the application is the step's script in ``deltaferry/spark_jobs/`` (`deltaferry.steps`) and
+  its arguments come from the DAG run's params (``reinfer``, ``debug``);
 * the Spark master is the ``spark_default`` connection if it exists, else
-  ``DELTAFERRY_SPARK_MASTER``, else ``local[*]`` (the provider alone would fall back to yarn);
-  the jars are the ones ``make setup`` resolved;
+  ``DELTAFERRY_SPARK_MASTER``, else ``local[*]`` (the provider alone would fall back to yarn):
+  without the connection, the task defines it for itself the way Airflow documents, as an
+  ``AIRFLOW_CONN_<ID>`` variable of its own process; the jars are the ones ``make setup``
+  resolved;
+* every other SparkSubmitOperator argument (``packages``, ``keytab``, ``principal``,
+  ``proxy_user``, ``env_vars``, ...) passes through unchanged: the hook is the provider's own;
 * Kafka brokers and client properties come from the Kafka connection or the environment and
   reach spark-submit in its environment (never its command line); secret values are masked;
 * before spark-submit, `deltaferry.plan` decides from the topic's offsets, checkpoint, schema
   cache and Delta log whether the step has anything to do; if not, no JVM starts and the task
   ends *skipped*, saying why in its log and its XCom (and the ingest task emits no asset event);
-* the job's report (its ``DELTAFERRY_REPORT`` line) becomes the task's XCom return value (one
-  dict), a ``deltaferry result:`` line in the log and the ``extra`` of the task's asset events.
+* the job writes its report to a file the task names (``DELTAFERRY_REPORT_FILE``); it becomes
+  the task's XCom return value (one dict), a ``deltaferry result:`` line in the log and the
+  ``extra`` of the task's asset events.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from deltaferry import steps
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
     KafkaAccess,
@@ -37,18 +45,8 @@ from deltaferry.airflow.connections import (
     spark_master,
     storage_access,
 )
-from deltaferry.airflow.reports import describe, one_report, parse_report_line
-from deltaferry.jvm import REPO_ROOT
-
-JOBS_DIR = REPO_ROOT / "spark_jobs"
-
-#: The spark_jobs/ script of each step.
-STEP_SCRIPTS = {
-    "infer": "infer_schema.py",
-    "ingest": "ingest.py",
-    "optimize": "optimize.py",
-    "vacuum": "vacuum.py",
-}
+from deltaferry.airflow.reports import describe, one_report
+from deltaferry.jobs import REPORT_FILE_VAR
 
 
 def connection_or_none(conn_id: str):
@@ -65,8 +63,7 @@ def connection_or_none(conn_id: str):
 def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = False,
                    topics_file: str | None = None) -> list[str]:
     """The application arguments of `step` for `topic` (see deltaferry.jobs)."""
-    if step not in STEP_SCRIPTS:
-        raise ValueError(f"unknown step {step!r} (known: {', '.join(STEP_SCRIPTS)})")
+    steps.get(step)  # ConfigError for a step that does not exist
     args = [topic]
     if topics_file:
         args += ["--topics-file", str(topics_file)]
@@ -78,7 +75,7 @@ def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = F
 
 
 def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+               env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Spark properties for the submit: quiet logs, and the small-machine tuning for local masters
     (as `get_spark` applies in-process); `user_conf` (the operator's `conf`) wins."""
     from deltaferry.spark.session import LOCAL_DEFAULTS
@@ -112,58 +109,20 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     return env
 
 
-class DeltaferrySparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook that falls back to deltaferry's master (not yarn) when `spark_default` is
-    not defined, and keeps the job's report line."""
-
-    def __init__(self, *args, default_master: str = "local[*]", **kwargs):
-        self._default_master = default_master
-        self.reports: list[dict] = []
-        super().__init__(*args, **kwargs)
-
-    def _resolve_connection(self) -> dict[str, Any]:
-        if connection_or_none(self._conn_id) is not None:
-            return super()._resolve_connection()
-        self.log.info("No Airflow connection %r: Spark master %s", self._conn_id,
-                      self._default_master)
-        local_submit = Path(sys.executable).parent / "spark-submit"
-        return {
-            "master": self._default_master,
-            "queue": None,
-            "deploy_mode": self._deploy_mode,
-            "spark_binary": self.spark_binary
-            or (str(local_submit) if local_submit.exists() else "spark-submit"),
-            "namespace": None,
-            "principal": self._principal,
-            "keytab": self._keytab,
-        }
-
-    def _process_spark_submit_log(self, itr) -> None:
-        super()._process_spark_submit_log(self._keep_reports(itr))
-
-    def _keep_reports(self, itr):
-        for line in itr:
-            reports = parse_report_line(line)
-            if reports is not None:
-                self.reports = reports
-            yield line
-
-
 class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
     """Run one deltaferry step (infer, ingest, optimize, vacuum) of one topic via spark-submit.
 
     :param topic: the topic's name (an entry of the topics file)
-    :param step: one of STEP_SCRIPTS
+    :param step: one of deltaferry.steps.STEPS
     :param topics_file: the topics file the job reads (default: DELTAFERRY_TOPICS)
-    Other keyword arguments go to SparkSubmitOperator (conf, conn_id, executor_memory, ...).
+    Every other keyword argument goes to SparkSubmitOperator as it is (conf, conn_id,
+    executor_memory, packages, keytab, principal, proxy_user, env_vars, ...).
     """
 
     ui_color = "#e8f4fa"
 
     def __init__(self, *, topic: str, step: str, topics_file: str | None = None, **kwargs):
-        if step not in STEP_SCRIPTS:
-            raise ValueError(f"unknown step {step!r} (known: {', '.join(STEP_SCRIPTS)})")
-        kwargs.setdefault("application", str(JOBS_DIR / STEP_SCRIPTS[step]))
+        kwargs.setdefault("application", str(steps.get(step).script))
         kwargs.setdefault("name", f"deltaferry-{step}-{topic}")
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         super().__init__(**kwargs)
@@ -171,7 +130,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.step = step
         self.topics_file = topics_file
 
-    def execute(self, context) -> dict:
+    def execute(self, context) -> Any:  # the task's XCom: one report dict
         from airflow.sdk.log import mask_secret
 
         from deltaferry.spark.session import spark_jars_csv
@@ -196,20 +155,59 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                                                 self.topics_file)
         self.conf = spark_conf(master, self.conf)
         self.jars = self.jars or spark_jars_csv()
-        self._hook = self._get_hook(default_master=master)
-        if self._hook._connection.get("deploy_mode") == "cluster":
-            from airflow.sdk.exceptions import AirflowFailException
+        self._define_master(master)
+        self._refuse_cluster_mode()
+        with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
+            report_file = Path(folder) / "report.json"
+            env[REPORT_FILE_VAR] = str(report_file)
+            self._merge_env_vars(env, master)
+            self._hook = self._get_hook()
+            self._hook.submit(self.application, env=env)
+            reports = self._read_reports(report_file)
+        report = one_report(self.step, reports)
+        self.log.info("deltaferry result: %s", describe(self.step, reports))
+        self._publish(context, report, debug)
+        return report
 
+    def _merge_env_vars(self, env: dict[str, str], master: str) -> None:
+        """The operator's own `env_vars` join the job's environment (they win). On a client-mode
+        master the provider's hook replaces spark-submit's environment with os.environ plus
+        `env_vars`, so there they become the whole job environment; on YARN and Kubernetes the
+        hook turns them into --conf arguments, so there they stay the caller's alone."""
+        if not self.env_vars:
+            return
+        env.update({k: str(v) for k, v in self.env_vars.items()})
+        if not master.startswith(("yarn", "k8s://")):
+            self.env_vars = dict(env)
+
+    def _define_master(self, master: str) -> None:
+        """Without the Spark connection, define it for this task's own process (an
+        AIRFLOW_CONN_<ID> variable, as Airflow documents) with deltaferry's master."""
+        if connection_or_none(self._conn_id) is None:
+            self.log.info("No Airflow connection %r: Spark master %s", self._conn_id, master)
+            os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(
+                {"conn_type": "spark", "host": master})
+
+    def _refuse_cluster_mode(self) -> None:
+        """deploy-mode cluster cannot work: the job's settings and report need the driver here."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        conn = connection_or_none(self._conn_id)
+        extra = (conn.extra_dejson if conn is not None else None) or {}
+        if (self._deploy_mode or extra.get("deploy-mode")) == "cluster":
             raise AirflowFailException(
                 f"connection {self._conn_id!r} asks for deploy-mode cluster: deltaferry runs the "
                 "driver in client mode (its Kafka settings and report travel through the "
                 "spark-submit process); remove deploy-mode from the connection's extra"
             )
-        self._hook.submit(self.application, env=env)
-        report = one_report(self.step, self._hook.reports)
-        self.log.info("deltaferry result: %s", describe(self.step, self._hook.reports))
-        self._publish(context, report, debug)
-        return report
+
+    def _read_reports(self, report_file: Path) -> list[dict]:
+        """The reports the job wrote ([] when it wrote none)."""
+        try:
+            data = json.loads(report_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return data if isinstance(data, list) else [data]
 
     def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
         """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM)."""
@@ -234,25 +232,3 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             return
         for outlet in self.outlets or []:
             outlet_events[outlet].extra = {**report, "debug": debug}
-
-    def _get_hook(self, default_master: str | None = None) -> DeltaferrySparkSubmitHook:
-        return DeltaferrySparkSubmitHook(
-            default_master=default_master or spark_master(connection_or_none,
-                                                          conn_id=self._conn_id),
-            conf=self.conf,
-            conn_id=self._conn_id,
-            files=self.files,
-            py_files=self.py_files,
-            jars=self.jars,
-            driver_memory=self._driver_memory,
-            executor_memory=self._executor_memory,
-            executor_cores=self._executor_cores,
-            total_executor_cores=self._total_executor_cores,
-            num_executors=self._num_executors,
-            name=self.name,
-            application_args=self.application_args,
-            verbose=self._verbose,
-            spark_binary=self._spark_binary,
-            properties_file=self.properties_file,
-            deploy_mode=self._deploy_mode,
-        )

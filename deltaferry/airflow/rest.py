@@ -4,8 +4,8 @@ demo, the benchmark and the end-to-end tests ask a running Airflow, as a user's 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 import httpx
 
@@ -188,5 +188,5 @@ def follow(client, dag_id: str, run_id: str, tell=print) -> dict:
 
 def run_seconds(run: dict) -> float:
     """Wall seconds of a finished run, from its start to its end."""
-    start = run.get("start_date") or run.get("queued_at")
+    start = run.get("start_date") or run["queued_at"]
     return (datetime.fromisoformat(run["end_date"]) - datetime.fromisoformat(start)).total_seconds()

@@ -24,15 +24,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from deltaferry.airflow.local import airflow_command, airflow_env, ensure_database
 from deltaferry.errors import StackError
 from deltaferry.jvm import REPO_ROOT
 from deltaferry.stack.process import (
-    ManagedProcess, free_ports, is_alive, port_accepts, start_detached, stop, wait_ready,
+    ManagedProcess,
+    free_ports,
+    is_alive,
+    port_accepts,
+    start_detached,
+    stop,
+    wait_ready,
 )
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -81,7 +87,7 @@ class Services:
                 "processes": {n: p.to_dict() for n, p in self.processes.items()}}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Services":
+    def from_dict(cls, data: Mapping) -> Services:
         """Inverse of to_dict."""
         return cls(Path(data["home"]), str(data["url"]), int(data["port"]),
                    {n: ManagedProcess.from_dict(p) for n, p in data["processes"].items()},
@@ -148,7 +154,7 @@ def read_state(home: Path) -> Services | None:
 
 def runs(services: Services | None) -> bool:
     """True if every component of `services` is alive and the api-server answers."""
-    return bool(services) and all(map(is_alive, services.processes.values())) and \
+    return services is not None and all(map(is_alive, services.processes.values())) and \
         port_accepts("127.0.0.1", services.port)
 
 
@@ -192,7 +198,7 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
     folder = resolve_home(home, base)
     current = read_state(folder)
     digest = settings_digest(base)
-    if runs(current) and current.settings == digest:
+    if current is not None and runs(current) and current.settings == digest:
         say(f"Airflow already running at {current.url} (home {folder})")
         return current
     if current is not None:
@@ -200,8 +206,8 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
             say("restarting Airflow: its deltaferry settings changed (a new local stack?)")
         down(folder)
     port = choose_port(base)
-    log_ports = tuple(free_ports(2))
-    child_env = services_env(folder, port, log_ports, base)
+    worker_logs, trigger_logs = free_ports(2)
+    child_env = services_env(folder, port, (worker_logs, trigger_logs), base)
     ensure_database(child_env)
     logs = folder / "logs" / "services"
     say(f"starting Airflow ({', '.join(COMPONENTS)}) on http://localhost:{port}, home {folder}")

@@ -144,7 +144,9 @@ def settle(avro_type: Any) -> Any:
 def nullable(avro_type: Any) -> list:
     """`avro_type` as a union with null first (so that a null default is legal)."""
     if isinstance(avro_type, list):
-        return avro_type if avro_type[0] == "null" else ["null", *[t for t in avro_type if t != "null"]]
+        if avro_type[0] == "null":
+            return avro_type
+        return ["null", *[t for t in avro_type if t != "null"]]
     if avro_type == "null":
         return ["null"]
     return ["null", avro_type]
@@ -220,9 +222,7 @@ def merge_records(current: dict, new: dict, path: str = "") -> dict:
 def _optional(field: dict) -> dict:
     """A field that may be missing: nullable, default null."""
     kind = nullable(field["type"])
-    if kind == ["null"]:
-        kind = "null"
-    return {**field, "type": kind, "default": None}
+    return {**field, "type": "null" if kind == ["null"] else kind, "default": None}
 
 
 def evolve(current: dict | None, payload: dict, name: str) -> dict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from deltaferry.errors import SchemaStoreError, VersionConflictError
 from deltaferry.storage import Storage, join, storage_for
@@ -28,7 +28,7 @@ COVERED_FILE = "covered.json"
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class SchemaVersion:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "SchemaVersion":
+    def from_json(cls, text: str) -> SchemaVersion:
         """Parse a version file."""
         data = json.loads(text)
         return cls(
@@ -90,7 +90,8 @@ class SchemaStore:
         except FileNotFoundError:
             raise SchemaStoreError(self.location, f"version {version} does not exist") from None
         except (ValueError, KeyError) as exc:
-            raise SchemaStoreError(self.location, f"{path} is not a schema version: {exc}") from None
+            raise SchemaStoreError(self.location,
+                                   f"{path} is not a schema version: {exc}") from None
 
     def latest(self) -> SchemaVersion | None:
         """The newest version, or None when nothing is cached yet."""

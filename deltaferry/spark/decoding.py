@@ -21,7 +21,10 @@ from deltaferry.config import Format, TopicConfig
 from deltaferry.errors import NoSchemaError
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.infer import (
-    CORRUPT, commit_schema, infer_from_records, json_objects,
+    CORRUPT,
+    commit_schema,
+    infer_from_records,
+    json_objects,
 )
 from deltaferry.spark.kafka_source import with_raw_columns
 

@@ -12,6 +12,7 @@ from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
 from deltaferry.schema.merge import describe, merge_schemas
+from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges
 
@@ -59,27 +60,8 @@ def json_objects(df):
     )
 
 
-NUMERIC = {"byte", "short", "integer", "long", "float", "double"}
 #: The column Spark's PERMISSIVE JSON parsing fills with a value that does not fit the schema.
 CORRUPT = "__deltaferry_corrupt"
-
-
-def relaxed(datatype):
-    """A schema that accepts every value the merge could widen to: numbers as double, void as
-    string. What does not parse with it contradicts the cached schema (say a string where a
-    struct was)."""
-    if isinstance(datatype, str):
-        if datatype in NUMERIC or datatype.startswith("decimal"):
-            return "double"
-        return "string" if datatype == "void" else datatype
-    kind = datatype["type"]
-    if kind == "struct":
-        return {**datatype, "fields": [{**f, "type": relaxed(f["type"])} for f in datatype["fields"]]}
-    if kind == "array":
-        return {**datatype, "elementType": relaxed(datatype["elementType"])}
-    if kind == "map":
-        return {**datatype, "valueType": relaxed(datatype["valueType"])}
-    return datatype
 
 
 def consistent_with(records, cached: dict | None):
@@ -124,7 +106,7 @@ def commit_schema(
                 "not fit go to quarantine", conflict.path, conflict.cached_type,
                 conflict.new_type, conflict.cached_type,
             )
-        if not result.changed:
+        if not result.changed and cached is not None:
             store.set_covered(covered, cached.version)
             return cached, False, describe(result)
         try:

@@ -16,7 +16,8 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     Java client's form. They reach the JVM as reader options through py4j, never on a command
     line; Spark redacts option values that mention a password when it shows a plan."""
     options = {"kafka.bootstrap.servers": settings.kafka_bootstrap}
-    options.update({f"kafka.{k}": v for k, v in java_client_options(settings.kafka_options).items()})
+    client = java_client_options(settings.kafka_options)
+    options.update({f"kafka.{k}": v for k, v in client.items()})
     return options
 
 

@@ -11,6 +11,7 @@ region and path-style settings go to the builder. Spark's default redaction stay
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from deltaferry.jvm import jars_in
 from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
@@ -37,14 +38,14 @@ def spark_jars_csv() -> str:
     return ",".join(str(p) for p in jars_in("spark"))
 
 
-def s3a_spark_conf(env: dict[str, str] | None = None) -> dict[str, str]:
+def s3a_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``spark.hadoop.fs.s3a.*`` properties from the environment's S3 settings, without the
     credentials (they may end up on a command line; `configure_s3a` sets those)."""
     conf = s3a_hadoop_conf(S3Settings.from_env(env))
     return {f"spark.hadoop.{k}": v for k, v in conf.items() if k not in S3A_CREDENTIAL_KEYS}
 
 
-def configure_s3a(spark, env: dict[str, str] | None = None) -> None:
+def configure_s3a(spark, env: Mapping[str, str] | None = None) -> None:
     """Set the environment's S3 settings, credentials included, on a running session's Hadoop
     configuration: s3a file systems opened from then on use them (one already opened for a
     bucket is cached by Hadoop with the settings it was opened with)."""
@@ -54,7 +55,7 @@ def configure_s3a(spark, env: dict[str, str] | None = None) -> None:
 
 
 def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] | None = None,
-                     env: dict[str, str] | None = None) -> dict[str, str]:
+                     env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings a new session is built with (the master aside). When PySpark launches
     the driver JVM itself they become ``--conf`` arguments of its command line: no credential is
     among them (`configure_s3a` sets those once the JVM runs)."""

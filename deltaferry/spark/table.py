@@ -6,6 +6,8 @@ import logging
 import uuid
 from contextlib import contextmanager
 
+from deltaferry.schema.rules import widened_type
+
 log = logging.getLogger(__name__)
 
 KAFKA_COLUMNS_DDL = (
@@ -13,44 +15,22 @@ KAFKA_COLUMNS_DDL = (
 )
 METADATA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
 DELETED = "__deltaferry_deleted"
-INTEGRAL = {"byte", "short", "integer", "long"}
+
+
+def spark_type(json_value):
+    """A Spark type from its JSON form: a primitive's name as it is, a complex type parsed (a
+    nested struct widened by `widen_columns` is cast to the parsed type)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(json_value, str):
+        return json_value
+    kinds = {"struct": StructType, "array": ArrayType, "map": MapType}
+    return kinds[json_value["type"]].fromJson(json_value)
 
 
 def quote(name: str) -> str:
     """A column name as a backquoted SQL identifier."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def widened_type(table_type, source_type):
-    """The table's type with every integral leaf widened to double where the source has double.
-
-    Works on Spark's JSON form of types; keeps the table's field order (struct casts go by
-    position). Fields only the source has are left to MERGE schema evolution.
-    """
-    if isinstance(table_type, str) or isinstance(source_type, str):
-        if table_type in INTEGRAL and source_type in ("double", "float"):
-            return "double"
-        return table_type
-    if table_type.get("type") != source_type.get("type"):
-        return table_type
-    kind = table_type["type"]
-    if kind == "struct":
-        source_fields = {f["name"]: f["type"] for f in source_type["fields"]}
-        return {
-            **table_type,
-            "fields": [
-                {**f, "type": widened_type(f["type"], source_fields[f["name"]])}
-                if f["name"] in source_fields else f
-                for f in table_type["fields"]
-            ],
-        }
-    if kind == "array":
-        return {**table_type,
-                "elementType": widened_type(table_type["elementType"], source_type["elementType"])}
-    if kind == "map":
-        return {**table_type,
-                "valueType": widened_type(table_type["valueType"], source_type["valueType"])}
-    return table_type
 
 
 def ensure_table(spark, path: str) -> None:
@@ -64,7 +44,7 @@ def ensure_table(spark, path: str) -> None:
     (
         DeltaTable.createIfNotExists(spark)
         .location(path)
-        .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))
+        .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))  # type: ignore[arg-type]
         .property("delta.columnMapping.mode", "name")
         .property("delta.minReaderVersion", "2")
         .property("delta.minWriterVersion", "5")
@@ -99,7 +79,6 @@ def widen_columns(spark, path: str, source_schema) -> list[str]:
     decimals becomes double, every value kept. Returns the columns widened.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DataType
 
     table = spark.read.format("delta").load(path)
     source = {f.name: f.dataType.jsonValue() for f in source_schema.fields}
@@ -109,7 +88,8 @@ def widen_columns(spark, path: str, source_schema) -> list[str]:
         target = widened_type(current, source[field.name]) if field.name in source else current
         if target != current:
             changed.append(field.name)
-            columns.append(F.col(quote(field.name)).cast(DataType.fromJson(target) if isinstance(target, dict) else target).alias(field.name))
+            cast_to = spark_type(target)
+            columns.append(F.col(quote(field.name)).cast(cast_to).alias(field.name))
         else:
             columns.append(F.col(quote(field.name)))
     if changed:
@@ -153,9 +133,11 @@ def upsert(spark, path: str, source, tag: str) -> dict[str, int]:
     Delta skipped the write as already applied, i.e. the last commit is not tagged `tag`).
     """
     from delta.tables import DeltaTable
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    values = {quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
+    values: dict[str, str | Column] = {
+        quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
     table = DeltaTable.forPath(spark, path)
     (
         table.alias("t")

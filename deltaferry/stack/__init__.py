@@ -1,7 +1,8 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
 whether they run. The stack is a Kafka broker and an S3 server (SeaweedFS); more services join
-by adding to SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return at once; `env`
-holds the assignments of the services started before it), `await_ready(service) -> float`
+by adding to SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return
+at once; `env` holds the assignments of the services started before it),
+`await_ready(service) -> float`
 (StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
 
 The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
@@ -21,9 +22,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from deltaferry.jvm import REPO_ROOT
 from deltaferry.stack import kafka, registry, s3
@@ -137,7 +138,7 @@ def up(stack_dir: Path | None = None) -> dict[str, str]:
     folder = resolve_stack_dir(stack_dir)
     with _locked(folder):
         state = read_state(folder)
-        if is_live(state):
+        if state is not None and is_live(state):
             pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in services_of(state))
             print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
             return dict(state["assignments"])
@@ -183,4 +184,4 @@ def down(stack_dir: Path | None = None) -> list[str]:
 def status(stack_dir: Path | None = None) -> dict[str, str]:
     """The shell assignments of the running stack; {} if it does not run."""
     state = read_state(resolve_stack_dir(stack_dir))
-    return dict(state["assignments"]) if is_live(state) else {}
+    return dict(state["assignments"]) if state is not None and is_live(state) else {}

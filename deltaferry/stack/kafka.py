@@ -26,6 +26,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from deltaferry.errors import StackError
 from deltaferry.jvm import jars_in
@@ -142,7 +143,8 @@ def java_executable() -> str:
     found = shutil.which("java")
     if found:
         return found
-    where = f"JAVA_HOME ({java_home}) has no bin/java and " if java_home else "JAVA_HOME is unset and "
+    where = (f"JAVA_HOME ({java_home}) has no bin/java and " if java_home
+             else "JAVA_HOME is unset and ")
     raise StackError(
         f"cannot start the Kafka broker: {where}no `java` is on PATH; install a JDK 17+ "
         "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
@@ -181,7 +183,8 @@ def format_storage(command: list[str], log: Path) -> None:
             timeout=FORMAT_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        raise StackError(f"formatting the Kafka storage took over {FORMAT_TIMEOUT_S:.0f} s") from None
+        raise StackError(
+            f"formatting the Kafka storage took over {FORMAT_TIMEOUT_S:.0f} s") from None
     log.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         lines = [ln for ln in (done.stdout + done.stderr).splitlines()
@@ -206,12 +209,13 @@ def broker_answers(bootstrap: str, cluster_id: str, timeout: float = 2.0,
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({
+    config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "socket.connection.setup.timeout.ms": int(timeout * 1000),
         "logger": _client_log,
         **(client or {}),
-    })
+    }
+    admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException:
@@ -269,10 +273,14 @@ def create_scram_user(bootstrap: str, username: str, password: str, timeout: flo
     it, False if it could not yet (the caller retries)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import (
-        AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion,
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
     )
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _client_log})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _client_log}
+    admin = AdminClient(config)
     upsertion = UserScramCredentialUpsertion(
         username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
         password.encode())

@@ -15,9 +15,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import psutil
 
@@ -44,7 +44,7 @@ class ManagedProcess:
         return {"pid": self.pid, "started": self.started, "log": str(self.log)}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "ManagedProcess":
+    def from_dict(cls, data: Mapping) -> ManagedProcess:
         """Inverse of to_dict."""
         return cls(pid=int(data["pid"]), started=float(data["started"]), log=Path(data["log"]))
 
@@ -81,7 +81,7 @@ class Service:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Service":
+    def from_dict(cls, data: Mapping) -> Service:
         """Inverse of to_dict."""
         return cls(
             name=str(data["name"]),

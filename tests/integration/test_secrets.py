@@ -49,7 +49,7 @@ class CommandLines:
             self.samples += 1
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "CommandLines":
+    def __enter__(self) -> CommandLines:
         self._thread.start()
         return self
 
@@ -105,7 +105,7 @@ def table_rows(warehouse: str, topic: str, stack_env: dict[str, str]) -> dict[st
 
     table = open_table(f"{warehouse}/{topic}/table", stack_env)
     rows = QueryBuilder().register("t", table).execute("select kafka_key, n from t").read_all()
-    return dict(zip(rows["kafka_key"].to_pylist(), rows["n"].to_pylist()))
+    return dict(zip(rows["kafka_key"].to_pylist(), rows["n"].to_pylist(), strict=True))
 
 
 def topic_with_messages(stack_env: dict[str, str], prefix: str) -> tuple[str, dict[str, int]]:

@@ -39,7 +39,7 @@ topics:
     dag = bag.dags["ingest_orders"]
     order = [t.task_id for t in dag.topological_sort()]
     assert order == ["infer_schema", "ingest", "optimize", "vacuum"]
-    for before, after in zip(order, order[1:]):
+    for before, after in zip(order, order[1:], strict=False):
         assert dag.get_task(after).upstream_task_ids == {before}
     assert dag.get_task("ingest").task_type == "DeltaferrySparkSubmitOperator"
     assert dag.get_task("ingest").application.endswith("spark_jobs/ingest.py")

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("airflow")
 
+from deltaferry import steps  # noqa: E402
 from deltaferry.airflow import connections as c  # noqa: E402
 from deltaferry.airflow import operators as op  # noqa: E402
 from deltaferry.airflow import reports  # noqa: E402
@@ -35,20 +36,26 @@ def test_spark_master_from_connection_then_env_then_local():
     assert c.spark_master(lookup_of(), {}) == "local[*]"
 
 
-def test_hook_without_connection_uses_deltaferry_master_not_yarn(monkeypatch):
-    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK", raising=False)
-    hook = op.DeltaferrySparkSubmitHook(conn_id="no_such_spark", default_master="local[2]",
-                                        application_args=["orders"])
-    cmd = hook._build_spark_submit_command("app.py")
+def test_without_connection_the_task_defines_it_with_deltaferrys_master_not_yarn(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_SPARK", "")  # restored (removed) after the test
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK")
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            conn_id="no_such_spark")
+    task._define_master("local[2]")
+    task.application_args = ["orders"]
+    cmd = task._get_hook()._build_spark_submit_command("app.py")
     assert cmd[1:3] == ["--master", "local[2]"]
     assert cmd[-2:] == ["app.py", "orders"]
 
 
-def test_hook_with_a_real_airflow_connection_uses_it(monkeypatch):
+def test_a_real_airflow_connection_is_used_as_it_is(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_MY_SPARK",
                        json.dumps({"conn_type": "spark", "host": "spark://master", "port": 7077}))
-    hook = op.DeltaferrySparkSubmitHook(conn_id="my_spark", default_master="local[2]")
-    assert hook._build_spark_submit_command("app.py")[1:3] == ["--master", "spark://master:7077"]
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            conn_id="my_spark")
+    task._define_master("local[2]")  # a defined connection is never replaced
+    assert task._get_hook()._build_spark_submit_command("app.py")[1:3] == [
+        "--master", "spark://master:7077"]
 
 
 # --- Kafka ----------------------------------------------------------------------------------
@@ -106,7 +113,7 @@ def test_step_arguments():
     assert op.step_arguments("t", "ingest", reinfer=True) == ["t"]  # reinfer is infer's alone
     assert op.step_arguments("t", "vacuum", topics_file="/x.yaml") == ["t", "--topics-file",
                                                                         "/x.yaml"]
-    with pytest.raises(ValueError, match="unknown step"):
+    with pytest.raises(ConfigError, match="'compact' is not one of infer, ingest"):
         op.step_arguments("t", "compact")
 
 
@@ -163,7 +170,7 @@ json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_
            "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY"),
            "s3_endpoint": os.environ.get("DELTAFERRY_S3_ENDPOINT")}}, open({str(record)!r}, "w"))
 PY
-echo 'DELTAFERRY_REPORT [{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "infer orders: v2"}}]'
+echo '[{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "infer orders: v2"}}]' > "$DELTAFERRY_REPORT_FILE"
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
@@ -172,6 +179,8 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "step": "infer", "schema_version":
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
         "conn_type": "aws", "login": "AKIA1", "password": "s3-hunter3",
         "extra": {"endpoint_url": "http://127.0.0.1:8333"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_SPARK", "")  # the task defines it: removed after
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK")
     topics = tmp_path / "topics.yaml"
     topics.write_text("topics:\n  - name: orders\n")
     monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
@@ -179,7 +188,8 @@ echo 'DELTAFERRY_REPORT [{{"topic": "orders", "step": "infer", "schema_version":
                                             conn_id="no_such_spark", spark_binary=str(script))
     report = task.execute({"params": {"reinfer": True, "debug": False}})
     seen = json.loads(record.read_text())
-    assert seen["argv"][-3:] == [str(op.JOBS_DIR / "infer_schema.py"), "orders", "--reinfer"]
+    assert seen["argv"][-3:] == [str(steps.get("infer").script), "orders", "--reinfer"]
+    assert seen["argv"][seen["argv"].index("--master") + 1] == "local[*]"  # not the provider's yarn
     assert "hunter2" not in " ".join(seen["argv"])
     assert "s3-hunter3" not in " ".join(seen["argv"])  # the S3 secret: environment only
     assert (seen["s3_secret"], seen["s3_endpoint"]) == ("s3-hunter3", "http://127.0.0.1:8333")
@@ -211,3 +221,32 @@ def test_storage_without_connection_leaves_the_environment_alone():
     half = SimpleNamespace(login="AKIA1", password=None, extra_dejson={})
     with pytest.raises(ConfigError, match="aws_default.*both"):
         c.storage_access(lookup_of(aws_default=half), env={})
+
+
+def test_every_spark_submit_argument_passes_through_to_the_providers_hook():
+    """The operator uses the provider's own hook: nothing the caller gives is dropped."""
+    given = dict(packages="org.x:y:1", exclude_packages="org.z:w", repositories="https://r",
+                 keytab="/k.keytab", principal="p@R", proxy_user="alice", archives="a.zip",
+                 driver_class_path="/d.jar", java_class="x.Main", files="f.txt",
+                 py_files="p.zip", num_executors=3, executor_cores=2, executor_memory="3g",
+                 driver_memory="1g", total_executor_cores=6, yarn_queue="q",
+                 properties_file="/spark.conf", verbose=True, status_poll_interval=7,
+                 env_vars={"X": "1"}, name="custom-name")
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            conn_id="no_such_spark", **given)
+    hook = task._get_hook()
+    for name, value in given.items():
+        attribute = {"verbose": "_verbose"}.get(name, f"_{name}")
+        assert getattr(hook, attribute) == value, name
+
+
+def test_env_vars_join_the_job_environment_on_a_client_mode_master():
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            env_vars={"EXTRA": "1", "PATH": "/mine"})
+    env = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:1", "PATH": "/venv/bin"}
+    task._merge_env_vars(env, "local[2]")
+    assert task.env_vars == {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:1", "PATH": "/mine", "EXTRA": "1"}
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            env_vars={"EXTRA": "1"})
+    task._merge_env_vars({"AWS_SECRET_ACCESS_KEY": "s"}, "yarn")
+    assert task.env_vars == {"EXTRA": "1"}  # on YARN they become --conf: never the secrets

@@ -94,6 +94,8 @@ PY
     monkeypatch.setenv("AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT", json.dumps({
         "conn_type": "http", "login": "u", "password": "hunter2",
         "extra": {"url": "http://reg:1/apis/ccompat/v7"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_SPARK", "")  # the task defines it: removed after
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK")
     topics = tmp_path / "topics.yaml"
     topics.write_text("topics:\n  - name: orders\n    format: avro\n")
     monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))

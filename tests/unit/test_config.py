@@ -112,7 +112,9 @@ def test_settings_errors_name_the_variable(env, fragment):
 
 
 def test_topic_config_is_frozen():
-    with pytest.raises(Exception):
+    from dataclasses import FrozenInstanceError
+
+    with pytest.raises(FrozenInstanceError):
         TopicConfig("a").name = "b"
 
 

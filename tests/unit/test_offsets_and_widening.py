@@ -5,10 +5,15 @@ import pytest
 from deltaferry.errors import KafkaError
 from deltaferry.jvm import artifact_name, prune_shipped
 from deltaferry.kafka import (
-    TopicOffsets, check_not_reset, offsets_beyond_end, offsets_json, ranges_to_read,
+    TopicOffsets,
+    check_not_reset,
+    offsets_beyond_end,
+    offsets_json,
+    ranges_to_read,
 )
 from deltaferry.plan import parse_offset_log
-from deltaferry.spark.table import quote, widened_type
+from deltaferry.schema.rules import widened_type
+from deltaferry.spark.table import quote
 
 
 def test_ranges_cover_only_what_is_new():
@@ -48,7 +53,8 @@ def test_quote_escapes_backticks():
 
 def test_prune_drops_what_pyspark_ships(tmp_path):
     ours, shipped = tmp_path / "ours", tmp_path / "shipped"
-    ours.mkdir(); shipped.mkdir()
+    ours.mkdir()
+    shipped.mkdir()
     for name in ["jackson-core-2.13.5.jar", "delta-spark_4.2_2.13-4.4.0.jar", "zstd-jni-1.5.7-3.jar"]:
         (ours / name).write_text("")
     for name in ["jackson-core-2.21.2.jar", "zstd-jni-1.5.7-7.jar", "spark-core_2.13-4.2.0.jar"]:
@@ -125,3 +131,18 @@ def test_parse_offset_log_reads_the_topic_line_of_a_checkpoint_file():
     assert parse_offset_log(text, "orders") == {0: 12, 1: 7}
     assert parse_offset_log(text, "other") is None
     assert parse_offset_log("v1\n{}\n", "orders") is None
+
+
+def test_a_widened_nested_type_becomes_a_spark_type_to_cast_to():
+    """widen_columns casts a nested struct to its widened type: parsed from the JSON form (a
+    DataType.fromJson that pyspark does not have made this raise AttributeError)."""
+    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+    from deltaferry.spark.table import spark_type
+
+    nested = {"type": "struct", "fields": [
+        {"name": "x", "type": "double", "nullable": True, "metadata": {}}]}
+    assert spark_type(nested) == StructType([StructField("x", DoubleType())])
+    assert spark_type({"type": "array", "elementType": "double", "containsNull": True}) == \
+        ArrayType(DoubleType())
+    assert spark_type("double") == "double"

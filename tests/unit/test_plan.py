@@ -7,8 +7,16 @@ import pytest
 from deltaferry.config import TopicConfig
 from deltaferry.kafka import TopicOffsets
 from deltaferry.plan import (
-    CheckpointState, TableFiles, infer_skip, ingest_skip, lag, last_vacuum, optimize_skip,
-    read_checkpoint, record_vacuum, vacuum_skip,
+    CheckpointState,
+    TableFiles,
+    infer_skip,
+    ingest_skip,
+    lag,
+    last_vacuum,
+    optimize_skip,
+    read_checkpoint,
+    record_vacuum,
+    vacuum_skip,
 )
 from deltaferry.storage import LocalStorage
 

@@ -13,7 +13,11 @@ from confluent_kafka import KafkaError as KafkaErrorCode
 from deltaferry.config import Settings
 from deltaferry.errors import ConfigError
 from deltaferry.kafka import (
-    auth_failure, jaas_config, jaas_quote, java_client_options, librdkafka_options,
+    auth_failure,
+    jaas_config,
+    jaas_quote,
+    java_client_options,
+    librdkafka_options,
 )
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.spark.session import builder_settings

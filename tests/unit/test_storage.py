@@ -114,7 +114,7 @@ def test_check_warehouse_names_the_uri_and_the_cause_without_the_secret():
 
 
 def test_stack_s3_server_command_and_identity(tmp_path):
-    ports = dict(zip(s3_stack.PORT_NAMES, range(20000, 20000 + len(s3_stack.PORT_NAMES))))
+    ports = dict(zip(s3_stack.PORT_NAMES, range(20000, 20000 + len(s3_stack.PORT_NAMES)), strict=True))
     key, secret = s3_stack.new_credentials()
     assert s3_stack.new_credentials() != (key, secret)
     config = tmp_path / "s3.json"

@@ -1,0 +1,49 @@
+"""Every kind of step report survives the trip from a spark-submit job to the Airflow task: the
+job writes it (report file and stdout line), the operator reads it back, and what the task logs
+and returns is the report's own summary and fields."""
+
+import json
+
+import pytest
+
+pytest.importorskip("airflow")
+
+from deltaferry import jobs  # noqa: E402
+from deltaferry.airflow import reports  # noqa: E402
+from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator  # noqa: E402
+from deltaferry.plan import Skip  # noqa: E402
+from deltaferry.spark.avro import RegistryReport  # noqa: E402
+from deltaferry.spark.infer import InferReport  # noqa: E402
+from deltaferry.spark.ingest import IngestReport  # noqa: E402
+from deltaferry.spark.maintain import MaintainReport  # noqa: E402
+
+KINDS = [
+    InferReport("t", 2, True, 40, False, "new field score", 3.5),
+    RegistryReport("t", "t-value", 3, 17, "http://registry", 0.2),
+    IngestReport("t", messages_read=40, batches=1, inserted=5, updated=3, deleted=1,
+                 quarantined=2, schema_version=2, offsets_read_to={"0": 20, "1": 20}, lag=4,
+                 seconds=12.0),
+    MaintainReport("t", "optimize", {"table": "9 files compacted into 1"}, 8.0),
+    MaintainReport("t", "vacuum", {"table": "vacuumed, retention 168 h"}, 4.0),
+    Skip("t", "ingest", "no new messages", {"lag": 0}),
+]
+
+
+@pytest.mark.parametrize("report", KINDS, ids=lambda r: type(r).__name__)
+def test_a_report_round_trips_from_the_job_to_the_task(report, tmp_path, monkeypatch, capsys):
+    target = tmp_path / "report.json"
+    monkeypatch.setenv(jobs.REPORT_FILE_VAR, str(target))
+    jobs.publish([report.as_dict()])
+    task = DeltaferrySparkSubmitOperator(task_id="x", topic="t", step="ingest")
+    from_file = task._read_reports(target)
+    from_line = reports.parse_report_line(capsys.readouterr().out.strip().splitlines()[-1])
+    assert from_file == from_line == [json.loads(json.dumps(report.as_dict()))]
+    assert reports.describe("x", from_file) == report.summary()
+    returned = reports.one_report("x", from_file)
+    assert returned["summary"] == report.summary() and returned["topic"] == "t"
+
+
+def test_a_job_that_wrote_no_report_says_so(tmp_path):
+    task = DeltaferrySparkSubmitOperator(task_id="x", topic="t", step="ingest")
+    assert task._read_reports(tmp_path / "missing.json") == []
+    assert reports.describe("ingest", []) == "ingest: the job printed no report"
