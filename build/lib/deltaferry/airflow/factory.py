@@ -1,0 +1,229 @@
+"""Build one Airflow DAG per entry of the topics file; report the entries that cannot be built.
+
+`dags/deltaferry_topics.py` puts `build_dags()` into its globals; `dags/deltaferry_config_errors.py`
+calls `raise_config_errors()`, so a bad entry appears in the UI as that file's import error while
+every good entry's DAG still loads. A bad entry whose name is a legal topic name also gets a
+stand-in DAG `ingest_<name>` with one task that fails with the same message, so the topic's
+page explains itself instead of vanishing.
+
+Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
+`spark_jobs/`; schedule from the entry (hourly by default), no catch-up, one run at a time,
+retries with exponential back-off; params ``reinfer`` and ``debug``; the ingest task declares
+the Delta table as an asset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from deltaferry import steps
+from deltaferry.config import (
+    TopicConfig,
+    TopicsFile,
+    load_topics,
+    validate_topic_name,
+    warehouse_from_env,
+)
+from deltaferry.errors import ConfigError
+from deltaferry.paths import TopicPaths
+
+log = logging.getLogger(__name__)
+
+#: The first data interval of every topic DAG (no catch-up, so only its start matters).
+START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+MAX_RETRY_DELAY = timedelta(minutes=60)
+TAG = "deltaferry"
+
+
+def table_asset_uri(table_path: str) -> str:
+    """An asset URI for a table location: object-store URIs as they are, folders as file://."""
+    if "://" in table_path:
+        return table_path.replace("s3a://", "s3://", 1)
+    return Path(table_path).resolve().as_uri()
+
+
+def params():
+    """The trigger form's parameters of every topic DAG."""
+    from airflow.sdk import Param
+
+    return {
+        "reinfer": Param(
+            False, type="boolean", title="Re-infer the schema",
+            description="Read the whole topic again to infer the schema, instead of only the "
+            "offsets after the last inference (use when a topic changed shape).",
+        ),
+        "debug": Param(
+            False, type="boolean", title="Debug locations",
+            description="Write the table, checkpoint, schema cache and quarantine under "
+            "<warehouse>/_debug/<topic>/ and leave the real table alone.",
+        ),
+    }
+
+
+def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
+    """The DAG's documentation, shown on its page in the UI."""
+    return f"""\
+### Kafka topic `{topic.name}` → Delta table
+
+| | |
+|---|---|
+| table | `{paths.table}` |
+| quarantine (malformed messages) | `{paths.quarantine}` |
+| schema cache (versions) | `{paths.schema}` |
+| checkpoint | `{paths.checkpoint}` |
+| format | {topic.format} |
+| max messages per micro-batch | {topic.max_offsets_per_trigger} |
+| VACUUM retention | {topic.vacuum_retention_hours:g} h |
+
+Tasks: **infer_schema** (reuses the cached schema, reads only new offsets) → **ingest**
+(availableNow stream, latest value per key MERGEd by `kafka_key`) → **optimize** → **vacuum**.
+Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
+
+Trigger with **reinfer** to re-read the whole topic for the schema; **debug** writes to
+`_debug/` locations instead. Configured in the topics file; edit it, not this DAG.
+"""
+
+
+def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None):
+    """The DAG of one topic. Not auto-registered: a DAG file registers what `build` keeps
+    (so a DAG Airflow would refuse cannot take the file's other DAGs down)."""
+    from airflow.sdk import DAG, Asset, chain
+
+    from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
+
+    paths = TopicPaths.for_topic(warehouse, topic.name)
+    table = Asset(uri=table_asset_uri(paths.table), name=f"deltaferry_{topic.name}_table",
+                  group="deltaferry")
+    default_args = {
+        "owner": TAG,
+        "retries": topic.retries,
+        "retry_delay": timedelta(minutes=topic.retry_delay_minutes),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": MAX_RETRY_DELAY,
+    }
+    with DAG(
+        dag_id=topic.dag_id,
+        description=f"Kafka topic {topic.name} → Delta table {paths.table}",
+        schedule=topic.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args,
+        params=params(),
+        tags=[TAG, f"format:{topic.format}"],
+        doc_md=doc_for(topic, paths),
+        auto_register=False,
+    ) as dag:
+        # A step with nothing to do ends skipped; the next steps still run (none_failed).
+        tasks = [
+            DeltaferrySparkSubmitOperator(
+                task_id=steps.get(name).task_id, topic=topic.name, step=name,
+                topics_file=topics_file, trigger_rule="none_failed" if position else "all_success",
+                outlets=[table] if name == "ingest" else [],
+            )
+            for position, name in enumerate(steps.DAG_STEPS)
+        ]
+        chain(*tasks)
+    return dag
+
+
+def broken_topic_dag(name: str, problem: str):
+    """A stand-in DAG for a bad entry: its one task fails with the entry's error."""
+    from airflow.sdk import DAG, task
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with DAG(
+        dag_id=f"ingest_{name}",
+        description=f"CONFIGURATION ERROR: {problem}",
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        tags=[TAG, "config-error"],
+        doc_md=f"### This topic's entry in the topics file is invalid\n\n`{problem}`\n\n"
+        "Fix the entry; this DAG then becomes the topic's real DAG.",
+        auto_register=False,
+    ) as dag:
+        @task(task_id="config_error", retries=0)
+        def config_error():
+            raise AirflowFailException(problem)
+
+        config_error()
+    return dag
+
+
+@dataclass
+class Built:
+    """What the factory made of a topics file."""
+
+    dags: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def build(topics_file: str | None = None, warehouse: str | None = None,
+          log_errors: bool = True) -> Built:
+    """Every valid entry's DAG, a stand-in DAG per bad entry with a legal name, and the errors.
+
+    Never raises for a bad entry or a bad file: the errors are returned for
+    `raise_config_errors` to show. A failure that is not the entry's (Airflow or a provider
+    cannot be imported) raises, so it is reported as what it is.
+    """
+    result = Built()
+    try:
+        loaded: TopicsFile = load_topics(topics_file)
+    except ConfigError as exc:
+        result.errors.append(str(exc))
+        return result
+    warehouse = warehouse or warehouse_from_env()
+    broken: list[ConfigError] = list(loaded.errors)
+    # Only the entry's own schedule can make Airflow refuse a DAG built from a valid entry; any
+    # other failure (an import, a provider) is Airflow's or deltaferry's, not the topics file's,
+    # and propagates as the DAG file's own import error.
+    from airflow.sdk.exceptions import AirflowTimetableInvalid
+
+    for topic in loaded.topics:
+        try:
+            dag = topic_dag(topic, warehouse, topics_file)
+            dag.validate()  # what Airflow's parser checks: the schedule
+        except AirflowTimetableInvalid as exc:
+            broken.append(ConfigError(
+                f"topic {topic.name!r}",
+                f"schedule: {topic.schedule!r} is not a schedule Airflow accepts ({exc}); use a "
+                "cron expression (5 fields) or a preset such as @hourly",
+                topic=topic.name,
+            ))
+            continue
+        result.dags[dag.dag_id] = dag
+    for error in broken:
+        result.errors.append(str(error))
+        if error.topic and f"ingest_{error.topic}" not in result.dags:
+            try:
+                validate_topic_name(error.topic)
+            except ConfigError:
+                continue  # no DAG id can be built from an illegal name; the import error says it
+            result.dags[f"ingest_{error.topic}"] = broken_topic_dag(error.topic, str(error))
+    if log_errors:
+        for message in result.errors:
+            log.error("deltaferry topics file: %s", message)
+    return result
+
+
+def build_dags(topics_file: str | None = None) -> dict:
+    """The DAGs by id (what a DAG file puts into its globals)."""
+    return build(topics_file or os.environ.get("DELTAFERRY_TOPICS")).dags
+
+
+def raise_config_errors(topics_file: str | None = None) -> None:
+    """Raise one ConfigError listing every bad entry (an import error in the Airflow UI)."""
+    path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
+    errors = build(path, log_errors=False).errors
+    if errors:
+        listing = "\n".join(f"  - {e}" for e in errors)
+        raise ConfigError(
+            "topics file",
+            f"{len(errors)} entr{'y is' if len(errors) == 1 else 'ies are'} invalid; their DAGs "
+            f"are not scheduled, the other topics' DAGs are:\n{listing}",
+        )

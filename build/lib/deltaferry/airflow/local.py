@@ -1,0 +1,59 @@
+"""The Airflow home of the local Airflow (`deltaferry.airflow.services`): its environment and
+metadata database.
+
+The Airflow home is ``.airflow`` at the repository root unless AIRFLOW_HOME says otherwise;
+its DAGs folder is the repository's ``dags/`` and its plugins folder ``plugins/``; the metadata
+database is SQLite. Airflow reads its settings when it is first imported, so everything here
+runs Airflow in child processes with the environment `airflow_env` builds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from deltaferry.errors import DeltaferryError
+from deltaferry.jvm import REPO_ROOT
+
+DEFAULT_HOME = REPO_ROOT / ".airflow"
+MIGRATED_MARK = ".deltaferry-db-migrated"
+
+
+def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None = None,
+                **extra: str) -> dict[str, str]:
+    """The environment of a local Airflow process: `base` (default os.environ) plus the home,
+    the repository's dags/ and plugins/, no example DAGs, and `extra`."""
+    env = dict(os.environ if base is None else base)
+    env["AIRFLOW_HOME"] = str(Path(home or env.get("AIRFLOW_HOME") or DEFAULT_HOME).resolve())
+    env["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
+    env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO_ROOT / "plugins")
+    env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    env.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+    env.update(extra)
+    return env
+
+
+def airflow_command(*args: str) -> list[str]:
+    """`airflow ARGS` with the Airflow installed beside this Python."""
+    return [str(Path(sys.executable).parent / "airflow"), *args]
+
+
+def ensure_database(env: Mapping[str, str]) -> None:
+    """Create or upgrade the home's metadata database (once per home and Airflow version)."""
+    import airflow  # only for its version; reading it does not load Airflow's settings
+
+    home = Path(env["AIRFLOW_HOME"])
+    mark = home / MIGRATED_MARK
+    version = getattr(airflow, "__version__", "?")
+    if mark.exists() and mark.read_text().strip() == version:
+        return
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"airflow: preparing the metadata database in {home} ...", file=sys.stderr)
+    done = subprocess.run(airflow_command("db", "migrate"), env=dict(env), capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise DeltaferryError(f"`airflow db migrate` failed in {home}:\n{done.stderr[-3000:]}")
+    mark.write_text(version + "\n")

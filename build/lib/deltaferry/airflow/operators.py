@@ -1,0 +1,234 @@
+"""The one operator deltaferry's DAGs use: a step of one topic, run by spark-submit.
+
+`DeltaferrySparkSubmitOperator` is the provider's SparkSubmitOperator with what a topic's step
+needs decided at run time, so a DAG file only names the topic and the step:
+
+* the application is the step's script in ``deltaferry/spark_jobs/`` (`deltaferry.steps`) and
+  its arguments come from the DAG run's params (``reinfer``, ``debug``);
+* the Spark master is the ``spark_default`` connection if it exists, else
+  ``DELTAFERRY_SPARK_MASTER``, else ``local[*]`` (the provider alone would fall back to yarn):
+  without the connection, the task defines it for itself the way Airflow documents, as an
+  ``AIRFLOW_CONN_<ID>`` variable of its own process; the jars are the ones ``make setup``
+  resolved;
+* every other SparkSubmitOperator argument (``packages``, ``keytab``, ``principal``,
+  ``proxy_user``, ``env_vars``, ...) passes through unchanged: the hook is the provider's own;
+* Kafka brokers and client properties come from the Kafka connection or the environment and
+  reach spark-submit in its environment (never its command line); secret values are masked;
+* before spark-submit, `deltaferry.plan` decides from the topic's offsets, checkpoint, schema
+  cache and Delta log whether the step has anything to do; if not, no JVM starts and the task
+  ends *skipped*, saying why in its log and its XCom (and the ingest task emits no asset event);
+* the job writes its report to a file the task names (``DELTAFERRY_REPORT_FILE``); it becomes
+  the task's XCom return value (one dict), a ``deltaferry result:`` line in the log and the
+  ``extra`` of the task's asset events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from deltaferry import steps
+from deltaferry.airflow.connections import (
+    SPARK_CONN_ID,
+    KafkaAccess,
+    RegistryAccess,
+    StorageAccess,
+    kafka_access,
+    registry_access,
+    spark_master,
+    storage_access,
+)
+from deltaferry.airflow.reports import describe, one_report
+from deltaferry.jobs import REPORT_FILE_VAR
+
+
+def connection_or_none(conn_id: str):
+    """The Airflow connection `conn_id`, or None if it is not defined anywhere."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk import BaseHook
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = False,
+                   topics_file: str | None = None) -> list[str]:
+    """The application arguments of `step` for `topic` (see deltaferry.jobs)."""
+    steps.get(step)  # ConfigError for a step that does not exist
+    args = [topic]
+    if topics_file:
+        args += ["--topics-file", str(topics_file)]
+    if debug:
+        args.append("--debug")
+    if reinfer and step == "infer":
+        args.append("--reinfer")
+    return args
+
+
+def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
+               env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Spark properties for the submit: quiet logs, and the small-machine tuning for local masters
+    (as `get_spark` applies in-process); `user_conf` (the operator's `conf`) wins."""
+    from deltaferry.spark.session import LOCAL_DEFAULTS
+
+    env = os.environ if env is None else env
+    conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN")}
+    if master.startswith("local"):
+        conf.update(LOCAL_DEFAULTS)
+        conf["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
+    conf.update(user_conf or {})
+    return conf
+
+
+def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
+                      storage: StorageAccess | None = None,
+                      registry: RegistryAccess | None = None) -> dict[str, str]:
+    """The environment of the spark-submit process: `base` plus the Kafka and storage
+    settings, this
+    Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
+    (and, on a local master, the executors') interpreter."""
+    env = dict(base)
+    env.update(kafka.child_env())
+    env.update(storage.env if storage else {})
+    env.update(registry.env if registry else {})  # Schema Registry: environment, never argv
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the task log as they happen
+    return env
+
+
+class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
+    """Run one deltaferry step (infer, ingest, optimize, vacuum) of one topic via spark-submit.
+
+    :param topic: the topic's name (an entry of the topics file)
+    :param step: one of deltaferry.steps.STEPS
+    :param topics_file: the topics file the job reads (default: DELTAFERRY_TOPICS)
+    Every other keyword argument goes to SparkSubmitOperator as it is (conf, conn_id,
+    executor_memory, packages, keytab, principal, proxy_user, env_vars, ...).
+    """
+
+    ui_color = "#e8f4fa"
+
+    def __init__(self, *, topic: str, step: str, topics_file: str | None = None, **kwargs):
+        kwargs.setdefault("application", str(steps.get(step).script))
+        kwargs.setdefault("name", f"deltaferry-{step}-{topic}")
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        super().__init__(**kwargs)
+        self.topic = topic
+        self.step = step
+        self.topics_file = topics_file
+
+    def execute(self, context) -> Any:  # the task's XCom: one report dict
+        from airflow.sdk.log import mask_secret
+
+        from deltaferry.spark.session import spark_jars_csv
+
+        params = context.get("params") or {}
+        reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
+        master = spark_master(connection_or_none, conn_id=self._conn_id)
+        kafka = kafka_access(connection_or_none)
+        storage = storage_access(connection_or_none)
+        registry = registry_access(connection_or_none)
+        for secret in kafka.secrets() + storage.secrets() + registry.secrets():
+            mask_secret(secret)
+        env = child_environment(dict(os.environ), kafka, master, storage, registry)
+        self.log.info("deltaferry %s of %r: master %s, brokers from %s, storage from %s%s%s",
+                      self.step, self.topic, master, kafka.source, storage.source,
+                      ", debug locations" if debug else "",
+                      ", full re-inference" if reinfer and self.step == "infer" else "")
+        skip = self._nothing_to_do(env, reinfer, debug)
+        if skip is not None:
+            self._skip(context, skip.as_dict())
+        self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
+                                                self.topics_file)
+        self.conf = spark_conf(master, self.conf)
+        self.jars = self.jars or spark_jars_csv()
+        self._define_master(master)
+        self._refuse_cluster_mode()
+        with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
+            report_file = Path(folder) / "report.json"
+            env[REPORT_FILE_VAR] = str(report_file)
+            self._merge_env_vars(env, master)
+            self._hook = self._get_hook()
+            self._hook.submit(self.application, env=env)
+            reports = self._read_reports(report_file)
+        report = one_report(self.step, reports)
+        self.log.info("deltaferry result: %s", describe(self.step, reports))
+        self._publish(context, report, debug)
+        return report
+
+    def _merge_env_vars(self, env: dict[str, str], master: str) -> None:
+        """The operator's own `env_vars` join the job's environment (they win). On a client-mode
+        master the provider's hook replaces spark-submit's environment with os.environ plus
+        `env_vars`, so there they become the whole job environment; on YARN and Kubernetes the
+        hook turns them into --conf arguments, so there they stay the caller's alone."""
+        if not self.env_vars:
+            return
+        env.update({k: str(v) for k, v in self.env_vars.items()})
+        if not master.startswith(("yarn", "k8s://")):
+            self.env_vars = dict(env)
+
+    def _define_master(self, master: str) -> None:
+        """Without the Spark connection, define it for this task's own process (an
+        AIRFLOW_CONN_<ID> variable, as Airflow documents) with deltaferry's master."""
+        if connection_or_none(self._conn_id) is None:
+            self.log.info("No Airflow connection %r: Spark master %s", self._conn_id, master)
+            os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(
+                {"conn_type": "spark", "host": master})
+
+    def _refuse_cluster_mode(self) -> None:
+        """deploy-mode cluster cannot work: the job's settings and report need the driver here."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        conn = connection_or_none(self._conn_id)
+        extra = (conn.extra_dejson if conn is not None else None) or {}
+        if (self._deploy_mode or extra.get("deploy-mode")) == "cluster":
+            raise AirflowFailException(
+                f"connection {self._conn_id!r} asks for deploy-mode cluster: deltaferry runs the "
+                "driver in client mode (its Kafka settings and report travel through the "
+                "spark-submit process); remove deploy-mode from the connection's extra"
+            )
+
+    def _read_reports(self, report_file: Path) -> list[dict]:
+        """The reports the job wrote ([] when it wrote none)."""
+        try:
+            data = json.loads(report_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return data if isinstance(data, list) else [data]
+
+    def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
+        """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM)."""
+        from deltaferry.pipeline import TopicContext
+        from deltaferry.plan import decide
+
+        ctx = TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
+        return decide(self.step, ctx, reinfer=reinfer, env=env)
+
+    def _skip(self, context, report: dict) -> None:
+        """End the task as skipped (no asset event), its report as the XCom return value."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        self.log.info("deltaferry result: %s", report["summary"])
+        context["ti"].xcom_push(key="return_value", value=report)
+        raise AirflowSkipException(report["summary"])
+
+    def _publish(self, context, report: dict, debug: bool) -> None:
+        """The report as the `extra` of the task's asset events (the ingest task's table)."""
+        outlet_events = context.get("outlet_events")
+        if outlet_events is None:
+            return
+        for outlet in self.outlets or []:
+            outlet_events[outlet].extra = {**report, "debug": debug}

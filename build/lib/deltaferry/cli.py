@@ -1,0 +1,115 @@
+"""The `deltaferry` command line: `stack up|down|status` and `run TOPIC`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from deltaferry.errors import DeltaferryError
+
+
+def _stack(args: argparse.Namespace) -> int:
+    from deltaferry import stack
+
+    if args.action == "up":
+        for name, value in stack.up().items():
+            print(f"{name}={value}")
+    elif args.action == "down":
+        for line in stack.down():
+            print(line, file=sys.stderr)
+    else:
+        state = stack.status()
+        if not state:
+            print("stack: not running", file=sys.stderr)
+            return 1
+        for name, value in state.items():
+            print(f"{name}={value}")
+    return 0
+
+
+def _airflow(args: argparse.Namespace) -> int:
+    from deltaferry.airflow import services
+
+    if args.action == "up":
+        running = services.up(env=services.local_env())
+        print(f"AIRFLOW_URL={running.url}")
+        print(f"AIRFLOW_HOME={running.home}")
+    elif args.action == "down":
+        for line in services.down():
+            print(line, file=sys.stderr)
+    else:
+        found = services.status()
+        if found is None:
+            print("airflow: not running", file=sys.stderr)
+            return 1
+        print(f"AIRFLOW_URL={found.url}")
+        print(f"AIRFLOW_HOME={found.home}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from deltaferry.pipeline import configure_logging, run_topic
+
+    configure_logging()
+    run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; every flag has help text."""
+    parser = argparse.ArgumentParser(
+        prog="deltaferry", description="Land Kafka topics in Delta Lake tables."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_stack = sub.add_parser("stack",
+                             help="start or stop the local stack (Kafka broker, S3 server)")
+    p_stack.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: start in the background and print shell assignments; down: stop everything; "
+        "status: print the assignments of a running stack",
+    )
+    p_stack.set_defaults(func=_stack)
+
+    p_airflow = sub.add_parser(
+        "airflow", help="start or stop a local Airflow (api-server, scheduler, dag-processor, "
+        "triggerer) on the repository's DAGs")
+    p_airflow.add_argument(
+        "action", choices=["up", "down", "status"],
+        help="up: start in the background (AIRFLOW_HOME, default .airflow; AIRFLOW__API__PORT, "
+        "default 8080 or a free port; the local stack too unless DELTAFERRY_KAFKA_BOOTSTRAP is "
+        "set) and print its URL; down: stop it; status: its URL if it runs",
+    )
+    p_airflow.set_defaults(func=_airflow)
+
+    p_run = sub.add_parser(
+        "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"
+    )
+    p_run.add_argument("topic", help="a topic listed in the topics file (DELTAFERRY_TOPICS)")
+    p_run.add_argument(
+        "--reinfer",
+        action="store_true",
+        help="re-read the whole topic to infer the schema instead of only the new offsets",
+    )
+    p_run.add_argument(
+        "--steps",
+        default="infer,ingest,maintain",
+        help="comma-separated subset of infer,ingest,maintain (default: all three, in order)",
+    )
+    p_run.set_defaults(func=_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `deltaferry` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DeltaferryError as exc:
+        print(f"deltaferry: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

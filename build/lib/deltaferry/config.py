@@ -1,0 +1,330 @@
+"""Configuration: the topics file and the environment, validated once into typed objects.
+
+The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repository root)::
+
+    defaults:                      # optional; any per-topic key, applied to every entry
+      max_offsets_per_trigger: 50000
+    topics:
+      - name: orders               # required: a legal Kafka topic name
+        schedule: "@hourly"        # Airflow schedule (cron or preset); null = manual only
+        starting_offsets: earliest # where a new checkpoint starts: earliest | latest
+        max_offsets_per_trigger: 50000   # bound on messages per micro-batch
+        vacuum_retention_hours: 168      # VACUUM keeps files younger than this
+        vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
+        optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
+        fail_on_data_loss: true    # fail when offsets expired before they were read
+        retries: 2                 # Airflow retries of each task, with exponential back-off
+        retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
+        format: json               # json | avro (Confluent wire format, Schema Registry)
+        subject_strategy: topic_name   # avro: topic_name | record_name | topic_record_name
+        record_name: null          # avro: the record's full name (for the record strategies)
+        schema_version: null       # avro: read with this registered version (null = latest)
+
+Each entry is validated on its own: a bad entry is reported with its position and name and does
+not stop the other entries from loading (``TopicsFile.errors``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deltaferry.errors import ConfigError, TopicNotConfiguredError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Kafka's own rule for topic names (kafka.common.internals.Topic).
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+class Format(StrEnum):
+    """The value formats deltaferry decodes (deltaferry.spark.decoding has one decoder each)."""
+
+    JSON = "json"
+    AVRO = "avro"
+
+
+FORMATS = tuple(f.value for f in Format)
+#: Subject name strategies of avro topics (see deltaferry.registry).
+SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
+STARTING_OFFSETS = ("earliest", "latest")
+
+
+def validate_topic_name(name: Any, where: str = "topic") -> str:
+    """Return `name` if it is a legal Kafka topic name, else raise ConfigError naming it."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(where, f"name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise ConfigError(where, f"topic name {name!r} is not allowed by Kafka")
+    if len(name) > 249:
+        raise ConfigError(where, f"topic name is {len(name)} characters long; Kafka allows 249")
+    if not TOPIC_NAME_RE.match(name):
+        bad = sorted({c for c in name if not re.match(r"[a-zA-Z0-9._-]", c)})
+        raise ConfigError(
+            where,
+            f"topic name {name!r} has characters Kafka does not allow: {''.join(bad)!r} "
+            "(allowed: letters, digits, '.', '_', '-')",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """One validated entry of the topics file."""
+
+    name: str
+    format: str = "json"
+    schedule: str | None = "@hourly"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 50_000
+    vacuum_retention_hours: float = 168.0
+    vacuum_interval_hours: float = 24.0
+    optimize_min_files: int = 16
+    fail_on_data_loss: bool = True
+    retries: int = 2
+    retry_delay_minutes: float = 2.0
+    subject_strategy: str = "topic_name"
+    record_name: str | None = None
+    schema_version: int | None = None
+
+    @property
+    def dag_id(self) -> str:
+        """The Airflow DAG id of this topic."""
+        return f"ingest_{self.name}"
+
+
+_KEYS = {f.name: f for f in fields(TopicConfig)}
+
+
+def _check_value(key: str, value: Any, where: str) -> Any:
+    """Validate and coerce one per-topic setting; ConfigError names the entry and the key."""
+    def fail(problem: str) -> ConfigError:
+        return ConfigError(where, f"{key}: {problem}")
+
+    if key == "name":
+        return validate_topic_name(value, where)
+    if key == "format":
+        if value not in FORMATS:
+            raise fail(f"{value!r} is not a supported format (supported: {', '.join(FORMATS)})")
+        return value
+    if key == "schedule":
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise fail(f"must be a cron expression, an Airflow preset or null, got {value!r}")
+        return value
+    if key == "starting_offsets":
+        if value not in STARTING_OFFSETS:
+            raise fail(f"must be one of {', '.join(STARTING_OFFSETS)}, got {value!r}")
+        return value
+    if key == "max_offsets_per_trigger":
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise fail(f"must be a positive integer, got {value!r}")
+        return value
+    if key == "vacuum_retention_hours":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise fail(f"must be a number of hours >= 0, got {value!r}")
+        return float(value)
+    if key == "vacuum_interval_hours":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise fail(f"must be a number of hours > 0, got {value!r}")
+        return float(value)
+    if key == "optimize_min_files":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise fail(f"must be a whole number >= 2 (OPTIMIZE merges two files or more), "
+                       f"got {value!r}")
+        return value
+    if key == "retries":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail(f"must be a whole number >= 0, got {value!r}")
+        return value
+    if key == "retry_delay_minutes":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise fail(f"must be a number of minutes > 0, got {value!r}")
+        return float(value)
+    if key == "subject_strategy":
+        if value not in SUBJECT_STRATEGIES:
+            raise fail(f"must be one of {', '.join(SUBJECT_STRATEGIES)}, got {value!r}")
+        return value
+    if key == "record_name":
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise fail(f"must be a record's full name (namespace.Name) or null, got {value!r}")
+        return value
+    if key == "schema_version":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            raise fail(f"must be a registered version number (>= 1) or null, got {value!r}")
+        return value
+    if key == "fail_on_data_loss":
+        if not isinstance(value, bool):
+            raise fail(f"must be true or false, got {value!r}")
+        return value
+    raise fail("unknown key")  # pragma: no cover - guarded by the caller
+
+
+def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None) -> TopicConfig:
+    """Validate one entry of `topics:` (at index `position`) into a TopicConfig."""
+    where = f"topics[{position}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(where,
+                          f"each entry must be a mapping with at least 'name:', got {entry!r}")
+    if "name" in entry and isinstance(entry["name"], str):
+        where = f"topics[{position}] ({entry['name']!r})"
+    merged = {**(defaults or {}), **entry}
+    unknown = sorted(set(merged) - set(_KEYS))
+    if unknown:
+        raise ConfigError(
+            where, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})"
+        )
+    if "name" not in entry:
+        raise ConfigError(where, "missing required key 'name'")
+    topic = TopicConfig(**{k: _check_value(k, v, where) for k, v in merged.items()})
+    if topic.subject_strategy != "topic_name" and not topic.record_name:
+        raise ConfigError(where, f"subject_strategy {topic.subject_strategy} needs record_name "
+                          "(the record's full name, namespace.Name)")
+    return topic
+
+
+@dataclass
+class TopicsFile:
+    """The result of loading a topics file: the valid entries and the errors of the others."""
+
+    path: str
+    topics: list[TopicConfig] = field(default_factory=list)
+    errors: list[ConfigError] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Names of the valid topics, in file order."""
+        return [t.name for t in self.topics]
+
+    def get(self, name: str) -> TopicConfig:
+        """The topic called `name`; its own error if its entry is invalid; else not configured."""
+        for topic in self.topics:
+            if topic.name == name:
+                return topic
+        for error in self.errors:
+            if error.topic == name:
+                raise error
+        raise TopicNotConfiguredError(name, self.path, self.names())
+
+
+def parse_topics(document: Any, path: str) -> TopicsFile:
+    """Validate a parsed topics document; file-level problems raise, entry-level ones collect."""
+    if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
+        raise ConfigError(path, "must be a YAML mapping with a 'topics:' list")
+    extra = sorted(set(document) - {"topics", "defaults"})
+    if extra:
+        raise ConfigError(path, f"unknown top-level key(s): {', '.join(extra)}")
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict) or "name" in defaults:
+        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name')")
+    result = TopicsFile(path=path)
+    seen: dict[str, int] = {}
+    for position, entry in enumerate(document["topics"]):
+        try:
+            topic = parse_topic(entry, position, defaults)
+        except ConfigError as exc:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                exc.topic = entry["name"]
+            result.errors.append(exc)
+            continue
+        if topic.name in seen:
+            result.errors.append(
+                ConfigError(
+                    f"topics[{position}] ({topic.name!r})",
+                    f"duplicate of topics[{seen[topic.name]}]: each topic may be listed once",
+                    topic=topic.name,
+                )
+            )
+            continue
+        seen[topic.name] = position
+        result.topics.append(topic)
+    return result
+
+
+def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
+    """Read and validate the topics file (`path`, else DELTAFERRY_TOPICS, else topics.yaml)."""
+    path = str(path or os.environ.get("DELTAFERRY_TOPICS") or REPO_ROOT / "topics.yaml")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(path, "topics file not found (set DELTAFERRY_TOPICS)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, f"not valid YAML: {exc}") from None
+    return parse_topics(document, path)
+
+
+def warehouse_from_env(env: Mapping[str, str] | None = None) -> str:
+    """DELTAFERRY_WAREHOUSE (a folder or a URI), else ``warehouse/`` at the repository root."""
+    env = os.environ if env is None else env
+    warehouse = env.get("DELTAFERRY_WAREHOUSE") or str(REPO_ROOT / "warehouse")
+    return warehouse.rstrip("/") or "/"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things are: from the environment, never from code."""
+
+    warehouse: str
+    kafka_bootstrap: str
+    spark_master: str | None = None
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read DELTAFERRY_WAREHOUSE, DELTAFERRY_KAFKA_BOOTSTRAP, DELTAFERRY_SPARK_MASTER and
+        DELTAFERRY_KAFKA_OPTIONS (a JSON object of Kafka client properties such as
+        security.protocol or sasl.jaas.config; passed in the environment so that secrets never
+        reach a command line)."""
+        env = os.environ if env is None else env
+        options = parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
+        warehouse = warehouse_from_env(env)
+        bootstrap = env.get("DELTAFERRY_KAFKA_BOOTSTRAP", "").strip()
+        if not bootstrap:
+            raise ConfigError(
+                "DELTAFERRY_KAFKA_BOOTSTRAP",
+                "not set: export the brokers as host:port[,host:port], or run "
+                '`export $(deltaferry stack up)` for a local broker',
+            )
+        for broker in bootstrap.split(","):
+            host, _, port = broker.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(
+                    "DELTAFERRY_KAFKA_BOOTSTRAP", f"{broker!r} is not host:port"
+                )
+        return cls(
+            warehouse=warehouse,
+            kafka_bootstrap=bootstrap,
+            spark_master=env.get("DELTAFERRY_SPARK_MASTER") or None,
+            kafka_options=options,
+        )
+
+    def __repr__(self) -> str:
+        """Never shows Kafka client option values (they may hold secrets)."""
+        return (f"Settings(warehouse={self.warehouse!r}, kafka_bootstrap={self.kafka_bootstrap!r}, "
+                f"spark_master={self.spark_master!r}, kafka_options={sorted(self.kafka_options)})")
+
+
+def parse_kafka_options(text: str) -> dict[str, str]:
+    """DELTAFERRY_KAFKA_OPTIONS as a dict of strings; ConfigError (without the values) if bad."""
+    if not text.strip():
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError:
+        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "is not a JSON object") from None
+    if not isinstance(options, dict):
+        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "must be a JSON object of properties")
+    bad = sorted(k for k in options if k.startswith("kafka.") or k == "bootstrap.servers")
+    if bad:
+        raise ConfigError(
+            "DELTAFERRY_KAFKA_OPTIONS",
+            f"give client properties without the 'kafka.' prefix and without bootstrap.servers "
+            f"(use DELTAFERRY_KAFKA_BOOTSTRAP): {', '.join(bad)}",
+        )
+    return {str(k): str(v) for k, v in options.items()}

@@ -1,0 +1,45 @@
+"""Where a topic's things live under the warehouse root.
+
+``<warehouse>/<topic>/table`` (the Delta table), ``_checkpoint`` (the streaming checkpoint),
+``_schema/`` (the cached, versioned schemas) and ``_quarantine`` (a Delta table of malformed
+messages). Paths are only ever built from validated topic names. A debug run (the DAG's
+``debug`` param) uses ``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
+
+A warehouse on S3 (``s3://bucket/prefix``) has the same layout; its paths are given in the form
+Spark reads (``s3a://bucket/prefix/<topic>/table``), which the schema cache reads too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deltaferry.config import validate_topic_name
+from deltaferry.storage import join, spark_uri
+
+__all__ = ["TopicPaths", "join"]
+
+
+@dataclass(frozen=True)
+class TopicPaths:
+    """The locations of one topic's table, checkpoint, schema cache and quarantine."""
+
+    root: str
+    table: str
+    checkpoint: str
+    schema: str
+    quarantine: str
+
+    @classmethod
+    def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> TopicPaths:
+        """Locations of `topic` under `warehouse` (under `_debug/` for a debug run); refuses a
+        name that is not a legal topic."""
+        name = validate_topic_name(topic)
+        warehouse = spark_uri(warehouse)
+        root = join(warehouse, "_debug", name) if debug else join(warehouse, name)
+        return cls(
+            root=root,
+            table=join(root, "table"),
+            checkpoint=join(root, "_checkpoint"),
+            schema=join(root, "_schema"),
+            quarantine=join(root, "_quarantine"),
+        )

@@ -1,0 +1,113 @@
+"""The three steps of a topic, as one library call each, and `run_topic` that chains them.
+
+`deltaferry run`, the `spark_jobs/` entry points and (later) the Airflow tasks all call these.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from deltaferry import steps
+from deltaferry.config import Format, Settings, TopicConfig, load_topics
+from deltaferry.errors import EmptyTopicError
+from deltaferry.paths import TopicPaths
+from deltaferry.schema.store import SchemaStore
+from deltaferry.storage import storage_for
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class TopicContext:
+    """Everything a step needs to know about one topic, resolved once."""
+
+    topic: TopicConfig
+    settings: Settings
+    paths: TopicPaths
+    store: SchemaStore
+
+    @classmethod
+    def load(cls, name: str, topics_file: str | None = None, debug: bool = False,
+             env: Mapping[str, str] | None = None) -> TopicContext:
+        """Resolve `name` from the topics file and the environment `env` (default os.environ;
+        debug: separate locations)."""
+        topic = load_topics(topics_file).get(name)
+        settings = Settings.from_env(env)
+        paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
+        store = SchemaStore(paths.schema, storage_for(paths.schema, env))
+        return cls(topic, settings, paths, store)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Timestamped deltaferry log lines on stderr (what a task log shows)."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def check_before_spark(ctx: TopicContext) -> None:
+    """Say Kafka and warehouse problems (unreachable broker, missing topic, missing bucket, bad
+    credentials, unreachable S3 endpoint) before the JVM is started."""
+    from deltaferry.kafka import topic_offsets
+    from deltaferry.storage import check_warehouse
+
+    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
+    check_warehouse(ctx.settings.warehouse)
+
+
+def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
+    """Run one single step (infer, ingest, optimize or vacuum); its report."""
+    if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
+        from deltaferry.spark.avro import registry_version
+
+        return registry_version(ctx.topic)
+    if step == "infer":
+        from deltaferry.spark.infer import infer_schema
+
+        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer)
+    if step == "ingest":
+        from deltaferry.spark.ingest import ingest_topic
+
+        return ingest_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store)
+    from deltaferry.spark import maintain
+
+    return getattr(maintain, step)(spark, ctx.topic, ctx.paths)
+
+
+def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
+    """Run a step of deltaferry.steps: its report, or for a composite step (maintain) the list
+    of its parts' reports."""
+    definition = steps.get(step)
+    reports = [run_single(single, ctx, spark, reinfer) for single in definition.runs]
+    return reports if definition.parts else reports[0]
+
+
+def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
+              spark=None) -> list:
+    """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports.
+
+    A step with nothing to do (deltaferry.plan) is skipped, and Spark starts only for a step
+    that has work. An empty topic is not a failure: the run says so and stops.
+    """
+    from deltaferry.plan import decide
+    from deltaferry.spark.session import get_spark
+
+    ctx = TopicContext.load(name)
+    check_before_spark(ctx)
+    reports: list = []
+    for step in steps.parse_steps(steps_text):
+        skip = decide(step, ctx, reinfer=reinfer)
+        if skip is not None:
+            reports.append(skip)
+            continue
+        spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
+        try:
+            reports.append(run_single(step, ctx, spark, reinfer=reinfer))
+        except EmptyTopicError as exc:
+            log.warning("%s", exc)
+            break
+    for report in reports:
+        print(report.summary())
+    return reports

@@ -1,0 +1,131 @@
+"""A Kafka producer for JSON-like dicts that derives and evolves its own Avro schema.
+
+    producer = DynamicSchemaProducer({"bootstrap.servers": "..."}, registry_url, "orders")
+    producer.produce({"id": 1, "items": [{"sku": "a", "qty": 2}]}, key="1")
+    producer.flush(timeout=10)
+
+Each payload's Avro schema is derived (`deltaferry.schema.avro`); when it does not fit the
+subject's current version, the merged schema is tested with the registry's compatibility
+endpoint, then registered, and only then is the message produced (Confluent wire format, by
+confluent-kafka's AvroSerializer). A payload no backward-compatible schema can hold raises
+IncompatibleShapeError: nothing is produced and nothing is registered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from deltaferry.registry import RegistryError, without_credentials
+from deltaferry.schema.avro import IncompatibleShapeError, evolve, record_name
+
+log = logging.getLogger(__name__)
+
+COMPATIBILITY = "BACKWARD"
+
+
+class DynamicSchemaProducer:
+    """Produce dicts as Avro to `topic`, registering a new schema version only when needed.
+
+    :param producer_config: confluent-kafka Producer configuration (bootstrap.servers, ...)
+    :param schema_registry_url: the registry's URL (as SchemaRegistryClient takes it), or a
+        full SchemaRegistryClient configuration dict (url, basic.auth.user.info, ...)
+    :param topic: the topic to produce to; the subject is ``<topic>-value``
+    """
+
+    def __init__(self, producer_config: dict, schema_registry_url: str | dict, topic: str):
+        from confluent_kafka import Producer
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        conf = (dict(schema_registry_url) if isinstance(schema_registry_url, dict)
+                else {"url": schema_registry_url})
+        self.registry_url = without_credentials(conf["url"])
+        self.topic = topic
+        self.subject = f"{topic}-value"
+        self.record_name = record_name(topic)
+        self.registry = SchemaRegistryClient(conf)
+        self.producer = Producer(producer_config)
+        self.schema: dict | None = None
+        self.schema_id: int | None = None
+        self._serializers: dict[int, Any] = {}
+        self._load_latest()
+
+    def _fail(self, problem: str) -> RegistryError:
+        return RegistryError(self.registry_url, problem, self.subject)
+
+    def _load_latest(self) -> None:
+        """Start from the subject's latest registered version, if any."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            latest = self.registry.get_latest_version(self.subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return
+            raise self._fail(f"cannot read the latest version: {exc}") from None
+        self.schema = json.loads(latest.schema.schema_str or "null")
+        self.schema_id = latest.schema_id
+
+    def _register(self, schema: dict) -> int:
+        """Test `schema` against the latest version (when there is one), then register it."""
+        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        candidate = Schema(json.dumps(schema), "AVRO")
+        try:
+            if self.schema is not None and not self.registry.test_compatibility(
+                    self.subject, candidate):
+                raise self._fail(
+                    f"the registry finds the new schema not {COMPATIBILITY} compatible with the "
+                    "latest version; nothing was produced")
+            schema_id = self.registry.register_schema(self.subject, candidate)
+            if self.schema is None:  # first version: let the registry enforce compatibility
+                self.registry.set_compatibility(self.subject, COMPATIBILITY)
+        except SchemaRegistryError as exc:
+            raise self._fail(f"registering a new version failed: {exc}") from None
+        log.info("subject %s: registered schema id %d", self.subject, schema_id)
+        return schema_id
+
+    def _serializer(self, schema_id: int, schema: dict):
+        """confluent-kafka's AvroSerializer for one registered schema (no auto-registering)."""
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        if schema_id not in self._serializers:
+            self._serializers[schema_id] = AvroSerializer(
+                self.registry, json.dumps(schema),
+                conf={"auto.register.schemas": False, "use.latest.version": False,
+                      "normalize.schemas": False},
+            )
+        return self._serializers[schema_id]
+
+    def schema_for(self, payload: dict) -> dict:
+        """The schema `payload` needs (the current one if it fits); IncompatibleShapeError if
+        none can hold it compatibly."""
+        try:
+            return evolve(self.schema, payload, self.record_name)
+        except IncompatibleShapeError as exc:
+            exc.subject = self.subject
+            exc.args = (f"subject {self.subject!r}: {exc}",)
+            raise
+
+    def produce(self, payload: dict, key: str | bytes | None = None, **kwargs) -> None:
+        """Serialize `payload` (registering a new schema version first if it needs one) and
+        produce it. Extra keyword arguments go to Producer.produce (partition, on_delivery...)."""
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        schema = self.schema_for(payload)
+        if schema != self.schema:
+            self.schema_id = self._register(schema)
+            self.schema = schema
+        assert self.schema_id is not None  # registered above, or read from the registry
+        value = self._serializer(self.schema_id, schema)(
+            payload, SerializationContext(self.topic, MessageField.VALUE))
+        if isinstance(key, str):
+            key = key.encode()
+        self.producer.produce(self.topic, value=value, key=key, **kwargs)
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = -1) -> int:
+        """Wait for outstanding messages; the number still queued."""
+        return self.producer.flush(timeout)

@@ -1,0 +1,1 @@
+"""The Spark side: session, schema inference, ingest (streaming upsert) and maintenance."""

@@ -1,0 +1,164 @@
+"""Schema inference: read what the cache has not covered, keep the latest value per key, infer
+with Spark's JSON inference, merge with the cached schema and store a new version if it grew."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+
+from deltaferry.config import Settings, TopicConfig
+from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
+from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
+from deltaferry.schema.merge import describe, merge_schemas
+from deltaferry.schema.rules import relaxed
+from deltaferry.schema.store import SchemaStore, SchemaVersion
+from deltaferry.spark.kafka_source import latest_per_key, read_ranges
+
+log = logging.getLogger(__name__)
+
+#: How often a run retries after another run wrote the same schema version first.
+COMMIT_ATTEMPTS = 5
+
+
+@dataclass
+class InferReport:
+    """What one inference did."""
+
+    topic: str
+    schema_version: int
+    changed: bool
+    offsets_scanned: int
+    full: bool
+    changes: str
+    seconds: float
+    step: str = "infer"
+
+    def summary(self) -> str:
+        """One line for logs."""
+        scope = "full re-inference" if self.full else "incremental inference"
+        return (
+            f"infer {self.topic}: {scope} over {self.offsets_scanned} offsets in "
+            f"{self.seconds:.1f} s; schema v{self.schema_version} "
+            f"({'new version: ' + self.changes if self.changed else 'unchanged'})"
+        )
+
+    def as_dict(self) -> dict:
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
+
+
+def json_objects(df):
+    """The values worth inferring from: keyed, not tombstones, and shaped like a JSON object."""
+    from pyspark.sql import functions as F
+
+    return df.where(
+        F.col("kafka_key").isNotNull()
+        & F.col("raw_value").isNotNull()
+        & F.ltrim(F.col("raw_value")).startswith("{")
+    )
+
+
+#: The column Spark's PERMISSIVE JSON parsing fills with a value that does not fit the schema.
+CORRUPT = "__deltaferry_corrupt"
+
+
+def consistent_with(records, cached: dict | None):
+    """The records that do not contradict `cached`. Spark's inference turns a struct/string
+    clash into string, so one contradicting record would hide every new nested field; those
+    records are left out here and quarantined by ingest."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if not cached or not cached.get("fields"):
+        return records
+    check = StructType.fromJson(relaxed(cached)).add(StructField(CORRUPT, StringType()))
+    parsed = F.from_json(
+        "raw_value", check, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    )
+    return records.where(parsed.getField(CORRUPT).isNull())
+
+
+def infer_from_records(spark, records, cached: dict | None = None) -> dict:
+    """Spark's JSON inference over the raw_value of the records that fit `cached`. Malformed
+    values are skipped, and so are fields that are only ever null (Spark would call them
+    string, and a cached string absorbs every later type); they get their type when a value
+    shows up."""
+    values = consistent_with(records, cached).select("raw_value")
+    reader = spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
+    return reader.json(values).schema.jsonValue()
+
+
+def commit_schema(
+    store: SchemaStore, inferred: dict, covered: dict[int, int]
+) -> tuple[SchemaVersion, bool, str]:
+    """Merge `inferred` into the newest stored schema and store it if it changed.
+
+    Retries on top of a version another run wrote meanwhile. Returns (version, changed, changes).
+    """
+    for _ in range(COMMIT_ATTEMPTS):
+        cached = store.latest()
+        result = merge_schemas(cached.schema if cached else None, inferred)
+        for conflict in result.conflicts:
+            log.warning(
+                "schema conflict at %s: cached %s, new data %s; keeping %s, records that do "
+                "not fit go to quarantine", conflict.path, conflict.cached_type,
+                conflict.new_type, conflict.cached_type,
+            )
+        if not result.changed and cached is not None:
+            store.set_covered(covered, cached.version)
+            return cached, False, describe(result)
+        try:
+            version = store.write_version(result.schema, covered, describe(result))
+        except VersionConflictError:
+            log.info("another run stored a schema version first; merging on top of it")
+            continue
+        store.set_covered(covered, version.version)
+        return version, True, version.changes
+    raise VersionConflictError(store.location, f"gave up after {COMMIT_ATTEMPTS} racing writes")
+
+
+def infer_schema(
+    spark,
+    topic: TopicConfig,
+    settings: Settings,
+    store: SchemaStore,
+    reinfer: bool = False,
+    offsets: TopicOffsets | None = None,
+) -> InferReport:
+    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`)."""
+    started = time.monotonic()
+    offsets = offsets or topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
+    cached = store.latest()
+    check_not_reset(offsets, store.covered(), settings.kafka_bootstrap,
+                    "schema cache's record of covered offsets", posixpath.dirname(store.location))
+    full = reinfer or cached is None
+    ranges = ranges_to_read(offsets, None if full else store.covered())
+    if not ranges:
+        if cached is None:
+            raise EmptyTopicError(
+                topic.name, settings.kafka_bootstrap,
+                "topic is empty: no message to infer a schema from yet; nothing to ingest",
+            )
+        log.info("infer %s: schema v%d already covers every offset", topic.name, cached.version)
+        return InferReport(topic.name, cached.version, False, 0, False, "no new messages",
+                           time.monotonic() - started)
+    scanned = sum(end - start for start, end in ranges.values())
+    log.info(
+        "infer %s: reading %d offsets (%s)", topic.name, scanned,
+        ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
+    )
+    records = json_objects(latest_per_key(read_ranges(spark, settings, topic.name, ranges)))
+    inferred = infer_from_records(spark, records, cached.schema if cached else None)
+    if cached is None and not inferred.get("fields"):
+        raise NoSchemaError(
+            f"topic {topic.name!r}: none of the {scanned} messages read is a keyed JSON object, "
+            "so there is no schema to infer; check the producer (values must be JSON objects, "
+            "keys set)"
+        )
+    version, changed, changes = commit_schema(store, inferred, offsets.end())
+    report = InferReport(topic.name, version.version, changed, scanned, full, changes,
+                         time.monotonic() - started)
+    log.info(report.summary())
+    return report

@@ -1,0 +1,179 @@
+"""Ingest: a Structured Streaming query (availableNow trigger, checkpointed) that parses each
+micro-batch with the cached schema, quarantines what does not parse, keeps the latest record per
+key and MERGEs it into the topic's Delta table.
+
+Exactly once: the checkpoint records which offsets each micro-batch covered; the Delta writes of
+a batch are tagged with (query id, batch id), so a batch replayed after a crash is not applied
+twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+from deltaferry.config import Settings, TopicConfig
+from deltaferry.kafka import check_not_reset, topic_offsets
+from deltaferry.paths import TopicPaths
+from deltaferry.plan import lag, read_checkpoint
+from deltaferry.schema.store import SchemaStore
+from deltaferry.spark import quarantine
+from deltaferry.spark import table as delta_table
+from deltaferry.spark.decoding import Decoder, decoder_for, with_reason
+from deltaferry.spark.infer import CORRUPT
+from deltaferry.spark.kafka_source import kafka_options, latest_per_key
+from deltaferry.storage import storage_for
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class IngestReport:
+    """What one ingest run did."""
+
+    topic: str
+    messages_read: int = 0
+    batches: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    quarantined: int = 0
+    schema_version: int = 0
+    widened_columns: list[str] = field(default_factory=list)
+    #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
+    offsets_read_to: dict[str, int] = field(default_factory=dict)
+    lag: int = 0
+    seconds: float = 0.0
+    step: str = "ingest"
+
+    def summary(self) -> str:
+        """One line for logs."""
+        read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
+        return (
+            f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
+            f"{self.inserted} inserted, {self.updated} updated, {self.deleted} deleted, "
+            f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
+            f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
+        )
+
+    def as_dict(self) -> dict:
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
+
+
+def column_name(field: str) -> str:
+    """The table column of a payload field: its own name, or `payload_<name>` where it would
+    collide (Delta names are case-insensitive) with a column deltaferry adds."""
+    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED)}
+    return f"payload_{field}" if field.lower() in reserved else field
+
+
+def to_table_rows(parsed):
+    """Valid records as table rows: Kafka columns, payload columns, and the tombstone marker."""
+    from pyspark.sql import functions as F
+
+    payload = [
+        F.col("data").getField(f).alias(column_name(f))
+        for f in parsed.schema["data"].dataType.fieldNames() if f != CORRUPT
+    ]
+    return parsed.select(
+        *delta_table.METADATA_COLUMNS, *payload,
+        F.col("raw_value").isNull().alias(delta_table.DELETED),
+    )
+
+
+class BatchWriter:
+    """The foreachBatch function, the same for every format: one micro-batch decoded by the
+    topic's decoder, what cannot be used into the quarantine, the rest MERGEd into the table."""
+
+    def __init__(self, spark, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
+                 report: IngestReport):
+        self.spark = spark
+        self.topic = topic
+        self.paths = paths
+        self.decoder = decoder
+        self.report = report
+        self._app_id: str | None = None
+
+    def app_id(self) -> str:
+        """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
+        if self._app_id is None:
+            text = self.spark.read.text(f"{self.paths.checkpoint}/metadata").first()[0]
+            self._app_id = f"deltaferry-{self.topic.name}-{json.loads(text)['id']}"
+        return self._app_id
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        raw = self.decoder.raw_columns(batch_df).persist()
+        try:
+            count = raw.count()
+            parsed = with_reason(self.decoder.decode(raw)).persist()
+            schema_version = self.decoder.schema_version
+            self.report.schema_version = schema_version
+            rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull())))
+            delta_table.add_new_columns(
+                self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
+            )
+            widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
+            self.report.widened_columns += widened
+            app_id = self.app_id()
+            quarantined = quarantine.append(quarantine.rows(parsed, schema_version, batch_id),
+                                            self.paths.quarantine, app_id, batch_id)
+            tag = delta_table.commit_tag(app_id, batch_id)
+            with delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
+                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag)
+            parsed.unpersist()
+        finally:
+            raw.unpersist()
+        self.report.quarantined += quarantined
+        self.report.inserted += counts["inserted"]
+        self.report.updated += counts["updated"]
+        self.report.deleted += counts["deleted"]
+        log.info(
+            "ingest %s batch %d: %d messages, %d inserted, %d updated, %d deleted, "
+            "%d quarantined, %.1f s", self.topic.name, batch_id, count, counts["inserted"],
+            counts["updated"], counts["deleted"], quarantined, time.monotonic() - started,
+        )
+
+
+def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+                 store: SchemaStore) -> IngestReport:
+    """Run the availableNow streaming query for `topic` until everything available is in."""
+    started = time.monotonic()
+    current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
+    check_not_reset(current, read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
+                                             topic.name).offsets,
+                    settings.kafka_bootstrap, "streaming checkpoint", paths.root)
+    report = IngestReport(topic.name)
+    decoder = decoder_for(spark, topic, store)
+    report.schema_version = decoder.schema_version
+    writer = BatchWriter(spark, topic, paths, decoder, report)
+    delta_table.ensure_table(spark, paths.table)
+    stream = (
+        spark.readStream.format("kafka").options(**kafka_options(settings))
+        .option("subscribe", topic.name)
+        .option("startingOffsets", topic.starting_offsets)
+        .option("maxOffsetsPerTrigger", topic.max_offsets_per_trigger)
+        .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(writer)
+        .option("checkpointLocation", paths.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    report.messages_read = sum(p["numInputRows"] for p in progress)
+    report.batches = len(progress)
+    read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
+    report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
+    report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),
+                     read_to)
+    report.seconds = time.monotonic() - started
+    log.info(report.summary())
+    return report

@@ -1,0 +1,66 @@
+"""Reading a topic with Spark: options, batch reads of offset ranges, the common column shape."""
+
+from __future__ import annotations
+
+import json
+
+from deltaferry.config import Settings
+from deltaferry.kafka import java_client_options, offsets_json
+
+#: The columns every record carries before its payload is parsed.
+RAW_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value")
+
+
+def kafka_options(settings: Settings) -> dict[str, str]:
+    """Spark Kafka source options for the brokers and any client (security) settings, in the
+    Java client's form. They reach the JVM as reader options through py4j, never on a command
+    line; Spark redacts option values that mention a password when it shows a plan."""
+    options = {"kafka.bootstrap.servers": settings.kafka_bootstrap}
+    client = java_client_options(settings.kafka_options)
+    options.update({f"kafka.{k}": v for k, v in client.items()})
+    return options
+
+
+def with_raw_columns(df, value_as_text: bool = True):
+    """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns
+    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value").cast("string") if value_as_text else F.col("value")
+    return df.select(
+        F.col("key").cast("string").alias("kafka_key"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        value.alias("raw_value"),
+    )
+
+
+def read_ranges(spark, settings: Settings, topic: str, ranges: dict[int, tuple[int, int]]):
+    """A batch DataFrame of the raw records in [start, end) of each partition in `ranges`."""
+    reader = spark.read.format("kafka").options(**kafka_options(settings))
+    return with_raw_columns(
+        reader.option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", offsets_json(topic, {p: s for p, (s, _) in ranges.items()}))
+        .option("endingOffsets", offsets_json(topic, {p: e for p, (_, e) in ranges.items()}))
+        .load()
+    )
+
+
+def latest_per_key(df):
+    """The newest record of every key: the highest offset within a partition, and across
+    partitions (a key that moved) the newest timestamp."""
+    from pyspark.sql import functions as F
+
+    record = F.struct(*[F.col(c) for c in df.columns])
+    per_partition = (
+        df.groupBy("kafka_key", "kafka_partition")
+        .agg(F.max_by(record, F.col("kafka_offset")).alias("r"))
+        .select("r.*")
+    )
+    record = F.struct(*[F.col(c) for c in df.columns])
+    return (
+        per_partition.groupBy("kafka_key")
+        .agg(F.max_by(record, F.struct("kafka_timestamp", "kafka_partition")).alias("r"))
+        .select("r.*")
+    )

