@@ -13,8 +13,10 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings, TopicConfig
+from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, read_checkpoint
@@ -25,6 +27,9 @@ from deltaferry.spark.decoding import Decoder, decoder_for, with_reason
 from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import kafka_options, latest_per_key
 from deltaferry.storage import storage_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +74,16 @@ def column_name(field: str) -> str:
     return f"payload_{field}" if field.lower() in reserved else field
 
 
-def to_table_rows(parsed):
+def to_table_rows(parsed: DataFrame) -> DataFrame:
     """Valid records as table rows: Kafka columns, payload columns, and the tombstone marker."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
+    data_type = parsed.schema["data"].dataType
+    assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
     payload = [
         F.col("data").getField(f).alias(column_name(f))
-        for f in parsed.schema["data"].dataType.fieldNames() if f != CORRUPT
+        for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
         *delta_table.METADATA_COLUMNS, *payload,
@@ -87,7 +95,7 @@ class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder, what cannot be used into the quarantine, the rest MERGEd into the table."""
 
-    def __init__(self, spark, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
+    def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
                  report: IngestReport):
         self.spark = spark
         self.topic = topic
@@ -99,11 +107,15 @@ class BatchWriter:
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
         if self._app_id is None:
-            text = self.spark.read.text(f"{self.paths.checkpoint}/metadata").first()[0]
+            first = self.spark.read.text(f"{self.paths.checkpoint}/metadata").first()
+            if first is None:
+                raise DeltaferryError(f"checkpoint {self.paths.checkpoint}: its metadata file "
+                                      "is empty; delete the checkpoint to start it over")
+            text = first[0]
             self._app_id = f"deltaferry-{self.topic.name}-{json.loads(text)['id']}"
         return self._app_id
 
-    def __call__(self, batch_df, batch_id: int) -> None:
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -139,7 +151,7 @@ class BatchWriter:
         )
 
 
-def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
                  store: SchemaStore) -> IngestReport:
     """Run the availableNow streaming query for `topic` until everything available is in."""
     started = time.monotonic()
