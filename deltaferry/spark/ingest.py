@@ -49,6 +49,8 @@ class IngestReport:
     #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
     offsets_read_to: dict[str, int] = field(default_factory=dict)
     lag: int = 0
+    #: Per micro-batch, what Spark's StreamingQueryProgress said (see `batch_progress`).
+    progress: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     step: str = "ingest"
 
@@ -72,6 +74,34 @@ def column_name(field: str) -> str:
     collide (Delta names are case-insensitive) with a column deltaferry adds."""
     reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED)}
     return f"payload_{field}" if field.lower() in reserved else field
+
+
+def batch_progress(progress, topic: str) -> dict:
+    """What Spark's StreamingQueryProgress says of one micro-batch: its id, input rows, rows
+    per second (arriving and processed), duration, and the offsets per partition it read to."""
+    (source,) = progress.get("sources") or [{}]
+    end = source.get("endOffset") or {}
+    end = json.loads(end) if isinstance(end, str) else end
+    return {
+        "batch_id": progress.get("batchId"),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_second": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
+        "processed_rows_per_second": round(
+            float(progress.get("processedRowsPerSecond") or 0.0), 1),
+        "duration_ms": progress.get("batchDuration")
+        or (progress.get("durationMs") or {}).get("triggerExecution", 0),
+        "offsets": {str(p): int(o) for p, o in sorted((end.get(topic) or {}).items(),
+                                                       key=lambda item: int(item[0]))},
+    }
+
+
+def describe_progress(batch: dict) -> str:
+    """One log line for one batch's progress."""
+    offsets = ", ".join(f"p{p}: {o}" for p, o in batch["offsets"].items()) or "none"
+    return (f"batch {batch['batch_id']}: {batch['input_rows']} rows, "
+            f"{batch['processed_rows_per_second']:g} rows/s processed "
+            f"({batch['input_rows_per_second']:g} rows/s arriving), "
+            f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
 
 
 def to_table_rows(parsed: DataFrame) -> DataFrame:
@@ -179,9 +209,12 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
         .start()
     )
     query.awaitTermination()
-    progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
-    report.messages_read = sum(p["numInputRows"] for p in progress)
-    report.batches = len(progress)
+    report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
+                       if p.get("numInputRows", 0) > 0]
+    for batch in report.progress:
+        log.info("ingest %s %s", topic.name, describe_progress(batch))
+    report.messages_read = sum(b["input_rows"] for b in report.progress)
+    report.batches = len(report.progress)
     read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
     report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
     report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),

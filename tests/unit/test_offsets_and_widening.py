@@ -146,3 +146,17 @@ def test_a_widened_nested_type_becomes_a_spark_type_to_cast_to():
     assert spark_type({"type": "array", "elementType": "double", "containsNull": True}) == \
         ArrayType(DoubleType())
     assert spark_type("double") == "double"
+
+
+def test_batch_progress_keeps_what_sparks_streaming_query_progress_says():
+    from deltaferry.spark.ingest import batch_progress, describe_progress
+
+    progress = {"batchId": 3, "numInputRows": 26, "inputRowsPerSecond": 4.33,
+                "processedRowsPerSecond": 2.01, "batchDuration": 12950,
+                "sources": [{"endOffset": '{"orders":{"1":3,"0":17}}'}]}
+    batch = batch_progress(progress, "orders")
+    assert batch == {"batch_id": 3, "input_rows": 26, "input_rows_per_second": 4.3,
+                     "processed_rows_per_second": 2.0, "duration_ms": 12950,
+                     "offsets": {"0": 17, "1": 3}}
+    assert describe_progress(batch) == ("batch 3: 26 rows, 2 rows/s processed (4.3 rows/s "
+                                        "arriving), 12.9 s, read to p0: 17, p1: 3")
