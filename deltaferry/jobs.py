@@ -18,6 +18,7 @@ REPORT_PREFIX = "DELTAFERRY_REPORT "
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
     from deltaferry.pipeline import TopicContext, configure_logging, run_step
+    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import check_warehouse
     from deltaferry.spark.session import get_spark
 
@@ -34,6 +35,8 @@ def main(step: str, argv: list[str] | None = None) -> int:
     try:
         ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
         check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
+        if step in ("infer", "ingest"):
+            check_topic_registry(ctx.topic)  # an avro topic's registry answers
         spark = get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
         reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
     except EmptyTopicError as exc:

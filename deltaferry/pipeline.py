@@ -49,13 +49,16 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def check_before_spark(ctx: TopicContext) -> None:
-    """Say Kafka and warehouse problems (unreachable broker, missing topic, missing bucket, bad
-    credentials, unreachable S3 endpoint) before the JVM is started."""
+    """Say Kafka, warehouse and registry problems (unreachable broker, missing topic, missing
+    bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
+    started."""
     from deltaferry.kafka import topic_offsets
+    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import check_warehouse
 
     topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
     check_warehouse(ctx.settings.warehouse)
+    check_topic_registry(ctx.topic)
 
 
 def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
