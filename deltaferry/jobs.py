@@ -37,7 +37,8 @@ def main(step: str, argv: list[str] | None = None) -> int:
         check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
         if step in ("infer", "ingest"):
             check_topic_registry(ctx.topic)  # an avro topic's registry answers
-        spark = get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
+        spark = (None if step == "infer" and ctx.topic.format == "avro"  # asks the registry only
+                 else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
         reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
     except EmptyTopicError as exc:
         print(f"deltaferry: {exc}", file=sys.stderr)
