@@ -29,8 +29,6 @@ USER_VAR = "DELTAFERRY_SCHEMA_REGISTRY_USER"
 PASSWORD_VAR = "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD"
 
 
-
-
 def _quiet_authlib() -> None:
     """Silence the notice authlib (imported by confluent-kafka's registry client) prints about
     its own httpx fallback: not ours to act on, and a second line under a one-line error.

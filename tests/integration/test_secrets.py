@@ -185,7 +185,7 @@ def test_airflow_task_with_connections_puts_no_secret_anywhere(stack_env, s3_war
             task = DeltaferrySparkSubmitOperator(task_id=step, topic=topic, step=step,
                                                  topics_file=str(topics))
             reports[step] = task.execute({"params": {}})
-    (ingest,) = reports["ingest"]
+    ingest = reports["ingest"]  # one dict per task
     assert ingest["messages_read"] == 40, reports
     captured = capfd.readouterr()  # Airflow's task logging writes to the process's stdout
     log_text = captured.out + captured.err
