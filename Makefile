@@ -8,18 +8,18 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help registry
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
 	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs"
 	@echo "make test   - lint and type checks, unit tests, then integration tests on a real broker and Spark"
-	@echo "make setup  - install pinned Python deps into .venv and resolve pinned jars into .deps"
+	@echo "make setup  - install pinned Python deps into .venv, resolve pinned jars and build the Schema Registry into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
-setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved
+setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
 
 $(VENV)/.tools:
 	scripts/ensure-tools.sh
@@ -78,14 +78,15 @@ bench: setup
 bench-airflow: setup
 	$(BIN)/python bench/bench_airflow.py
 
-# The local Schema Registry (Apicurio, Quarkus fast-jar) into .deps/registry; `stack up` starts it
-# when present. Not in `setup` yet: see the status note in jvm/registry/pom.xml.
-registry: $(DEPS)/registry/quarkus-app/quarkus-run.jar
-
-$(DEPS)/registry/quarkus-app/quarkus-run.jar: jvm/registry/pom.xml | $(VENV)/.tools
+# The local Schema Registry: Apicurio Registry 2.4.2.Final built as a Quarkus app from Maven
+# Central (jvm/registry/pom.xml): registry-runner.jar and its lib/ into .deps/registry, which
+# `deltaferry stack up` starts. About 210 MB of downloads and a minute the first time.
+$(DEPS)/registry/.built: jvm/registry/pom.xml jvm/registry/src/main/resources/application.properties | $(VENV)/.tools
+	rm -rf $(DEPS)/registry jvm/registry/target
 	cd jvm/registry && $(MVN) package
-	rm -rf $(DEPS)/registry && mkdir -p $(DEPS)/registry
-	cp -r jvm/registry/target/quarkus-app $(DEPS)/registry/
+	mkdir -p $(DEPS)/registry
+	cp -r jvm/registry/target/registry-runner.jar jvm/registry/target/lib $(DEPS)/registry/
+	touch $@
 
 # Re-resolve requirements.lock after changing pyproject.toml (needs uv in .venv).
 lock:

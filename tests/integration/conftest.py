@@ -1,8 +1,8 @@
 """Fixtures for the integration tests: a real Kafka broker and fresh topics on it, a real S3
-server and fresh buckets on it.
+server and fresh buckets on it, a real Schema Registry.
 
-`stack_env` starts a local stack (`deltaferry.stack.up`: broker and S3 server) in a session tmp
-dir and stops it when the session ends. `kafka_bootstrap` is its broker, or the one in
+`stack_env` starts a local stack (`deltaferry.stack.up`: broker, S3 server, Schema Registry) in a
+session tmp dir and stops it when the session ends. `kafka_bootstrap` is its broker, or the one in
 DELTAFERRY_TEST_BOOTSTRAP (then nothing starts until a test asks for S3).
 """
 
@@ -25,7 +25,8 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 @pytest.fixture(scope="session")
 def stack_env(tmp_path_factory) -> dict[str, str]:
-    """The assignments of a local stack (broker and S3 server) running for the whole session."""
+    """The assignments of a local stack (broker, S3 server, Schema Registry) running for the
+    whole session."""
     from deltaferry import stack
 
     stack_dir = tmp_path_factory.mktemp("stack")
@@ -58,13 +59,9 @@ def s3_warehouse(stack_env, monkeypatch) -> str:
 @pytest.fixture(scope="session")
 def schema_registry_url(request) -> str:
     """The Confluent-compatible URL of a real Schema Registry: DELTAFERRY_TEST_SCHEMA_REGISTRY_URL
-    or the session stack's; skips the test when there is none (`make registry` not built)."""
-    url = (os.environ.get("DELTAFERRY_TEST_SCHEMA_REGISTRY_URL", "").strip()
-           or request.getfixturevalue("stack_env").get("DELTAFERRY_SCHEMA_REGISTRY_URL"))
-    if not url:
-        pytest.skip("no Schema Registry: the stack has none (run `make registry`) and "
-                    "DELTAFERRY_TEST_SCHEMA_REGISTRY_URL is not set")
-    return url
+    or the session stack's (always there: `make setup` builds it, `stack up` starts it)."""
+    return (os.environ.get("DELTAFERRY_TEST_SCHEMA_REGISTRY_URL", "").strip()
+            or request.getfixturevalue("stack_env")["DELTAFERRY_SCHEMA_REGISTRY_URL"])
 
 
 @pytest.fixture

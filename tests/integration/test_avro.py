@@ -41,6 +41,14 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0
     return sorted(messages, key=lambda m: (m.partition(), m.offset()))
 
 
+def avro_context(topic: str, kafka_bootstrap: str, warehouse) -> TopicContext:
+    """A run context of `topic` as an avro topic, its warehouse in `warehouse`."""
+    settings = Settings(warehouse=str(warehouse), kafka_bootstrap=kafka_bootstrap)
+    paths = TopicPaths.for_topic(settings.warehouse, topic)
+    return TopicContext(TopicConfig(name=topic, format="avro"), settings, paths,
+                        SchemaStore(paths.schema))
+
+
 def test_dynamic_producer_registers_compatible_versions_only_when_needed(
         kafka_bootstrap, schema_registry_url, new_topic):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -105,10 +113,8 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     producer.produce({"id": 4, "name": "d"}, key="k4")
     assert producer.flush(30) == 0
     produce(kafka_bootstrap, topic, [("k5", "not avro at all"), ("k4", None)])
-    settings = Settings(warehouse=str(tmp_path), kafka_bootstrap=kafka_bootstrap)
-    paths = TopicPaths.for_topic(settings.warehouse, topic)
-    ctx = TopicContext(TopicConfig(name=topic, format="avro"), settings, paths,
-                       SchemaStore(paths.schema))
+    ctx = avro_context(topic, kafka_bootstrap, tmp_path)
+    paths = ctx.paths
     infer = run_step("infer", ctx, spark)
     assert infer.schema_version == 2
     report = run_step("ingest", ctx, spark)
@@ -169,3 +175,67 @@ def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_re
     with pytest.raises(RegistryError, match=r"version 7.*pinned-|pinned-.*version 7"):
         reader_schema(client, TopicConfig(name=topic, format="avro", schema_version=7),
                       schema_registry_url)
+
+
+def test_unknown_schema_id_goes_to_quarantine_with_the_reason(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    import struct
+
+    from deltaferry.kafka import produce
+    from deltaferry.producer import DynamicSchemaProducer
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("avro-unknown-id", partitions=1)
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    producer.produce({"id": 1, "name": "a"}, key="k1")
+    assert producer.flush(30) == 0
+    unknown = 987654  # well framed, but no schema of the registry has this id
+    produce(kafka_bootstrap, topic, [("k2", b"\x00" + struct.pack(">I", unknown) + b"\x02")])
+    ctx = avro_context(topic, kafka_bootstrap, tmp_path)
+    report = run_step("ingest", ctx, spark)
+    assert report.quarantined == 1 and report.inserted == 1
+    bad = spark.read.format("delta").load(ctx.paths.quarantine).collect()
+    assert [(r["kafka_key"], r["reason"]) for r in bad] == [
+        ("k2", f"schema id {unknown} is not known to the schema registry")]
+    assert [r["kafka_key"] for r in spark.read.format("delta").load(ctx.paths.table).collect()
+            ] == ["k1"]
+
+
+def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    """A real proxy answers 503 for the writer schema: the client retries, the run fails, the
+    batch is not committed (nothing in the table or the quarantine, the checkpoint has no
+    commit); once the registry answers again the next run lands every message."""
+    from deltaferry.lake import is_delta_table
+    from deltaferry.plan import read_checkpoint
+    from deltaferry.producer import DynamicSchemaProducer
+    from deltaferry.storage import storage_for
+
+    from .registry_proxy import FailingProxy
+
+    topic = new_topic("avro-5xx", partitions=2)
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    for i in range(6):
+        producer.produce({"id": i, "name": f"n{i}"}, key=f"k{i}")
+    assert producer.flush(30) == 0
+    ctx = avro_context(topic, kafka_bootstrap, tmp_path)
+    path = schema_registry_url.split("://", 1)[1].split("/", 1)[1]
+    with FailingProxy(schema_registry_url) as proxy:
+        monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", proxy.url(f"/{path}"))
+        proxy.failing = f"/{path}/schemas/ids/"
+        with pytest.raises(Exception, match="503|schema registry"):
+            run_step("ingest", ctx, spark)
+        assert proxy.refused >= 2  # the client retried the 5xx before giving up
+        checkpoint = read_checkpoint(storage_for(ctx.paths.checkpoint), ctx.paths.checkpoint,
+                                     topic)
+        assert not checkpoint.committed or checkpoint.batch is None
+        assert spark.read.format("delta").load(ctx.paths.table).count() == 0
+        assert not is_delta_table(ctx.paths.quarantine)
+
+        proxy.failing = None  # the registry answers again: the next run lands everything
+        report = run_step("ingest", ctx, spark)
+    assert report.messages_read == 6 and report.quarantined == 0 and report.inserted == 6
+    rows = spark.read.format("delta").load(ctx.paths.table).collect()
+    assert sorted(r["kafka_key"] for r in rows) == [f"k{i}" for i in range(6)]

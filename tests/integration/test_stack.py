@@ -1,5 +1,5 @@
-"""`deltaferry stack up/down` against the real broker and S3 server: start, reuse, use, stop,
-nothing left."""
+"""`deltaferry stack up/down` against the real broker, S3 server and Schema Registry: start,
+reuse, use, stop, nothing left."""
 
 from __future__ import annotations
 
@@ -61,6 +61,20 @@ def s3_round_trip(env: dict[str, str]) -> None:
     assert client.get_object(Bucket=bucket, Key="a/b.json")["Body"].read() == b"{}"
 
 
+def registry_round_trip(url: str) -> None:
+    """Register an Avro schema through the Confluent API, read it back by id and as latest."""
+    import json
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    subject = f"stack-test-{uuid.uuid4().hex[:8]}-value"
+    schema = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}]}
+    schema_id = client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+    assert json.loads(client.get_schema(schema_id).schema_str) == schema
+    assert client.get_latest_version(subject).version == 1
+
+
 def test_up_reuse_use_down(tmp_path):
     stack_dir = tmp_path / "stack"
     try:
@@ -71,15 +85,20 @@ def test_up_reuse_use_down(tmp_path):
         assert list(env) == ["DELTAFERRY_KAFKA_BOOTSTRAP", "DELTAFERRY_KAFKA_SASL_BOOTSTRAP",
                              "DELTAFERRY_KAFKA_SASL_MECHANISM", "DELTAFERRY_KAFKA_SASL_USERNAME",
                              "DELTAFERRY_KAFKA_SASL_PASSWORD", "DELTAFERRY_S3_ENDPOINT",
-                             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+                             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                             "DELTAFERRY_SCHEMA_REGISTRY_URL"]
         assert env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"].startswith("127.0.0.1:")
         assert env["DELTAFERRY_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert env["DELTAFERRY_S3_ENDPOINT"].startswith("http://127.0.0.1:")
+        registry_url = env["DELTAFERRY_SCHEMA_REGISTRY_URL"]
+        assert registry_url.startswith("http://127.0.0.1:")
+        assert registry_url.endswith("/apis/ccompat/v7")
         # the state file and the server's identity file hold the secret: owner-only
         for secret_file in (stack_dir / "state.json", stack_dir / "s3" / "identity" / "s3.json"):
             assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
-        broker, s3_server = stack.services_of(stack.read_state(stack_dir))
-        pids = [broker.process.pid, s3_server.process.pid]
+        broker, s3_server, registry = stack.services_of(stack.read_state(stack_dir))
+        pids = [broker.process.pid, s3_server.process.pid, registry.process.pid]
+        assert "-Xmx384m" in psutil.Process(registry.process.pid).cmdline()
         for secret in (env["AWS_SECRET_ACCESS_KEY"], env["DELTAFERRY_KAFKA_SASL_PASSWORD"]):
             assert all(secret not in " ".join(psutil.Process(p).cmdline()) for p in pids)
             assert not any(secret in log.read_text(errors="replace")
@@ -96,6 +115,7 @@ def test_up_reuse_use_down(tmp_path):
                 "sasl.password": env["DELTAFERRY_KAFKA_SASL_PASSWORD"]}
         round_trip(env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"], sasl)
         s3_round_trip(env)
+        registry_round_trip(registry_url)
     finally:
         lines = stack.down(stack_dir)
 
@@ -107,3 +127,4 @@ def test_up_reuse_use_down(tmp_path):
     assert not (stack_dir / "state.json").exists()
     assert not (stack_dir / "kafka" / "data").exists()
     assert not (stack_dir / "s3" / "data").exists() and not (stack_dir / "s3" / "identity").exists()
+    assert not (stack_dir / "registry").exists()

@@ -99,10 +99,47 @@ PY
     topics = tmp_path / "topics.yaml"
     topics.write_text("topics:\n  - name: orders\n    format: avro\n")
     monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
-    # an avro topic's infer step always runs (it asks the registry): no broker needed here
+    # an avro topic's infer step always runs (it asks the registry): no broker needed here;
+    # the pre-Spark check gets the connection's registry (it is tested against a real one)
+    checked = []
+    monkeypatch.setattr("deltaferry.registry.check_reachable", checked.append)
     task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             conn_id="no_such_spark", spark_binary=str(script))
     task.execute({"params": {}})
     seen = json.loads(record.read_text())
     assert seen["url"] == "http://reg:1/apis/ccompat/v7" and seen["password"] == "hunter2"
     assert "hunter2" not in " ".join(seen["argv"])
+    assert [(c.url, c.user) for c in checked] == [("http://reg:1/apis/ccompat/v7", "u")]
+
+
+def closed_registry_env(user: str | None = None) -> dict[str, str]:
+    """A registry URL on a loopback port nothing listens on (credentials in the URL if `user`)."""
+    from deltaferry.stack.process import free_ports
+
+    (port,) = free_ports(1)
+    auth = f"{user}:pw-secret@" if user else ""
+    return {"DELTAFERRY_SCHEMA_REGISTRY_URL": f"http://{auth}127.0.0.1:{port}/apis/ccompat/v7"}
+
+
+def test_an_unreachable_registry_is_one_line_naming_the_url_without_credentials():
+    from deltaferry.registry import RegistryError, check_reachable
+
+    env = closed_registry_env(user="ann")
+    with pytest.raises(RegistryError) as caught:
+        check_reachable(RegistrySettings.from_env(env))
+    message = str(caught.value)
+    assert message.startswith("schema registry http://127.0.0.1:") and "unreachable" in message
+    assert "pw-secret" not in message and "ann" not in message and "\n" not in message
+
+
+def test_plan_checks_an_avro_topics_registry_before_infer_and_ingest_only():
+    from deltaferry.plan import decide
+    from deltaferry.registry import RegistryError, check_topic_registry
+
+    env = closed_registry_env()
+    check_topic_registry(parse_topics({"topics": [{"name": "j"}]}, "t").topics[0], env)  # json
+    avro = parse_topics({"topics": [{"name": "a", "format": "avro"}]}, "t").topics[0]
+    ctx = SimpleNamespace(topic=avro, settings=None, paths=None)  # the check comes first
+    for step in ("infer", "ingest"):
+        with pytest.raises(RegistryError, match="unreachable"):
+            decide(step, ctx, env=env)

@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from deltaferry.airflow.connections import kafka_access, spark_master, storage_access
+from deltaferry.airflow.connections import (
+    kafka_access,
+    registry_access,
+    spark_master,
+    storage_access,
+)
 from deltaferry.registry import RegistrySettings
 from deltaferry.storage import split_s3_uri
 
@@ -63,9 +68,19 @@ def test_kafka_is_a_single_kraft_node_with_a_host_port(compose):
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert "29092:29092" in services(compose)["kafka"]["ports"]
     assert "kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_the_registry_is_the_apicurio_version_stack_up_runs(compose):
+    import xml.etree.ElementTree as ET
+
+    pom = ET.parse(REPO / "jvm" / "registry" / "pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    built = pom.find("m:properties/m:apicurio.version", ns).text
     registry = services(compose)["schema-registry"]
-    assert registry["environment"]["SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS"].endswith("kafka:9092")
-    assert "8081:8081" in registry["ports"]
+    repo, _, tag = registry["image"].rpartition(":")
+    assert repo in ("apicurio/apicurio-registry-mem", "apicurio/apicurio-registry-sql")
+    assert tag == built == "2.4.2.Final"
+    assert "8081:8080" in registry["ports"]  # the image listens on 8080
 
 
 def test_airflow_services_mount_dags_plugins_and_the_library(compose):
@@ -102,11 +117,11 @@ def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(c
     assert "9000:9000" in services(compose)["minio"]["ports"]
     assert env["DELTAFERRY_DEPS"] == "/opt/deltaferry/.deps"
     assert env["DELTAFERRY_TOPICS"] == "/opt/deltaferry/topics.yaml"
-    # avro topics: the registry service, as RegistrySettings reads it in the job
-    registry = RegistrySettings.from_env(env)
+    # avro topics: the registry service through the schema_registry_default connection, as
+    # the job reads it (RegistrySettings), at its Confluent-compatible API
+    registry = RegistrySettings.from_env(registry_access(lookup, env={}).env)
     sr = services(compose)["schema-registry"]
-    listener = sr["environment"]["SCHEMA_REGISTRY_LISTENERS"].rsplit(":", 1)[1]
-    assert registry.url == f"http://{sr['hostname']}:{listener}"
+    assert registry.url == f"http://{sr['hostname']}:8080/apis/ccompat/v7"
 
 
 def test_spark_cluster_is_the_master_the_connection_names(compose):

@@ -1,20 +1,26 @@
-"""The local stack's Schema Registry module (what runs without the registry built)."""
+"""The local stack's Schema Registry module (what can be checked without starting it)."""
 
 import pytest
 
+from deltaferry import stack
 from deltaferry.errors import SetupError
 from deltaferry.stack import registry
 
 
 def test_registry_command_binds_loopback_and_url_is_the_ccompat_api(tmp_path):
-    cmd = registry.registry_command("java", tmp_path / "quarkus-run.jar", 18081)
+    cmd = registry.registry_command("java", tmp_path / "registry-runner.jar", 18081)
     assert "-Dquarkus.http.host=127.0.0.1" in cmd and "-Dquarkus.http.port=18081" in cmd
-    assert cmd[-2:] == ["-jar", str(tmp_path / "quarkus-run.jar")]
+    assert "-Xmx384m" in cmd  # modest memory beside Spark
+    assert cmd[-2:] == ["-jar", str(tmp_path / "registry-runner.jar")]
     assert registry.registry_url(18081) == "http://127.0.0.1:18081/apis/ccompat/v7"
 
 
-def test_a_registry_that_is_not_built_is_not_installed_and_says_how(tmp_path, monkeypatch):
+def test_the_registry_is_always_part_of_the_stack_started_last():
+    assert stack.SERVICES[-1] is registry
+    assert not hasattr(registry, "installed")  # nothing optional about it
+
+
+def test_a_registry_that_is_not_built_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("DELTAFERRY_DEPS", str(tmp_path / "deps"))
-    assert not registry.installed()
-    with pytest.raises(SetupError, match="make registry"):
+    with pytest.raises(SetupError, match="make setup"):
         registry.launch(tmp_path / "stack", {})

@@ -1,0 +1,121 @@
+"""An avro topic end to end through a real Airflow, as users run it: the project's launcher
+starts the api-server, scheduler, dag-processor and triggerer; the tasks find the real Schema
+Registry through the Airflow connection `schema_registry_default` (not the environment); the
+scheduler runs the DAG on messages of two registry versions (DynamicSchemaProducer), a badly
+framed message and a tombstone; a run triggered after a third version appeared brings in its
+field. The table is checked with Spark and delta-rs; the infer task's XCom is the registry's
+report. One Airflow (module fixture) serves every check."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from deltaferry.airflow import services
+from deltaferry.airflow.rest import wait_until
+from deltaferry.kafka import create_topic, produce
+from deltaferry.lake import open_table
+from deltaferry.paths import TopicPaths
+from deltaferry.stack.process import free_ports
+
+from .test_airflow import finished_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_factory):
+    """A running local Airflow whose topics file holds one avro topic (no retries), the registry
+    given only as the Airflow connection schema_registry_default."""
+    folder = tmp_path_factory.mktemp("airflow-avro")
+    topic = f"avro-airflow-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    topics_file = folder / "topics.yaml"
+    topics_file.write_text(f"topics:\n  - name: {topic}\n    format: avro\n    retries: 0\n")
+    warehouse = folder / "warehouse"
+    (port,) = free_ports(1)
+    env = {k: v for k, v in {**os.environ, **stack_env}.items()
+           if not k.startswith("DELTAFERRY_SCHEMA_REGISTRY")}
+    env.update({
+        "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap, "DELTAFERRY_TOPICS": str(topics_file),
+        "DELTAFERRY_WAREHOUSE": str(warehouse), "DELTAFERRY_SPARK_MASTER": "local[2]",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(
+            {"conn_type": "http", "extra": {"url": schema_registry_url}}),
+    })
+    running = services.up(folder / "home", env=env)
+    try:
+        yield running, topic, TopicPaths.for_topic(str(warehouse), topic)
+    finally:
+        services.down(folder / "home")
+
+
+def delta_rs_rows(paths) -> dict[str, dict]:
+    """The table's rows by key as delta-rs reads them (through its SQL engine: to_pyarrow_table
+    reads nulls on column-mapped tables)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    rows = QueryBuilder().register("t", open_table(paths.table)).execute(
+        "SELECT * FROM t").read_all()
+    return {r["kafka_key"]: r for r in pa.table(rows).to_pylist()}
+
+
+def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
+        avro_airflow, kafka_bootstrap, schema_registry_url, spark):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from deltaferry.producer import DynamicSchemaProducer
+
+    running, topic, paths = avro_airflow
+    client = running.client()
+    dag_id = f"ingest_{topic}"
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    for i in range(4):                                               # v1
+        producer.produce({"order": i, "item": f"sku-{i}"}, key=f"o{i}")
+    for i in range(2, 6):                                            # v2: a new field
+        producer.produce({"order": i, "item": f"sku-{i}", "qty": i * 10}, key=f"o{i}")
+    assert producer.flush(30) == 0
+    produce(kafka_bootstrap, topic, [("o9", "not avro"), ("o0", None)])  # framing, tombstone
+    subject = f"{topic}-value"
+    assert SchemaRegistryClient({"url": schema_registry_url}).get_versions(subject) == [1, 2]
+
+    # 1. Unpaused, the scheduler runs it; infer's XCom is the registry's report.
+    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    client.set_paused(dag_id, False)
+    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
+                           what="a scheduled run")[0]
+    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
+    assert states["infer_schema"] == states["ingest"] == "success"
+    infer = client.result(dag_id, run["dag_run_id"], "infer_schema")
+    assert isinstance(infer, dict) and "summary" in infer
+    assert (infer["subject"], infer["schema_version"]) == (subject, 2)
+    assert "avro topic, no inference" in infer["summary"]
+    ingest = client.result(dag_id, run["dag_run_id"], "ingest")
+    assert (ingest["messages_read"], ingest["quarantined"], ingest["schema_version"]) == (
+        10, 1, 2)
+    table = spark.read.format("delta").load(paths.table)
+    got = {r["kafka_key"]: (r["order"], r["item"], r["qty"]) for r in table.collect()}
+    assert got == {"o1": (1, "sku-1", None), "o2": (2, "sku-2", 20), "o3": (3, "sku-3", 30),
+                   "o4": (4, "sku-4", 40), "o5": (5, "sku-5", 50)}
+    assert {k: (r["order"], r["qty"]) for k, r in delta_rs_rows(paths).items()} == {
+        k: (v[0], v[2]) for k, v in got.items()}
+    bad = spark.read.format("delta").load(paths.quarantine).collect()
+    assert [(r["kafka_key"], r["reason"]) for r in bad] == [
+        ("o9", "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)")]
+
+    # 2. A third version arrives between runs; a run triggered through the REST API lands it.
+    producer.produce({"order": 6, "item": "sku-6", "qty": 1, "note": "gift"}, key="o6")
+    assert producer.flush(30) == 0
+    triggered = client.trigger(dag_id)
+    run, states = finished_run(client, dag_id, triggered["dag_run_id"])
+    assert client.result(dag_id, run["dag_run_id"], "infer_schema")["schema_version"] == 3
+    ingest = client.result(dag_id, run["dag_run_id"], "ingest")
+    assert (ingest["messages_read"], ingest["schema_version"]) == (1, 3)
+    rows = delta_rs_rows(paths)
+    assert rows["o6"]["note"] == "gift" and rows["o2"]["note"] is None
+    assert set(rows) == {"o1", "o2", "o3", "o4", "o5", "o6"}
