@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_stack = sub.add_parser("stack",
-                             help="start or stop the local stack (Kafka broker, S3 server)")
+    p_stack = sub.add_parser(
+        "stack", help="start or stop the local stack (Kafka broker, S3 server, Schema Registry)")
     p_stack.add_argument(
         "action",
         choices=["up", "down", "status"],

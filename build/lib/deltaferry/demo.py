@@ -1,5 +1,9 @@
-"""`make demo`: the local stack, sample events on a demo topic, one DAG run through a running
-Airflow's scheduler (triggered through its REST API), the resulting table.
+"""`make demo`: the local stack, sample events on two demo topics, their DAGs run through a running
+Airflow's scheduler (and a run triggered through its REST API), the resulting tables.
+
+* ``demo_events``: JSON, schema inferred, a tombstone and a bad message.
+* ``demo_payments``: Avro written by `DynamicSchemaProducer`; half-way its payloads gain a field,
+  so the Schema Registry holds two versions and one run lands both in one table.
 
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
@@ -7,6 +11,7 @@ topics file at the repository root, so it never touches a user's data.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -18,6 +23,7 @@ from typing import Any
 from deltaferry.kafka import create_topic, produce
 
 DEMO_TOPIC = "demo_events"
+AVRO_TOPIC = "demo_payments"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
@@ -40,6 +46,31 @@ def sample_events(n_users: int = 8, seed: int = 7):
     yield "user-4", "{this is not json"  # goes to the quarantine table
 
 
+def sample_payments(n: int = 12, seed: int = 11):
+    """Payments as dicts; from half-way on each also carries a `currency` (a second schema)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        payment: dict[str, Any] = {"payment_id": i, "user_id": rng.randint(0, 7),
+                   "amount": round(rng.uniform(5, 500), 2)}
+        if i >= n // 2:
+            payment["currency"] = rng.choice(["EUR", "USD"])
+        yield f"payment-{i}", payment
+
+
+def produce_payments(bootstrap: str, registry_url: str) -> int:
+    """Write the sample payments as Avro (registering each new schema version); how many."""
+    from deltaferry.producer import DynamicSchemaProducer
+
+    producer = DynamicSchemaProducer({"bootstrap.servers": bootstrap}, registry_url, AVRO_TOPIC)
+    count = 0
+    for key, payment in sample_payments():
+        producer.produce(payment, key=key)
+        count += 1
+    if producer.flush(30):
+        raise RuntimeError(f"demo: payments not delivered to {AVRO_TOPIC!r} at {bootstrap}")
+    return count
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -53,21 +84,27 @@ def main() -> int:
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
     bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    if create_topic(bootstrap, DEMO_TOPIC, partitions=3) and own_warehouse:
-        start_over(services.LOCAL_WAREHOUSE / DEMO_TOPIC)
+    registry_url = os.environ["DELTAFERRY_SCHEMA_REGISTRY_URL"]
+    for topic in (DEMO_TOPIC, AVRO_TOPIC):
+        if create_topic(bootstrap, topic, partitions=3) and own_warehouse:
+            start_over(services.LOCAL_WAREHOUSE / topic)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
     say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
+    count = produce_payments(bootstrap, registry_url)
+    say(f"produced {count} Avro payments on {AVRO_TOPIC!r} (schema registry {registry_url})")
 
     airflow = services.up(env=os.environ, say=say)
-    dag_id = f"ingest_{DEMO_TOPIC}"
-    runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
-    if any(run["state"] != "success" for run in runs):
-        say(f"a DAG run failed; its task logs are in the UI at {airflow.url}/dags/{dag_id}")
-        return 1
-    print_table()
+    for topic in (DEMO_TOPIC, AVRO_TOPIC):
+        dag_id = f"ingest_{topic}"
+        runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
+        if any(run["state"] != "success" for run in runs):
+            say(f"a DAG run failed; its task logs are in the UI at {airflow.url}/dags/{dag_id}")
+            return 1
+    print_tables()
+    print_versions(registry_url)
     say(f"Airflow keeps running at {airflow.url} (user admin, password in "
         f"{airflow.passwords_file}): these runs, their task logs and results are there. "
-        "`make stack-down` stops Airflow, the broker and the S3 server.")
+        "`make stack-down` stops Airflow, the broker, the S3 server and the Schema Registry.")
     return 0
 
 
@@ -79,8 +116,8 @@ def start_over(topic_dir: Path) -> None:
         shutil.rmtree(topic_dir)
 
 
-def print_table() -> None:
-    """Print the demo topic's Delta table and quarantine."""
+def print_tables() -> None:
+    """Print both demo topics' Delta tables and the JSON topic's quarantine."""
     from deltaferry.pipeline import TopicContext
     from deltaferry.spark.quarantine import SHOWN
     from deltaferry.spark.session import get_spark
@@ -94,6 +131,23 @@ def print_table() -> None:
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
     print(f"Quarantine {ctx.paths.quarantine}:")
     quarantine.select(*SHOWN).show(truncate=False)
+    avro = TopicContext.load(AVRO_TOPIC)
+    print(f"Delta table {avro.paths.table} (Avro, two schema versions in one table):")
+    (spark.read.format("delta").load(avro.paths.table).orderBy("payment_id")
+     .select("kafka_key", "payment_id", "user_id", "amount", "currency").show(truncate=False))
+
+
+def print_versions(registry_url: str) -> None:
+    """Print the Avro topic's subject: each registered version and its fields."""
+    from deltaferry.registry import RegistrySettings
+
+    client = RegistrySettings(registry_url).client()
+    subject = f"{AVRO_TOPIC}-value"
+    print(f"Schema Registry subject {subject!r} at {registry_url}:")
+    for version in client.get_versions(subject):
+        found = client.get_version(subject, version)
+        fields = [f["name"] for f in json.loads(found.schema.schema_str)["fields"]]
+        print(f"  version {version} (schema id {found.schema_id}): {', '.join(fields)}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ def publish(reports: list[dict]) -> None:
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
     from deltaferry.pipeline import TopicContext, configure_logging, run_step
+    from deltaferry.registry import check_topic_registry
     from deltaferry.spark.session import get_spark
     from deltaferry.storage import check_warehouse
 
@@ -49,7 +50,10 @@ def main(step: str, argv: list[str] | None = None) -> int:
     try:
         ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
         check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
-        spark = get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
+        if step in ("infer", "ingest"):
+            check_topic_registry(ctx.topic)  # an avro topic's registry answers
+        spark = (None if step == "infer" and ctx.topic.format == "avro"  # asks the registry only
+                 else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
         reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
     except EmptyTopicError as exc:
         print(f"deltaferry: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The three steps of a topic, as one library call each, and `run_topic` that chains them.
 
-`deltaferry run`, the `spark_jobs/` entry points and (later) the Airflow tasks all call these.
+`deltaferry run`, the `deltaferry/spark_jobs/` entry points and the Airflow tasks call these.
 """
 
 from __future__ import annotations
@@ -48,13 +48,16 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def check_before_spark(ctx: TopicContext) -> None:
-    """Say Kafka and warehouse problems (unreachable broker, missing topic, missing bucket, bad
-    credentials, unreachable S3 endpoint) before the JVM is started."""
+    """Say Kafka, warehouse and registry problems (unreachable broker, missing topic, missing
+    bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
+    started."""
     from deltaferry.kafka import topic_offsets
+    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import check_warehouse
 
     topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
     check_warehouse(ctx.settings.warehouse)
+    check_topic_registry(ctx.topic)
 
 
 def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):

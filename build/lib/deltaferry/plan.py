@@ -263,11 +263,15 @@ def decide(step: str, ctx, reinfer: bool = False, env: Mapping[str, str] | None 
            now: float | None = None) -> Skip | None:
     """A Skip when `step` of the topic in `ctx` (a pipeline.TopicContext) has nothing to do;
     None when it has work (or when that cannot be told without Spark). Raises KafkaError for
-    an unreachable broker, a missing topic, or a checkpoint or schema cache ahead of the topic."""
+    an unreachable broker, a missing topic, or a checkpoint or schema cache ahead of the topic;
+    RegistryError when an avro topic's Schema Registry does not answer (infer and ingest)."""
     from deltaferry.kafka import topic_offsets
+    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import storage_for
 
     topic, settings, paths = ctx.topic, ctx.settings, ctx.paths
+    if step in ("infer", "ingest"):
+        check_topic_registry(topic, env)
     if step == "infer" and (reinfer or topic.format != "json"):
         return None  # a re-inference reads everything; avro's infer step asks the registry
     if step in ("infer", "ingest"):

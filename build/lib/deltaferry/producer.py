@@ -9,6 +9,13 @@ subject's current version, the merged schema is tested with the registry's compa
 endpoint, then registered, and only then is the message produced (Confluent wire format, by
 confluent-kafka's AvroSerializer). A payload no backward-compatible schema can hold raises
 IncompatibleShapeError: nothing is produced and nothing is registered.
+
+No message is lost without a word: the first `produce` checks that the topic exists (many
+clusters do not create topics on first use) before anything is registered; every message gets a
+delivery callback that records failures (the caller's own `on_delivery` is still called); and
+`flush` raises DeliveryError naming the topic, how many messages failed and why (or how many
+are still queued when its timeout ends). `AutoAvroSchemaProducer` is the same class, under the
+name the producer's first users know it by.
 """
 
 from __future__ import annotations
@@ -17,12 +24,31 @@ import json
 import logging
 from typing import Any
 
+from deltaferry.errors import DeltaferryError
 from deltaferry.registry import RegistryError, without_credentials
 from deltaferry.schema.avro import IncompatibleShapeError, evolve, record_name
 
 log = logging.getLogger(__name__)
 
 COMPATIBILITY = "BACKWARD"
+#: How long the first produce waits for the topic's metadata.
+METADATA_TIMEOUT_S = 10.0
+
+
+class DeliveryError(DeltaferryError):
+    """Messages were not delivered: the topic, how many, and the reasons."""
+
+    def __init__(self, topic: str, failed: int, reasons: list[str], queued: int = 0,
+                 timeout: float | None = None):
+        self.topic, self.failed, self.reasons, self.queued = topic, failed, reasons, queued
+        parts = []
+        if failed:
+            shown = "; ".join(sorted(set(reasons))[:3])
+            parts.append(f"{failed} message(s) not delivered: {shown}")
+        if queued:
+            parts.append(f"{queued} message(s) still queued after {timeout:g} s (not delivered "
+                         "yet: call flush again with a longer timeout)")
+        super().__init__(f"topic {topic!r}: " + "; ".join(parts))
 
 
 class DynamicSchemaProducer:
@@ -46,6 +72,8 @@ class DynamicSchemaProducer:
         self.record_name = record_name(topic)
         self.registry = SchemaRegistryClient(conf)
         self.producer = Producer(producer_config)
+        self._topic_checked = False
+        self._failures: list[str] = []
         self.schema: dict | None = None
         self.schema_id: int | None = None
         self._serializers: dict[int, Any] = {}
@@ -109,11 +137,42 @@ class DynamicSchemaProducer:
             exc.args = (f"subject {self.subject!r}: {exc}",)
             raise
 
+    def check_topic(self) -> None:
+        """DeliveryError unless the topic exists (asked once, before the first message)."""
+        from confluent_kafka import KafkaException
+
+        if self._topic_checked:
+            return
+        try:
+            metadata = self.producer.list_topics(self.topic, timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise DeliveryError(self.topic, 1, [
+                f"brokers not reachable within {METADATA_TIMEOUT_S:g} s ({exc.args[0].str()})"
+            ]) from None
+        found = metadata.topics.get(self.topic)
+        if found is None or found.error is not None or not found.partitions:
+            why = found.error.str() if found is not None and found.error else "unknown topic"
+            raise DeliveryError(self.topic, 1, [
+                f"the topic does not exist ({why}); create it first: nothing was produced or "
+                "registered"])
+        self._topic_checked = True
+
+    def _on_delivery(self, callback):
+        """The delivery callback of one message: records a failure, then calls `callback`."""
+        def delivered(err, msg):
+            if err is not None:
+                self._failures.append(err.str())
+            if callback is not None:
+                callback(err, msg)
+        return delivered
+
     def produce(self, payload: dict, key: str | bytes | None = None, **kwargs) -> None:
         """Serialize `payload` (registering a new schema version first if it needs one) and
-        produce it. Extra keyword arguments go to Producer.produce (partition, on_delivery...)."""
+        produce it. Extra keyword arguments go to Producer.produce (partition, on_delivery...);
+        DeliveryError if the topic does not exist."""
         from confluent_kafka.serialization import MessageField, SerializationContext
 
+        self.check_topic()
         schema = self.schema_for(payload)
         if schema != self.schema:
             self.schema_id = self._register(schema)
@@ -123,9 +182,20 @@ class DynamicSchemaProducer:
             payload, SerializationContext(self.topic, MessageField.VALUE))
         if isinstance(key, str):
             key = key.encode()
-        self.producer.produce(self.topic, value=value, key=key, **kwargs)
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+        self.producer.produce(self.topic, value=value, key=key,
+                              on_delivery=self._on_delivery(callback), **kwargs)
         self.producer.poll(0)
 
     def flush(self, timeout: float = -1) -> int:
-        """Wait for outstanding messages; the number still queued."""
-        return self.producer.flush(timeout)
+        """Wait for outstanding messages; 0 when all were delivered. DeliveryError naming the
+        topic, the count and the reasons when any failed or is still queued at the timeout."""
+        queued = self.producer.flush(timeout)
+        failures, self._failures = self._failures, []
+        if failures or queued:
+            raise DeliveryError(self.topic, len(failures), failures, queued, timeout)
+        return queued
+
+
+#: The name the producer's first users know it by (the same class).
+AutoAvroSchemaProducer = DynamicSchemaProducer

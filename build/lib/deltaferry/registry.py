@@ -13,16 +13,34 @@ Subject name strategies (confluent's names): ``topic_name`` (``<topic>-value``, 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from deltaferry.config import SUBJECT_STRATEGIES
+from deltaferry.config import SUBJECT_STRATEGIES, TopicConfig
 from deltaferry.errors import ConfigError, DeltaferryError
 
+#: The pre-Spark check gives up quickly: one attempt more, 10 s each.
+CHECK_TIMEOUT_S = 10
+CHECK_RETRIES = 1
 URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
 USER_VAR = "DELTAFERRY_SCHEMA_REGISTRY_USER"
 PASSWORD_VAR = "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD"
+
+
+def _quiet_authlib() -> None:
+    """Silence the notice authlib (imported by confluent-kafka's registry client) prints about
+    its own httpx fallback: not ours to act on, and a second line under a one-line error.
+    authlib puts an "always" filter in front on import, so ours goes in front of that."""
+    try:
+        import authlib.deprecate  # noqa: F401
+    except ImportError:
+        return
+    warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+
+
+_quiet_authlib()
 
 
 class RegistryError(DeltaferryError):
@@ -109,3 +127,33 @@ def subject_name(topic: str, strategy: str = "topic_name", record: str | None = 
         raise ConfigError("subject_strategy", f"{strategy} needs the record's full name "
                           "(record_name: namespace.Name)")
     return record if strategy == "record_name" else f"{topic}-{record}"
+
+
+def check_reachable(settings: RegistrySettings) -> None:
+    """Raise RegistryError (the URL without credentials) unless the registry lists its subjects:
+    what a run checks before Spark starts."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = SchemaRegistryClient({**settings.client_conf(), "timeout": CHECK_TIMEOUT_S,
+                                   "max.retries": CHECK_RETRIES, "retries.wait.ms": 500})
+    try:
+        client.get_subjects()
+    except SchemaRegistryError as exc:
+        if exc.http_status_code in (401, 403):
+            raise RegistryError(settings.safe_url, f"credentials rejected (HTTP "
+                                f"{exc.http_status_code}; check {USER_VAR} and {PASSWORD_VAR})"
+                                ) from None
+        raise RegistryError(settings.safe_url, f"answers HTTP {exc.http_status_code}: "
+                            f"{exc.error_message}") from None
+    except Exception as exc:  # the HTTP client's connection errors (httpx or requests)
+        reason = str(exc).replace(settings.url, settings.safe_url) or type(exc).__name__
+        raise RegistryError(settings.safe_url, f"unreachable ({reason}); is it running? "
+                            f"check {URL_VAR}") from None
+
+
+def check_topic_registry(topic: TopicConfig, env: Mapping[str, str] | None = None) -> None:
+    """For an avro topic, check that its registry (from `env`, default os.environ) answers;
+    nothing for other formats."""
+    if topic.format == "avro":
+        check_reachable(RegistrySettings.from_env(env))

@@ -7,8 +7,8 @@ stand-in DAG `ingest_<name>` with one task that fails with the same message, so 
 page explains itself instead of vanishing.
 
 Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
-`spark_jobs/`; schedule from the entry (hourly by default), no catch-up, one run at a time,
-retries with exponential back-off; params ``reinfer`` and ``debug``; the ingest task declares
+`deltaferry/spark_jobs/`; schedule from the entry (hourly by default), no catch-up, one run at a
+time, retries with exponential back-off; params ``reinfer`` and ``debug``; the ingest task declares
 the Delta table as an asset.
 """
 

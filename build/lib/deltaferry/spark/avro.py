@@ -22,10 +22,14 @@ import operator
 import time
 from dataclasses import dataclass
 from functools import reduce
+from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
 from deltaferry.registry import RegistryError, RegistrySettings, subject_name
 from deltaferry.spark.kafka_source import with_raw_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class WriterSchemas:
         return self._known[schema_id]
 
 
-def with_wire_columns(df):
+def with_wire_columns(df: DataFrame) -> DataFrame:
     """Kafka's columns as deltaferry's raw columns (raw_value kept as bytes) plus the wire
     format's parts: magic byte, schema id and body."""
     from pyspark.sql import functions as F
@@ -128,7 +132,7 @@ def with_wire_columns(df):
     )
 
 
-def decode(raw, writers: dict[int, dict | None], reader: dict):
+def decode(raw: DataFrame, writers: dict[int, dict | None], reader: dict) -> DataFrame:
     """Decode `body` of each record with its writer schema, resolved into `reader`, into a
     `data` struct; `problem` says why a record cannot be used (framing, unknown id, body)."""
     from pyspark.sql import functions as F
@@ -214,7 +218,7 @@ class AvroDecoder:
     """The decoder of an avro topic (deltaferry.spark.decoding): records decoded from the wire
     format with their writer schemas, resolved into the run's reader schema."""
 
-    def __init__(self, spark, topic: TopicConfig, store=None):
+    def __init__(self, spark: SparkSession, topic: TopicConfig, store=None):
         self.registry, client, self.reader = registry_for_run(topic)
         self.writers = WriterSchemas(client, self.registry.safe_url)
         self.schema_version = self.reader.version
@@ -222,10 +226,10 @@ class AvroDecoder:
                  self.reader.subject, self.reader.version, self.reader.schema_id,
                  self.registry.safe_url)
 
-    def raw_columns(self, batch_df):
+    def raw_columns(self, batch_df: DataFrame):
         return with_wire_columns(batch_df)
 
-    def decode(self, raw):
+    def decode(self, raw: DataFrame):
         ids = [r[0] for r in raw.where("wire_ok").select("schema_id").distinct().collect()]
         writers = {int(i): self.writers.get(int(i)) for i in ids}
         return decode(raw, writers, self.reader.schema)

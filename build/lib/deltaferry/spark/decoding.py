@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deltaferry.config import Format, TopicConfig
 from deltaferry.errors import NoSchemaError
@@ -27,6 +27,9 @@ from deltaferry.spark.infer import (
     json_objects,
 )
 from deltaferry.spark.kafka_source import with_raw_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +46,15 @@ class Decoder(Protocol):
     #: The schema version the last decoded batch was read with (for the report).
     schema_version: int
 
-    def raw_columns(self, batch_df: Any) -> Any:
+    def raw_columns(self, batch_df: DataFrame) -> Any:
         """The batch as deltaferry's raw record columns (and any the decoder needs)."""
 
-    def decode(self, raw: Any) -> Any:
+    def decode(self, raw: DataFrame) -> Any:
         """`raw` plus `data` (a struct of the payload's fields) and `problem` (a reason only
         this format can tell, or null)."""
 
 
-def with_reason(decoded: Any) -> Any:
+def with_reason(decoded: DataFrame) -> DataFrame:
     """`decoded` with the record's `reason` for the quarantine (null for a usable record): no
     key first, then no reason for a tombstone, then the format's own problem."""
     from pyspark.sql import functions as F
@@ -62,7 +65,7 @@ def with_reason(decoded: Any) -> Any:
     return decoded.withColumn("reason", reason).drop("problem")
 
 
-def uncovered(raw: Any, covered: dict[int, int]) -> Any:
+def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
     """The records at offsets the cached schema's inference has not read."""
     from pyspark.sql import functions as F
 
@@ -73,7 +76,7 @@ def uncovered(raw: Any, covered: dict[int, int]) -> Any:
     return raw.where(F.col("kafka_offset") >= limit)
 
 
-def parse_json(raw: Any, schema: dict, version: int) -> Any:
+def parse_json(raw: DataFrame, schema: dict, version: int) -> DataFrame:
     """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
@@ -98,7 +101,7 @@ class JsonDecoder:
     offsets the infer step never read (messages produced after it), so no new field is
     silently dropped."""
 
-    def __init__(self, spark: Any, topic: TopicConfig, store: SchemaStore):
+    def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
         self.topic = topic
         self.store = store
@@ -108,10 +111,10 @@ class JsonDecoder:
                                 "run the infer step first")
         self.schema_version = latest.version
 
-    def raw_columns(self, batch_df: Any) -> Any:
+    def raw_columns(self, batch_df: DataFrame) -> Any:
         return with_raw_columns(batch_df)
 
-    def current_schema(self, raw: Any):
+    def current_schema(self, raw: DataFrame):
         """The cached schema version, grown by the batch's offsets inference has not read."""
         from pyspark.sql import functions as F
 
@@ -129,7 +132,7 @@ class JsonDecoder:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
 
-    def decode(self, raw: Any) -> Any:
+    def decode(self, raw: DataFrame) -> Any:
         version = self.current_schema(raw)
         self.schema_version = version.version
         return parse_json(raw, version.schema, version.version)
@@ -142,7 +145,7 @@ DECODERS: dict[Format, str] = {
 }
 
 
-def decoder_for(spark: Any, topic: TopicConfig, store: SchemaStore) -> Decoder:
+def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> Decoder:
     """The decoder of `topic`'s format."""
     module, _, name = DECODERS[Format(topic.format)].partition(":")
     return getattr(importlib.import_module(module), name)(spark, topic, store)

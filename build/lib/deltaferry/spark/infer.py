@@ -7,6 +7,7 @@ import logging
 import posixpath
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
@@ -15,6 +16,9 @@ from deltaferry.schema.merge import describe, merge_schemas
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class InferReport:
         return {**asdict(self), "summary": self.summary()}
 
 
-def json_objects(df):
+def json_objects(df: DataFrame) -> DataFrame:
     """The values worth inferring from: keyed, not tombstones, and shaped like a JSON object."""
     from pyspark.sql import functions as F
 
@@ -64,7 +68,7 @@ def json_objects(df):
 CORRUPT = "__deltaferry_corrupt"
 
 
-def consistent_with(records, cached: dict | None):
+def consistent_with(records: DataFrame, cached: dict | None) -> DataFrame:
     """The records that do not contradict `cached`. Spark's inference turns a struct/string
     clash into string, so one contradicting record would hide every new nested field; those
     records are left out here and quarantined by ingest."""
@@ -80,7 +84,7 @@ def consistent_with(records, cached: dict | None):
     return records.where(parsed.getField(CORRUPT).isNull())
 
 
-def infer_from_records(spark, records, cached: dict | None = None) -> dict:
+def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | None = None) -> dict:
     """Spark's JSON inference over the raw_value of the records that fit `cached`. Malformed
     values are skipped, and so are fields that are only ever null (Spark would call them
     string, and a cached string absorbs every later type); they get their type when a value
@@ -120,7 +124,7 @@ def commit_schema(
 
 
 def infer_schema(
-    spark,
+    spark: SparkSession,
     topic: TopicConfig,
     settings: Settings,
     store: SchemaStore,

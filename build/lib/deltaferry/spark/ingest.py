@@ -13,8 +13,10 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings, TopicConfig
+from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, read_checkpoint
@@ -25,6 +27,9 @@ from deltaferry.spark.decoding import Decoder, decoder_for, with_reason
 from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import kafka_options, latest_per_key
 from deltaferry.storage import storage_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ class IngestReport:
     #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
     offsets_read_to: dict[str, int] = field(default_factory=dict)
     lag: int = 0
+    #: Per micro-batch, what Spark's StreamingQueryProgress said (see `batch_progress`).
+    progress: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     step: str = "ingest"
 
@@ -69,13 +76,44 @@ def column_name(field: str) -> str:
     return f"payload_{field}" if field.lower() in reserved else field
 
 
-def to_table_rows(parsed):
+def batch_progress(progress, topic: str) -> dict:
+    """What Spark's StreamingQueryProgress says of one micro-batch: its id, input rows, rows
+    per second (arriving and processed), duration, and the offsets per partition it read to."""
+    (source,) = progress.get("sources") or [{}]
+    end = source.get("endOffset") or {}
+    end = json.loads(end) if isinstance(end, str) else end
+    return {
+        "batch_id": progress.get("batchId"),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_second": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
+        "processed_rows_per_second": round(
+            float(progress.get("processedRowsPerSecond") or 0.0), 1),
+        "duration_ms": progress.get("batchDuration")
+        or (progress.get("durationMs") or {}).get("triggerExecution", 0),
+        "offsets": {str(p): int(o) for p, o in sorted((end.get(topic) or {}).items(),
+                                                       key=lambda item: int(item[0]))},
+    }
+
+
+def describe_progress(batch: dict) -> str:
+    """One log line for one batch's progress."""
+    offsets = ", ".join(f"p{p}: {o}" for p, o in batch["offsets"].items()) or "none"
+    return (f"batch {batch['batch_id']}: {batch['input_rows']} rows, "
+            f"{batch['processed_rows_per_second']:g} rows/s processed "
+            f"({batch['input_rows_per_second']:g} rows/s arriving), "
+            f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
+
+
+def to_table_rows(parsed: DataFrame) -> DataFrame:
     """Valid records as table rows: Kafka columns, payload columns, and the tombstone marker."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
+    data_type = parsed.schema["data"].dataType
+    assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
     payload = [
         F.col("data").getField(f).alias(column_name(f))
-        for f in parsed.schema["data"].dataType.fieldNames() if f != CORRUPT
+        for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
         *delta_table.METADATA_COLUMNS, *payload,
@@ -87,7 +125,7 @@ class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder, what cannot be used into the quarantine, the rest MERGEd into the table."""
 
-    def __init__(self, spark, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
+    def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
                  report: IngestReport):
         self.spark = spark
         self.topic = topic
@@ -99,11 +137,15 @@ class BatchWriter:
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
         if self._app_id is None:
-            text = self.spark.read.text(f"{self.paths.checkpoint}/metadata").first()[0]
+            first = self.spark.read.text(f"{self.paths.checkpoint}/metadata").first()
+            if first is None:
+                raise DeltaferryError(f"checkpoint {self.paths.checkpoint}: its metadata file "
+                                      "is empty; delete the checkpoint to start it over")
+            text = first[0]
             self._app_id = f"deltaferry-{self.topic.name}-{json.loads(text)['id']}"
         return self._app_id
 
-    def __call__(self, batch_df, batch_id: int) -> None:
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -139,7 +181,7 @@ class BatchWriter:
         )
 
 
-def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
                  store: SchemaStore) -> IngestReport:
     """Run the availableNow streaming query for `topic` until everything available is in."""
     started = time.monotonic()
@@ -167,9 +209,12 @@ def ingest_topic(spark, topic: TopicConfig, settings: Settings, paths: TopicPath
         .start()
     )
     query.awaitTermination()
-    progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
-    report.messages_read = sum(p["numInputRows"] for p in progress)
-    report.batches = len(progress)
+    report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
+                       if p.get("numInputRows", 0) > 0]
+    for batch in report.progress:
+        log.info("ingest %s %s", topic.name, describe_progress(batch))
+    report.messages_read = sum(b["input_rows"] for b in report.progress)
+    report.batches = len(report.progress)
     read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
     report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
     report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),

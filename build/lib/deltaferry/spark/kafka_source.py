@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings
 from deltaferry.kafka import java_client_options, offsets_json
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 #: The columns every record carries before its payload is parsed.
 RAW_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value")
@@ -21,7 +25,7 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def with_raw_columns(df, value_as_text: bool = True):
+def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
     """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns
     (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False)."""
     from pyspark.sql import functions as F
@@ -36,7 +40,8 @@ def with_raw_columns(df, value_as_text: bool = True):
     )
 
 
-def read_ranges(spark, settings: Settings, topic: str, ranges: dict[int, tuple[int, int]]):
+def read_ranges(spark: SparkSession, settings: Settings, topic: str,
+                ranges: dict[int, tuple[int, int]]) -> DataFrame:
     """A batch DataFrame of the raw records in [start, end) of each partition in `ranges`."""
     reader = spark.read.format("kafka").options(**kafka_options(settings))
     return with_raw_columns(
@@ -47,7 +52,7 @@ def read_ranges(spark, settings: Settings, topic: str, ranges: dict[int, tuple[i
     )
 
 
-def latest_per_key(df):
+def latest_per_key(df: DataFrame) -> DataFrame:
     """The newest record of every key: the highest offset within a partition, and across
     partitions (a key that moved) the newest timestamp."""
     from pyspark.sql import functions as F

@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import record_vacuum
 from deltaferry.storage import storage_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ class MaintainReport:
         return {**asdict(self), "summary": self.summary()}
 
 
-def _existing_tables(spark, paths: TopicPaths) -> dict[str, str]:
+def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
     """The topic's Delta tables that exist: the table itself and the quarantine."""
     from delta.tables import DeltaTable
 
@@ -44,7 +48,7 @@ def _existing_tables(spark, paths: TopicPaths) -> dict[str, str]:
     return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
 
 
-def optimize(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
+def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
     """Compact the small files that hourly micro-batches leave behind."""
     from delta.tables import DeltaTable
 
@@ -61,7 +65,7 @@ def optimize(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
     return report
 
 
-def vacuum(spark, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
+def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
     """Delete files no table version younger than the topic's retention still needs."""
     from delta.tables import DeltaTable
 

@@ -4,9 +4,12 @@ append (a micro-batch replayed after a crash is not appended twice)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deltaferry.spark.kafka_source import RAW_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 #: The quarantine's columns, in order. `raw_value` is the message as Kafka held it (text for
 #: JSON topics, bytes for binary formats).
@@ -15,7 +18,7 @@ COLUMNS = (*RAW_COLUMNS, "reason", "schema_version", "batch_id", "quarantined_at
 SHOWN = ("kafka_key", "kafka_partition", "kafka_offset", "raw_value", "reason")
 
 
-def rows(parsed: Any, schema_version: int, batch_id: int) -> Any:
+def rows(parsed: DataFrame, schema_version: int, batch_id: int) -> DataFrame:
     """The records of `parsed` that have a `reason`, as quarantine rows."""
     from pyspark.sql import functions as F
 
@@ -28,7 +31,7 @@ def rows(parsed: Any, schema_version: int, batch_id: int) -> Any:
         *[extra[c].alias(c) if c in extra else F.col(c) for c in COLUMNS])
 
 
-def append(bad: Any, path: str, app_id: str, batch_id: int) -> int:
+def append(bad: DataFrame, path: str, app_id: str, batch_id: int) -> int:
     """Append the quarantine rows `bad` to the table at `path` once per (app_id, batch_id);
     how many rows there were."""
     count = bad.count()

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from deltaferry.jvm import jars_in
 from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: Settings that suit a small local[*] session; only applied when deltaferry starts a local
 #: master itself, so a cluster's spark-submit --conf is never overridden.
@@ -45,7 +49,7 @@ def s3a_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {f"spark.hadoop.{k}": v for k, v in conf.items() if k not in S3A_CREDENTIAL_KEYS}
 
 
-def configure_s3a(spark, env: Mapping[str, str] | None = None) -> None:
+def configure_s3a(spark: SparkSession, env: Mapping[str, str] | None = None) -> None:
     """Set the environment's S3 settings, credentials included, on a running session's Hadoop
     configuration: s3a file systems opened from then on use them (one already opened for a
     bucket is cached by Hadoop with the settings it was opened with)."""

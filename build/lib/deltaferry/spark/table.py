@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from deltaferry.schema.rules import widened_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +37,7 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def ensure_table(spark, path: str) -> None:
+def ensure_table(spark: SparkSession, path: str) -> None:
     """Create the topic's Delta table with its Kafka columns if it does not exist yet.
 
     Column mapping by name lets payload fields carry any name (spaces, dots, ...).
@@ -52,7 +56,7 @@ def ensure_table(spark, path: str) -> None:
     )
 
 
-def add_new_columns(spark, path: str, source_schema) -> list[str]:
+def add_new_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
     """Add the source's top-level columns that the table lacks, before the MERGE.
 
     MERGE's own schema evolution cannot add a column whose name is also a SQL function without
@@ -72,7 +76,7 @@ def add_new_columns(spark, path: str, source_schema) -> list[str]:
     return [f.name for f in new]
 
 
-def widen_columns(spark, path: str, source_schema) -> list[str]:
+def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
     """Rewrite the table once if the source needs a wider numeric type than a column has.
 
     MERGE would silently truncate 4.5 into a long column; a long column whose values now carry
@@ -107,7 +111,7 @@ def commit_tag(app_id: str, version: int) -> str:
 
 
 @contextmanager
-def idempotent_writes(spark, app_id: str, version: int, tag: str):
+def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
     """Make the Delta writes inside the block idempotent for (app_id, version): a micro-batch
     replayed after a crash is skipped instead of applied twice. The commit carries `tag` as
     its userMetadata (see DESCRIBE HISTORY)."""
@@ -125,7 +129,7 @@ def idempotent_writes(spark, app_id: str, version: int, tag: str):
             spark.conf.unset(key)
 
 
-def upsert(spark, path: str, source, tag: str) -> dict[str, int]:
+def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str) -> dict[str, int]:
     """MERGE `source` (one row per kafka_key, DELETED marking tombstones) into the table.
 
     Matched tombstones delete, other matches update, unmatched non-tombstones insert; new

@@ -1,7 +1,8 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
-whether they run. The stack is a Kafka broker and an S3 server (SeaweedFS); more services join
-by adding to SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return
-at once; `env` holds the assignments of the services started before it),
+whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Schema Registry
+(Apicurio, built by `make setup`), started in that order; more services join by adding to
+SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return at once;
+`env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
 (StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
 
@@ -10,7 +11,8 @@ The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``,
 own folder. `up` prints nothing but progress on stderr; its result is the ordered shell
 assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, the SASL listener's
 ``DELTAFERRY_KAFKA_SASL_BOOTSTRAP``, ``_MECHANISM``, ``_USERNAME``, ``_PASSWORD``,
-``DELTAFERRY_S3_ENDPOINT=...``, ``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``) the CLI
+``DELTAFERRY_S3_ENDPOINT=...``, ``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``,
+``DELTAFERRY_SCHEMA_REGISTRY_URL=http://127.0.0.1:PORT/apis/ccompat/v7``) the CLI
 prints on stdout. The state file holds the S3 secret and the SASL password, so it is readable by
 its owner only.
 """
@@ -149,9 +151,6 @@ def up(stack_dir: Path | None = None) -> dict[str, str]:
         env: dict[str, str] = {}
         try:
             for module in SERVICES:
-                if not getattr(module, "installed", lambda: True)():  # optional, not built
-                    print(f"{module.TITLE}: not installed, not started", file=sys.stderr)
-                    continue
                 service = module.launch(folder, dict(env))
                 started.append(service)
                 write_state(folder, make_state(started, ready=False))  # `down` can find it
