@@ -18,6 +18,9 @@ pytestmark = pytest.mark.integration
 
 KEY = {"type": "record", "name": "OrderKey", "namespace": "shop", "fields": [
     {"name": "tenant", "type": "string"}, {"name": "id", "type": "long"}]}
+#: KEY's next version: a nullable field, as a backward-compatible key schema adds one.
+KEY2 = {**KEY, "fields": KEY["fields"] + [
+    {"name": "region", "type": ["null", "string"], "default": None}]}
 VALUE = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "item", "type": "string"}, {"name": "qty", "type": "long"}]}
 
@@ -113,8 +116,11 @@ def test_avro_keys_land_by_their_decoded_key_in_typed_columns(
     assert [(bytes(r["raw_key"]), r["reason"]) for r in bad] == [
         (b"a-1", "key: " + REASON_FRAMING)]
 
-    # the next run updates and deletes rows already in the table by their key columns
-    producer.send(a1, {"item": "apple", "qty": 4})
+    # the next run updates and deletes rows already in the table by their key columns, the
+    # key schema grown meanwhile: a1 written with KEY2 (region null) is still a1
+    grown = AvroKeyedProducer(kafka_bootstrap, schema_registry_url, topic, key_schema=KEY2)
+    grown.send({**a1, "region": None}, {"item": "apple", "qty": 4})
+    grown.flush()
     producer.send(b1, None)
     producer.send(a2, {"item": "pear", "qty": 6})
     producer.flush()
@@ -122,6 +128,8 @@ def test_avro_keys_land_by_their_decoded_key_in_typed_columns(
     assert (report.inserted, report.updated, report.deleted) == (1, 1, 1)
     assert state() == {("a", 1): ("apple", 4, '{"tenant":"a","id":1}'),
                        ("a", 2): ("pear", 6, '{"tenant":"a","id":2}')}
+    assert spark.read.format("delta").load(ctx.paths.table).schema["key_region"].dataType \
+        == StringType()
     assert delta_rs_rows(ctx.paths.table, "key_tenant, key_id, item, qty") == [
         {"key_tenant": "a", "key_id": 1, "item": "apple", "qty": 4},
         {"key_tenant": "a", "key_id": 2, "item": "pear", "qty": 6}]
