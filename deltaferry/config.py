@@ -19,6 +19,8 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         subject_strategy: topic_name   # avro: topic_name | record_name | topic_record_name
         record_name: null          # avro: the record's full name (for the record strategies)
         schema_version: null       # avro: read with this registered version (null = latest)
+        key_format: string         # string | avro (avro topics: keys in Confluent wire format,
+                                   # decoded with subject <topic>-key into typed key_ columns)
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -51,6 +53,16 @@ class Format(StrEnum):
 
 
 FORMATS = tuple(f.value for f in Format)
+
+
+class KeyFormat(StrEnum):
+    """The key formats deltaferry decodes (deltaferry.spark.decoding has one key decoder each)."""
+
+    STRING = "string"
+    AVRO = "avro"
+
+
+KEY_FORMATS = tuple(f.value for f in KeyFormat)
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
@@ -92,6 +104,7 @@ class TopicConfig:
     subject_strategy: str = "topic_name"
     record_name: str | None = None
     schema_version: int | None = None
+    key_format: str = "string"
 
     @property
     def dag_id(self) -> str:
@@ -159,6 +172,11 @@ def _check_value(key: str, value: Any, where: str) -> Any:
                                   or value <= 0):
             raise fail(f"must be a registered version number (>= 1) or null, got {value!r}")
         return value
+    if key == "key_format":
+        if value not in KEY_FORMATS:
+            raise fail(f"{value!r} is not a supported key format "
+                       f"(supported: {', '.join(KEY_FORMATS)})")
+        return value
     if key == "fail_on_data_loss":
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
@@ -186,6 +204,9 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     if topic.subject_strategy != "topic_name" and not topic.record_name:
         raise ConfigError(where, f"subject_strategy {topic.subject_strategy} needs record_name "
                           "(the record's full name, namespace.Name)")
+    if topic.key_format == KeyFormat.AVRO and topic.format != Format.AVRO:
+        raise ConfigError(where, f"key_format avro needs format avro (keys and values read "
+                          f"through the Schema Registry), got format {topic.format}")
     return topic
 
 

@@ -11,6 +11,10 @@ schema evolution (`table.add_new_columns`) on the next run, with no restart.
 What cannot be decoded goes to the quarantine with a reason: no key, a magic byte other than 0
 (or fewer than 5 bytes), a schema id the registry does not know, a body the writer schema
 cannot decode. A null value (tombstone) deletes the key, as for JSON.
+
+Keys of `key_format: avro` topics are decoded the same way with their own writer schemas,
+resolved into the latest version of `<topic>-key` (`AvroKeyDecoder`), into typed key columns
+the rows are upserted by; a key that cannot be decoded is quarantined with a `key: ` reason.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
 from deltaferry.registry import RegistryError, RegistrySettings, subject_name
-from deltaferry.spark.kafka_source import with_raw_columns
+from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,37 +57,53 @@ def topic_subject(topic: TopicConfig) -> str:
     return subject_name(topic.name, topic.subject_strategy, topic.record_name)
 
 
-def reader_schema(client, topic: TopicConfig, url: str) -> ReaderSchema:
-    """The latest version of the topic's subject (or its pinned `schema_version`)."""
+def key_subject(topic: TopicConfig) -> str:
+    """The subject of the topic's key schemas: `<topic>-key` (the topic_name strategy)."""
+    return f"{topic.name}-key"
+
+
+def registered_schema(client, subject: str, version: int | None, url: str,
+                      topic: str) -> ReaderSchema:
+    """Version `version` of `subject` (None: the latest), which must be an Avro schema."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    subject = topic_subject(topic)
     try:
-        if topic.schema_version:
-            found = client.get_version(subject, topic.schema_version)
-        else:
-            found = client.get_latest_version(subject)
+        found = (client.get_version(subject, version) if version
+                 else client.get_latest_version(subject))
     except SchemaRegistryError as exc:
-        which = f"version {topic.schema_version}" if topic.schema_version else "latest version"
-        raise RegistryError(url, f"topic {topic.name!r}: cannot read the {which}: {exc}",
+        which = f"version {version}" if version else "latest version"
+        raise RegistryError(url, f"topic {topic!r}: cannot read the {which}: {exc}",
                             subject) from None
     if found.schema.schema_type not in (None, "AVRO"):
-        raise RegistryError(url, f"topic {topic.name!r}: version {found.version} is "
+        raise RegistryError(url, f"topic {topic!r}: version {found.version} is "
                             f"{found.schema.schema_type}, not AVRO", subject)
     return ReaderSchema(subject, found.version, found.schema_id,
                         json.loads(found.schema.schema_str))
 
 
-def all_null_encoding(schema: dict) -> bytes | None:
-    """The body of a record whose every field is null under `schema`, or None if the schema
-    has a field that cannot be null. spark-avro's PERMISSIVE mode answers an undecodable body
-    with a row of nulls; only a body equal to this one may legitimately decode to that."""
+def reader_schema(client, topic: TopicConfig, url: str) -> ReaderSchema:
+    """The latest version of the topic's subject (or its pinned `schema_version`)."""
+    return registered_schema(client, topic_subject(topic), topic.schema_version, url,
+                             topic.name)
+
+
+def is_record(schema) -> bool:
+    """Whether an Avro schema (parsed JSON) is a record, rather than a primitive or union."""
+    return isinstance(schema, dict) and schema.get("type") == "record"
+
+
+def all_null_encoding(schema) -> bytes | None:
+    """The body of a record whose every field is null under `schema` (of null, for a schema
+    that is not a record), or None if the schema cannot hold it. spark-avro's PERMISSIVE mode
+    answers an undecodable body with a row of nulls (a null); only a body equal to this one
+    may legitimately decode to that."""
     import fastavro
 
+    value = {f["name"]: None for f in schema["fields"]} if is_record(schema) else None
     try:
         parsed = fastavro.parse_schema(schema)
         buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, parsed, {f["name"]: None for f in schema["fields"]})
+        fastavro.schemaless_writer(buf, parsed, value)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return buf.getvalue()
@@ -115,59 +135,85 @@ class WriterSchemas:
         return self._known[schema_id]
 
 
+def wire_parts(column: str, prefix: str = "") -> list:
+    """The Confluent wire format's parts of the bytes in `column`: `<prefix>wire_ok` (magic
+    byte 0 and at least 5 bytes), `<prefix>schema_id` and `<prefix>body`."""
+    from pyspark.sql import functions as F
+
+    value = F.col(column)
+    return [
+        F.when(F.length(value) >= 5, F.substring(value, 1, 1) == F.lit(b"\x00"))
+        .otherwise(F.lit(False)).alias(f"{prefix}wire_ok"),
+        F.when(F.length(value) >= 5,
+               F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+        .alias(f"{prefix}schema_id"),
+        F.expr(f"substring({column}, 6)").alias(f"{prefix}body"),
+    ]
+
+
 def with_wire_columns(df: DataFrame) -> DataFrame:
     """Kafka's columns as deltaferry's raw columns (raw_value kept as bytes) plus the wire
     format's parts: magic byte, schema id and body."""
+    return with_raw_columns(df, value_as_text=False).select("*", *wire_parts("raw_value"))
+
+
+def looks_undecodable(decoded, writer, reader):
+    """Whether `decoded` is what PERMISSIVE mode gives for a body it cannot decode: a struct
+    whose every field the writer shares with the reader is null (isNull per field: coalesce
+    would need one type for all fields), or a null where the schema is not a record."""
     from pyspark.sql import functions as F
 
-    value = F.col("raw_value")
-    return with_raw_columns(df, value_as_text=False).select(
-        "*",
-        F.when(F.length(value) >= 5, F.substring(value, 1, 1) == F.lit(b"\x00"))
-        .otherwise(F.lit(False)).alias("wire_ok"),
-        F.when(F.length(value) >= 5,
-               F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
-        .alias("schema_id"),
-        F.expr("substring(raw_value, 6)").alias("body"),
+    if not is_record(reader):
+        return decoded.isNull()
+    reader_fields = {f["name"] for f in reader["fields"]}
+    shared = [f["name"] for f in writer.get("fields", []) if f["name"] in reader_fields] \
+        if is_record(writer) else []
+    return (reduce(operator.and_, [decoded.getField(n).isNull() for n in shared])
+            if shared else F.lit(False))
+
+
+def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
+    """(decoded, problem): columns decoding `<prefix>body` with the writer schema of its
+    `<prefix>schema_id`, resolved into `reader` (a typed null if no writer is known), and why a
+    record cannot be used (framing, unknown id, body), or null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    reader_json = json.dumps(reader)
+    sid, body = F.col(f"{prefix}schema_id"), F.col(f"{prefix}body")
+    data = None
+    undecodable = F.lit(False)
+    for schema_id, writer in sorted(writers.items()):
+        if writer is None:
+            continue
+        decoded = from_avro(body, json.dumps(writer),
+                            {"mode": "PERMISSIVE", "avroSchema": reader_json})
+        data = (F.when(sid == schema_id, decoded) if data is None
+                else data.when(sid == schema_id, decoded))
+        bad = looks_undecodable(decoded, writer, reader)
+        legit = all_null_encoding(writer)
+        bad = bad if legit is None else bad & (body != F.lit(legit))
+        undecodable = F.when(sid == schema_id, bad).otherwise(undecodable)
+    known = [i for i, w in writers.items() if w is not None]
+    problem = (
+        F.when(~F.col(f"{prefix}wire_ok"), REASON_FRAMING)
+        .when(~sid.isin(known) if known else F.lit(True),
+              F.format_string(REASON_UNKNOWN_ID.replace("{id}", "%d"), sid))
+        .when(undecodable, F.format_string(REASON_UNDECODABLE.replace("{id}", "%d"), sid))
     )
+    if data is None:  # typed like the reader, so the columns keep their types
+        data = from_avro(F.lit(None).cast("binary"), reader_json)
+    return data, problem
 
 
 def decode(raw: DataFrame, writers: dict[int, dict | None], reader: dict) -> DataFrame:
     """Decode `body` of each record with its writer schema, resolved into `reader`, into a
     `data` struct; `problem` says why a record cannot be used (framing, unknown id, body)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.types import StructType
 
-    reader_json = json.dumps(reader)
-    sid = F.col("schema_id")
-    data = None
-    undecodable = F.lit(False)
-    reader_fields = {f["name"] for f in reader["fields"]}
-    for schema_id, writer in sorted(writers.items()):
-        if writer is None:
-            continue
-        decoded = from_avro(F.col("body"), json.dumps(writer),
-                            {"mode": "PERMISSIVE", "avroSchema": reader_json})
-        data = (F.when(sid == schema_id, decoded) if data is None
-                else data.when(sid == schema_id, decoded))
-        shared = [f["name"] for f in writer["fields"] if f["name"] in reader_fields]
-        # PERMISSIVE gives a struct of nulls for a body that does not decode (isNull per field:
-        # coalesce would need one type for all fields)
-        all_null = (reduce(operator.and_, [decoded.getField(n).isNull() for n in shared])
-                    if shared else F.lit(False))
-        legit = all_null_encoding(writer)
-        bad = all_null if legit is None else all_null & (F.col("body") != F.lit(legit))
-        undecodable = F.when(sid == schema_id, bad).otherwise(undecodable)
-    known = [i for i, w in writers.items() if w is not None]
-    problem = (
-        F.when(~F.col("wire_ok"), REASON_FRAMING)
-        .when(~sid.isin(known) if known else F.lit(True),
-              F.format_string(REASON_UNKNOWN_ID.replace("{id}", "%d"), sid))
-        .when(undecodable, F.format_string(REASON_UNDECODABLE.replace("{id}", "%d"), sid))
-    )
-    if data is None:
-        from pyspark.sql.types import StructType
-
+    data, problem = decode_wire(writers, reader)
+    if not [w for w in writers.values() if w is not None]:
         data = F.lit(None).cast(StructType())
     return raw.withColumn("data", data).withColumn("problem", problem)
 
@@ -212,6 +258,66 @@ def registry_version(topic: TopicConfig) -> RegistryReport:
                             settings.safe_url, time.monotonic() - started)
     log.info(report.summary())
     return report
+
+
+#: Prefix of the key's wire-format parts (`__key_wire_ok`, ...), apart from the key columns.
+KEY_WIRE = "__key_"
+#: What a key problem's reason starts with (the rest as for values).
+KEY_REASON = "key: "
+
+
+def key_columns(reader) -> tuple[str, ...]:
+    """The table's key columns under the key reader schema: `key_<field>` for each field of a
+    record, `key` for any other schema."""
+    if is_record(reader):
+        return tuple(f"key_{f['name']}" for f in reader["fields"])
+    return ("key",)
+
+
+def decode_key(raw: DataFrame, writers: dict[int, dict | None], reader) -> DataFrame:
+    """Decode `raw_key` (its wire parts, see `wire_parts`) into the typed `key_columns`; the
+    decoded key as text in `kafka_key` (JSON for a record; null if it did not decode) and
+    `key_problem` (why it cannot be used, or null)."""
+    from pyspark.sql import functions as F
+
+    decoded, problem = decode_wire(writers, reader, KEY_WIRE)
+    if is_record(reader):
+        typed = {c: decoded.getField(f["name"])
+                 for c, f in zip(key_columns(reader), reader["fields"], strict=True)}
+        text = F.to_json(decoded)
+    else:
+        typed = {"key": decoded}
+        text = decoded.cast("string")
+    return raw.withColumns({**typed, "key_problem": F.concat(F.lit(KEY_REASON), problem)}) \
+        .withColumn("kafka_key", F.when(F.col("key_problem").isNull(), text))
+
+
+class AvroKeyDecoder:
+    """The key decoder of `key_format: avro` (deltaferry.spark.decoding): keys in the Confluent
+    wire format decoded with their writer schemas, resolved into the latest version of
+    `<topic>-key`, into one typed column per key field; the quarantine keeps the key's bytes."""
+
+    quarantine_columns: tuple[str, ...] = (RAW_KEY,)
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig):
+        self.registry = RegistrySettings.from_env()
+        client = self.registry.client()
+        self.reader = registered_schema(client, key_subject(topic), None,
+                                        self.registry.safe_url, topic.name)
+        self.writers = WriterSchemas(client, self.registry.safe_url)
+        self.columns = key_columns(self.reader.schema)
+        log.info("ingest %s: key schema %s version %d (id %d), key columns %s", topic.name,
+                 self.reader.subject, self.reader.version, self.reader.schema_id,
+                 ", ".join(self.columns))
+
+    def raw_columns(self, raw: DataFrame):
+        return raw.select("*", *wire_parts(RAW_KEY, KEY_WIRE))
+
+    def decode(self, raw: DataFrame):
+        ids = [r[0] for r in raw.where(f"{KEY_WIRE}wire_ok").select(f"{KEY_WIRE}schema_id")
+               .distinct().collect()]
+        writers = {int(i): self.writers.get(int(i)) for i in ids}
+        return decode_key(raw, writers, self.reader.schema)
 
 
 class AvroDecoder:

@@ -1,14 +1,17 @@
-"""The one seam between a topic's format and ingest: a `Decoder` per format, chosen by
-`decoder_for` from the topic's `Format`.
+"""The one seam between a topic's format and ingest: a `Decoder` per value format, chosen by
+`decoder_for` from the topic's `Format`, and a `KeyDecoder` per key format, chosen by
+`key_decoder_for` from its `KeyFormat`.
 
 A decoder turns a micro-batch of Kafka records into deltaferry's raw columns
 (`raw_columns`), then adds a `data` struct (the payload's fields) and a `problem` (why the
-format cannot use the record, or null) (`decode`). Everything else is the same for every
+format cannot use the record, or null) (`decode`). A key decoder adds what it needs to those
+raw columns, then the table's key columns (`columns`: what the rows are upserted by) and a
+`key_problem` (why the key cannot be used, or null). Everything else is the same for every
 format and lives in `deltaferry.spark.ingest.BatchWriter`: the reasons every format shares
 (no key; a tombstone is no problem) are put first by `with_reason`, what has a reason goes to
-the quarantine, the rest is kept latest per key and MERGEd.
+the quarantine, the rest is kept latest per key and MERGEd on the key columns.
 
-A new format is one class with these two methods and one entry in `DECODERS`.
+A new format is one class with these methods and one entry in `DECODERS` (or `KEY_DECODERS`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deltaferry.config import Format, TopicConfig
+from deltaferry.config import Format, KeyFormat, TopicConfig
 from deltaferry.errors import NoSchemaError
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.infer import (
@@ -26,7 +29,7 @@ from deltaferry.spark.infer import (
     infer_from_records,
     json_objects,
 )
-from deltaferry.spark.kafka_source import with_raw_columns
+from deltaferry.spark.kafka_source import RAW_KEY, STRING_KEY, with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,15 +57,33 @@ class Decoder(Protocol):
         this format can tell, or null)."""
 
 
+class KeyDecoder(Protocol):
+    """What ingest needs from a key format."""
+
+    #: The table columns a record is upserted by (and kept latest per).
+    columns: tuple[str, ...]
+    #: Raw columns the quarantine keeps besides the common ones (say, the key's bytes).
+    quarantine_columns: tuple[str, ...]
+
+    def raw_columns(self, raw: DataFrame) -> Any:
+        """`raw` (a value decoder's raw columns) plus any columns `decode` needs."""
+
+    def decode(self, raw: DataFrame) -> Any:
+        """`raw` plus the key `columns` and `key_problem` (why the key cannot be used, or
+        null)."""
+
+
 def with_reason(decoded: DataFrame) -> DataFrame:
     """`decoded` with the record's `reason` for the quarantine (null for a usable record): no
-    key first, then no reason for a tombstone, then the format's own problem."""
+    key first, then the key decoder's `key_problem` (if the key was decoded), then no reason
+    for a tombstone, then the format's own problem."""
     from pyspark.sql import functions as F
 
-    reason = (F.when(F.col("kafka_key").isNull(), REASON_NO_KEY)
-              .when(F.col("raw_value").isNull(), None)
-              .otherwise(F.col("problem")))
-    return decoded.withColumn("reason", reason).drop("problem")
+    reason = F.when(F.col(RAW_KEY).isNull(), REASON_NO_KEY)
+    if "key_problem" in decoded.columns:
+        reason = reason.when(F.col("key_problem").isNotNull(), F.col("key_problem"))
+    reason = reason.when(F.col("raw_value").isNull(), None).otherwise(F.col("problem"))
+    return decoded.withColumn("reason", reason).drop("problem", "key_problem")
 
 
 def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
@@ -138,14 +159,48 @@ class JsonDecoder:
         return parse_json(raw, version.schema, version.version)
 
 
+class StringKeys:
+    """Keys as text (Kafka's bytes read as UTF-8): the table is keyed on `kafka_key`, as it
+    always was. The default key format."""
+
+    columns: tuple[str, ...] = STRING_KEY
+    quarantine_columns: tuple[str, ...] = ()
+
+    def __init__(self, spark: SparkSession | None = None, topic: TopicConfig | None = None):
+        pass
+
+    def raw_columns(self, raw: DataFrame) -> Any:
+        return raw
+
+    def decode(self, raw: DataFrame) -> Any:
+        from pyspark.sql import functions as F
+
+        return raw.withColumn("key_problem", F.lit(None).cast("string"))
+
+
 #: The decoder class of each format, imported when a topic of that format is ingested.
 DECODERS: dict[Format, str] = {
     Format.JSON: "deltaferry.spark.decoding:JsonDecoder",
     Format.AVRO: "deltaferry.spark.avro:AvroDecoder",
 }
+#: The key decoder class of each key format, imported likewise.
+KEY_DECODERS: dict[KeyFormat, str] = {
+    KeyFormat.STRING: "deltaferry.spark.decoding:StringKeys",
+    KeyFormat.AVRO: "deltaferry.spark.avro:AvroKeyDecoder",
+}
+
+
+def _load(path: str):
+    """The class named by `module:Name`."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> Decoder:
     """The decoder of `topic`'s format."""
-    module, _, name = DECODERS[Format(topic.format)].partition(":")
-    return getattr(importlib.import_module(module), name)(spark, topic, store)
+    return _load(DECODERS[Format(topic.format)])(spark, topic, store)
+
+
+def key_decoder_for(spark: SparkSession, topic: TopicConfig) -> KeyDecoder:
+    """The key decoder of `topic`'s key format."""
+    return _load(KEY_DECODERS[KeyFormat(topic.key_format)])(spark, topic)

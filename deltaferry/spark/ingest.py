@@ -23,7 +23,14 @@ from deltaferry.plan import lag, read_checkpoint
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, decoder_for, with_reason
+from deltaferry.spark.decoding import (
+    Decoder,
+    KeyDecoder,
+    StringKeys,
+    decoder_for,
+    key_decoder_for,
+    with_reason,
+)
 from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import kafka_options, latest_per_key
 from deltaferry.storage import storage_for
@@ -69,10 +76,11 @@ class IngestReport:
         return {**asdict(self), "summary": self.summary()}
 
 
-def column_name(field: str) -> str:
+def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
     """The table column of a payload field: its own name, or `payload_<name>` where it would
-    collide (Delta names are case-insensitive) with a column deltaferry adds."""
-    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED)}
+    collide (Delta names are case-insensitive) with a column deltaferry adds (Kafka's, the
+    tombstone marker, the key columns `keys`)."""
+    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED, *keys)}
     return f"payload_{field}" if field.lower() in reserved else field
 
 
@@ -104,34 +112,38 @@ def describe_progress(batch: dict) -> str:
             f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
 
 
-def to_table_rows(parsed: DataFrame) -> DataFrame:
-    """Valid records as table rows: Kafka columns, payload columns, and the tombstone marker."""
+def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
+    """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
+    payload columns, and the tombstone marker."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     data_type = parsed.schema["data"].dataType
     assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
+    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS)
     payload = [
-        F.col("data").getField(f).alias(column_name(f))
+        F.col("data").getField(f).alias(column_name(f, extra))
         for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
-        *delta_table.METADATA_COLUMNS, *payload,
+        *delta_table.METADATA_COLUMNS, *extra, *payload,
         F.col("raw_value").isNull().alias(delta_table.DELETED),
     )
 
 
 class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
-    topic's decoder, what cannot be used into the quarantine, the rest MERGEd into the table."""
+    topic's decoder and key decoder, what cannot be used into the quarantine, the rest MERGEd
+    into the table on the key columns."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
-                 report: IngestReport):
+                 report: IngestReport, keys: KeyDecoder | None = None):
         self.spark = spark
         self.topic = topic
         self.paths = paths
         self.decoder = decoder
         self.report = report
+        self.keys: KeyDecoder = keys or StringKeys()
         self._app_id: str | None = None
 
     def app_id(self) -> str:
@@ -149,24 +161,27 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        raw = self.decoder.raw_columns(batch_df).persist()
+        keys = self.keys.columns
+        raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
             count = raw.count()
-            parsed = with_reason(self.decoder.decode(raw)).persist()
+            parsed = with_reason(self.decoder.decode(self.keys.decode(raw))).persist()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull())))
+            rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys),
+                                  keys)
             delta_table.add_new_columns(
                 self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
             )
             widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()
-            quarantined = quarantine.append(quarantine.rows(parsed, schema_version, batch_id),
-                                            self.paths.quarantine, app_id, batch_id)
+            quarantined = quarantine.append(
+                quarantine.rows(parsed, schema_version, batch_id, self.keys.quarantine_columns),
+                self.paths.quarantine, app_id, batch_id)
             tag = delta_table.commit_tag(app_id, batch_id)
             with delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
-                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag)
+                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag, keys)
             parsed.unpersist()
         finally:
             raw.unpersist()
@@ -192,7 +207,7 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     report = IngestReport(topic.name)
     decoder = decoder_for(spark, topic, store)
     report.schema_version = decoder.schema_version
-    writer = BatchWriter(spark, topic, paths, decoder, report)
+    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
     delta_table.ensure_table(spark, paths.table)
     stream = (
         spark.readStream.format("kafka").options(**kafka_options(settings))

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 #: The columns every record carries before its payload is parsed.
 RAW_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value")
+#: The key as Kafka holds it (bytes), beside RAW_COLUMNS for key decoders (never in the table).
+RAW_KEY = "raw_key"
+#: What the table is keyed on unless a key decoder says otherwise (see `latest_per_key`).
+STRING_KEY = ("kafka_key",)
 
 
 def kafka_options(settings: Settings) -> dict[str, str]:
@@ -27,7 +31,8 @@ def kafka_options(settings: Settings) -> dict[str, str]:
 
 def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
     """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns
-    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False)."""
+    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False), and the
+    key's bytes as `raw_key` (what key decoders read)."""
     from pyspark.sql import functions as F
 
     value = F.col("value").cast("string") if value_as_text else F.col("value")
@@ -37,6 +42,7 @@ def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         value.alias("raw_value"),
+        F.col("key").alias(RAW_KEY),
     )
 
 
@@ -52,20 +58,21 @@ def read_ranges(spark: SparkSession, settings: Settings, topic: str,
     )
 
 
-def latest_per_key(df: DataFrame) -> DataFrame:
-    """The newest record of every key: the highest offset within a partition, and across
+def latest_per_key(df: DataFrame, keys: tuple[str, ...] = STRING_KEY) -> DataFrame:
+    """The newest record of every key (the columns `keys` together; null fields group
+    together, as the MERGE matches them): the highest offset within a partition, and across
     partitions (a key that moved) the newest timestamp."""
     from pyspark.sql import functions as F
 
     record = F.struct(*[F.col(c) for c in df.columns])
     per_partition = (
-        df.groupBy("kafka_key", "kafka_partition")
+        df.groupBy(*keys, "kafka_partition")
         .agg(F.max_by(record, F.col("kafka_offset")).alias("r"))
         .select("r.*")
     )
     record = F.struct(*[F.col(c) for c in df.columns])
     return (
-        per_partition.groupBy("kafka_key")
+        per_partition.groupBy(*keys)
         .agg(F.max_by(record, F.struct("kafka_timestamp", "kafka_partition")).alias("r"))
         .select("r.*")
     )

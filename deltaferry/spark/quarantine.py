@@ -12,14 +12,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 #: The quarantine's columns, in order. `raw_value` is the message as Kafka held it (text for
-#: JSON topics, bytes for binary formats).
+#: JSON topics, bytes for binary formats); a key decoder may add its own after RAW_COLUMNS
+#: (`raw_key`, the key's bytes, for decoded keys).
 COLUMNS = (*RAW_COLUMNS, "reason", "schema_version", "batch_id", "quarantined_at")
 #: What a person reading the quarantine wants to see first.
 SHOWN = ("kafka_key", "kafka_partition", "kafka_offset", "raw_value", "reason")
 
 
-def rows(parsed: DataFrame, schema_version: int, batch_id: int) -> DataFrame:
-    """The records of `parsed` that have a `reason`, as quarantine rows."""
+def rows(parsed: DataFrame, schema_version: int, batch_id: int,
+         key_columns: tuple[str, ...] = ()) -> DataFrame:
+    """The records of `parsed` that have a `reason`, as quarantine rows (with the key
+    decoder's `key_columns` after the raw columns)."""
     from pyspark.sql import functions as F
 
     extra = {
@@ -27,8 +30,9 @@ def rows(parsed: DataFrame, schema_version: int, batch_id: int) -> DataFrame:
         "batch_id": F.lit(batch_id).cast("long"),
         "quarantined_at": F.current_timestamp(),
     }
+    columns = (*RAW_COLUMNS, *key_columns, *COLUMNS[len(RAW_COLUMNS):])
     return parsed.where(F.col("reason").isNotNull()).select(
-        *[extra[c].alias(c) if c in extra else F.col(c) for c in COLUMNS])
+        *[extra[c].alias(c) if c in extra else F.col(c) for c in columns])
 
 
 def append(bad: DataFrame, path: str, app_id: str, batch_id: int) -> int:

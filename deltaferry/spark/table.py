@@ -129,8 +129,16 @@ def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
             spark.conf.unset(key)
 
 
-def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str) -> dict[str, int]:
-    """MERGE `source` (one row per kafka_key, DELETED marking tombstones) into the table.
+def merge_condition(keys: tuple[str, ...]) -> str:
+    """The MERGE condition matching a table row to a source row on every key column; null-safe
+    (`<=>`), so a key field that is null matches null instead of inserting a duplicate."""
+    return " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+
+
+def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
+           keys: tuple[str, ...] = ("kafka_key",)) -> dict[str, int]:
+    """MERGE `source` (one row per key: the columns `keys`, DELETED marking tombstones) into
+    the table.
 
     Matched tombstones delete, other matches update, unmatched non-tombstones insert; new
     columns arrive by schema evolution. Returns inserted/updated/deleted row counts (zeros if
@@ -145,7 +153,7 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str) -> dict[
     table = DeltaTable.forPath(spark, path)
     (
         table.alias("t")
-        .merge(source.alias("s"), "t.kafka_key = s.kafka_key")
+        .merge(source.alias("s"), merge_condition(keys))
         .withSchemaEvolution()
         .whenMatchedDelete(condition=F.col(f"s.{DELETED}"))
         .whenMatchedUpdate(set=values)
