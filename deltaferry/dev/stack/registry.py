@@ -1,12 +1,14 @@
-"""The Schema Registry of the local stack: Apicurio Registry (its Confluent-compatible API under
-``/apis/ccompat/v7``), in-memory storage, on a free port of 127.0.0.1.
+"""The Schema Registry of the local stack: Apicurio Registry 2.4.2.Final (its Confluent-compatible
+API under ``/apis/ccompat/v7``), in-memory H2 storage, on a free port of 127.0.0.1.
 
-The runnable application (Quarkus fast-jar: ``quarkus-app/quarkus-run.jar`` and its ``lib/``) is
-built from Maven Central's `apicurio-registry-app` by ``make registry`` (jvm/registry/pom.xml)
-into ``<deps>/registry``. While it is not there the stack starts without a registry (`installed`
-is False) and says so; avro topics then need DELTAFERRY_SCHEMA_REGISTRY_URL of another registry.
+The runnable application (``registry-runner.jar`` and its ``lib/``: the app asks Quarkus for the
+legacy-jar layout) is built from Maven Central's `apicurio-registry-app` by ``make setup``
+(jvm/registry/pom.xml) into ``<deps>/registry``. `stack up` always starts it, after the broker
+and the S3 server, and prints
+``DELTAFERRY_SCHEMA_REGISTRY_URL=http://127.0.0.1:PORT/apis/ccompat/v7``.
 
-Layout under ``<stack dir>/registry/``: ``registry.log`` (the JVM's output).
+Layout under ``<stack dir>/registry/``: ``registry.log`` (the JVM's output). Storage is in
+memory: `stack down` loses every schema, as it loses the broker's topics.
 """
 
 from __future__ import annotations
@@ -15,28 +17,28 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from deltaferry.dev.stack.kafka import java_executable
+from deltaferry.dev.stack.process import Service, free_ports, start_detached, wait_ready
 from deltaferry.errors import SetupError
 from deltaferry.jvm import deps_dir
-from deltaferry.stack.kafka import java_executable
-from deltaferry.stack.process import Service, free_ports, start_detached, wait_ready
 
 NAME = "registry"
-TITLE = "Schema Registry"
+TITLE = "Schema Registry (Apicurio 2.4.2)"
 HOST = "127.0.0.1"
 READY_DEADLINE_S = 120.0
-HEAP = "-Xmx512m"
+#: A small heap (it holds a few schemas), the serial collector and C1 only: ~10 s to start,
+#: modest memory beside Spark on a small machine.
+JVM_OPTIONS = ("-Xmx384m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Djava.awt.headless=true")
 URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
 CCOMPAT_PATH = "/apis/ccompat/v7"
+#: Nothing to flush (in-memory storage): a short grace, then SIGKILL.
+STOP_GRACE_S = 10.0
 
 
 def app_jar() -> Path:
-    """The registry's quarkus-run.jar that `make registry` builds."""
-    return deps_dir() / "registry" / "quarkus-app" / "quarkus-run.jar"
-
-
-def installed() -> bool:
-    """True if the registry application has been built (`make registry`)."""
-    return app_jar().is_file()
+    """The registry's runnable jar that `make setup` builds."""
+    return deps_dir() / "registry" / "registry-runner.jar"
 
 
 def home(stack_dir: Path) -> Path:
@@ -52,10 +54,9 @@ def data_dir(stack_dir: Path) -> Path:
 def registry_command(java: str, jar: Path, port: int, host: str = HOST) -> list[str]:
     """The JVM command line of the registry: in-memory storage, HTTP on host:port only."""
     return [
-        java, HEAP, "-Djava.awt.headless=true",
+        java, *JVM_OPTIONS,
         f"-Dquarkus.http.host={host}", f"-Dquarkus.http.port={port}",
-        "-Dapicurio.storage.kind=sql", "-Dapicurio.storage.sql.kind=h2",
-        "-Dquarkus.log.level=WARN", "-Dquarkus.log.category.\"io.apicurio\".level=INFO",
+        "-Dquarkus.log.level=WARN", "-Dquarkus.log.category.\"io.apicurio\".level=WARN",
         "-jar", str(jar),
     ]
 
@@ -76,8 +77,8 @@ def answers(url: str, timeout: float = 2.0) -> bool:
 
 def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     """Start the registry JVM; returns at once."""
-    if not installed():
-        raise SetupError(f"no Schema Registry in {app_jar().parent}: run `make registry`")
+    if not app_jar().is_file():
+        raise SetupError(f"no Schema Registry in {app_jar().parent}: run `make setup`")
     java = java_executable()
     folder = home(stack_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +89,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     return Service(
         name=NAME, title=TITLE, process=proc, host=HOST, ports={"http": port},
         assignments={URL_VAR: registry_url(port)}, paths=[str(folder)],
+        extra={"stop_grace_s": str(STOP_GRACE_S)},
     )
 
 
