@@ -57,7 +57,7 @@ test-integration: setup
 	$(BIN)/pytest tests/integration -q -m integration
 
 demo: setup
-	$(BIN)/python -m deltaferry.demo
+	$(BIN)/python -m deltaferry.dev.demo
 
 # A local Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, in the
 # background, on the local stack: http://localhost:8080 (or AIRFLOW__API__PORT, or a free port).

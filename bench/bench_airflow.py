@@ -20,9 +20,9 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from deltaferry.airflow import services
-from deltaferry.airflow.rest import follow, wait_until
-from deltaferry.demo import sample_events
+from deltaferry.dev.airflow import services
+from deltaferry.dev.airflow.rest import follow, wait_until
+from deltaferry.dev.demo import sample_events
 from deltaferry.kafka import create_topic, produce
 
 LIMITS = {"demo run": 90.0, "idle run": 60.0}

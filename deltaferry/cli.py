@@ -9,7 +9,7 @@ from deltaferry.errors import DeltaferryError
 
 
 def _stack(args: argparse.Namespace) -> int:
-    from deltaferry import stack
+    from deltaferry.dev import stack
 
     if args.action == "up":
         for name, value in stack.up().items():
@@ -28,7 +28,7 @@ def _stack(args: argparse.Namespace) -> int:
 
 
 def _airflow(args: argparse.Namespace) -> int:
-    from deltaferry.airflow import services
+    from deltaferry.dev.airflow import services
 
     if args.action == "up":
         running = services.up(env=services.local_env())

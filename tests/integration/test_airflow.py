@@ -12,13 +12,13 @@ import uuid
 
 import pytest
 
-from deltaferry.airflow import services
-from deltaferry.airflow.rest import follow, wait_until
+from deltaferry.dev.airflow import services
+from deltaferry.dev.airflow.rest import follow, wait_until
+from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
-from deltaferry.stack.process import free_ports
 
 from .test_pipeline import assert_table_is_latest_state
 

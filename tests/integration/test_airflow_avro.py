@@ -14,12 +14,12 @@ import uuid
 
 import pytest
 
-from deltaferry.airflow import services
-from deltaferry.airflow.rest import wait_until
+from deltaferry.dev.airflow import services
+from deltaferry.dev.airflow.rest import wait_until
+from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
-from deltaferry.stack.process import free_ports
 
 from .test_airflow import finished_run
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from deltaferry import stack
+from deltaferry.dev import stack
 from deltaferry.storage import S3Settings
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.airflow import services
-from deltaferry.airflow.local import airflow_env
+from deltaferry.dev.airflow import services
+from deltaferry.dev.airflow.home import airflow_env
 from deltaferry.errors import StackError
 from deltaferry.jvm import REPO_ROOT
 

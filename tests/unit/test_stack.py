@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-import deltaferry.stack as stack
+import deltaferry.dev.stack as stack
+from deltaferry.dev.stack import kafka, process
+from deltaferry.dev.stack.process import ManagedProcess, Service
 from deltaferry.errors import StackError
-from deltaferry.stack import kafka, process
-from deltaferry.stack.process import ManagedProcess, Service
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -4,9 +4,9 @@ import stat
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from deltaferry.dev.stack import s3 as s3_stack
 from deltaferry.errors import ConfigError, WarehouseError
 from deltaferry.spark.session import s3a_spark_conf
-from deltaferry.stack import s3 as s3_stack
 from deltaferry.storage import (
     LocalStorage,
     S3Settings,
@@ -130,7 +130,7 @@ def test_stack_s3_server_command_and_identity(tmp_path):
 
 
 def test_stack_state_file_is_owner_only(tmp_path):
-    from deltaferry import stack
+    from deltaferry.dev import stack
 
     stack.write_state(tmp_path, {"version": 1, "assignments": {"AWS_SECRET_ACCESS_KEY": "x"}})
     assert stat.S_IMODE(os.stat(tmp_path / "state.json").st_mode) == 0o600

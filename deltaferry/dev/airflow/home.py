@@ -1,4 +1,4 @@
-"""The Airflow home of the local Airflow (`deltaferry.airflow.services`): its environment and
+"""The Airflow home of the local Airflow (`deltaferry.dev.airflow.services`): its environment and
 metadata database.
 
 The Airflow home is ``.airflow`` at the repository root unless AIRFLOW_HOME says otherwise;

@@ -28,10 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltaferry.airflow.local import airflow_command, airflow_env, ensure_database
-from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
-from deltaferry.stack.process import (
+from deltaferry.dev.airflow.home import airflow_command, airflow_env, ensure_database
+from deltaferry.dev.stack.process import (
     ManagedProcess,
     free_ports,
     is_alive,
@@ -40,6 +38,8 @@ from deltaferry.stack.process import (
     stop,
     wait_ready,
 )
+from deltaferry.errors import StackError
+from deltaferry.jvm import REPO_ROOT
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STATE_FILE = "deltaferry-services.json"
@@ -76,7 +76,7 @@ class Services:
 
     def client(self):
         """A REST client of this Airflow, logged in as admin."""
-        from deltaferry.airflow.rest import AirflowClient
+        from deltaferry.dev.airflow.rest import AirflowClient
 
         return AirflowClient(self.url, USER, self.password())
 
@@ -182,7 +182,7 @@ def local_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     (``warehouse/demo``) unless DELTAFERRY_WAREHOUSE is set."""
     env = dict(os.environ if base is None else base)
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
-        from deltaferry import stack
+        from deltaferry.dev import stack
 
         env.update(stack.up())
         env.setdefault("DELTAFERRY_WAREHOUSE", str(LOCAL_WAREHOUSE))

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from deltaferry.dev.stack import kafka, registry, s3
+from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 from deltaferry.jvm import REPO_ROOT
-from deltaferry.stack import kafka, registry, s3
-from deltaferry.stack.process import Service, is_alive, port_accepts, stop, write_private
 
 __all__ = ["up", "down", "status", "resolve_stack_dir"]
 

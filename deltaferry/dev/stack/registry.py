@@ -17,10 +17,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from deltaferry.dev.stack.kafka import java_executable
+from deltaferry.dev.stack.process import Service, free_ports, start_detached, wait_ready
 from deltaferry.errors import SetupError
 from deltaferry.jvm import deps_dir
-from deltaferry.stack.kafka import java_executable
-from deltaferry.stack.process import Service, free_ports, start_detached, wait_ready
 
 NAME = "registry"
 TITLE = "Schema Registry (Apicurio 2.4.2)"

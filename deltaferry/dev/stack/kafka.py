@@ -28,15 +28,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deltaferry.errors import StackError
-from deltaferry.jvm import jars_in
-from deltaferry.stack.process import (
+from deltaferry.dev.stack.process import (
     Service,
     free_ports,
     port_accepts,
     start_detached,
     wait_ready,
 )
+from deltaferry.errors import StackError
+from deltaferry.jvm import jars_in
 
 NAME = "kafka"
 TITLE = "Kafka broker"
@@ -55,7 +55,7 @@ SASL_USERNAME = "deltaferry"
 SCRAM_ITERATIONS = 4096
 
 #: librdkafka reports every refused connection while the broker starts; none of it is news.
-_client_log = logging.getLogger("deltaferry.stack.kafka.client")
+_client_log = logging.getLogger("deltaferry.dev.stack.kafka.client")
 _client_log.setLevel(logging.CRITICAL)
 
 LOG4J2_PROPERTIES = """\

@@ -17,8 +17,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from deltaferry.errors import StackError
-from deltaferry.stack.process import (
+from deltaferry.dev.stack.process import (
     Service,
     free_ports,
     port_accepts,
@@ -26,6 +25,7 @@ from deltaferry.stack.process import (
     wait_ready,
     write_private,
 )
+from deltaferry.errors import StackError
 
 NAME = "s3"
 TITLE = "S3 server (SeaweedFS)"

@@ -1,3 +1,0 @@
-"""deltaferry: land Kafka topics in Delta Lake tables, one DAG per topic."""
-
-__version__ = "0.1.0"

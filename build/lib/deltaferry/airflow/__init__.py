@@ -1,1 +1,0 @@
-"""Airflow integration: the DAG factory and the spark-submit operator (needs the airflow extra)."""

@@ -1,1 +1,0 @@
-"""The Spark side: session, schema inference, ingest (streaming upsert) and maintenance."""
