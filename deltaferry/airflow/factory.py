@@ -80,7 +80,7 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
 
 Tasks: **infer_schema** (reuses the cached schema, reads only new offsets) → **ingest**
-(availableNow stream, latest value per key MERGEd by `kafka_key`) → **optimize** → **vacuum**.
+(availableNow stream, latest value per key MERGEd by the Kafka key) → **optimize** → **vacuum**.
 Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
 
 Trigger with **reinfer** to re-read the whole topic for the schema; **debug** writes to
