@@ -139,7 +139,7 @@ class DynamicSchemaProducer:
 
     def check_topic(self) -> None:
         """DeliveryError unless the topic exists (asked once, before the first message)."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         if self._topic_checked:
             return
@@ -150,8 +150,13 @@ class DynamicSchemaProducer:
                 f"brokers not reachable within {METADATA_TIMEOUT_S:g} s ({exc.args[0].str()})"
             ]) from None
         found = metadata.topics.get(self.topic)
-        if found is None or found.error is not None or not found.partitions:
-            why = found.error.str() if found is not None and found.error else "unknown topic"
+        error = found.error if found is not None else None
+        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise DeliveryError(self.topic, 1, [
+                f"not authorized for the topic ({error.str()}); check the client's ACLs: "
+                "nothing was produced or registered"])
+        if found is None or error is not None or not found.partitions:
+            why = error.str() if error is not None else "unknown topic"
             raise DeliveryError(self.topic, 1, [
                 f"the topic does not exist ({why}); create it first: nothing was produced or "
                 "registered"])

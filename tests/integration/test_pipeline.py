@@ -137,6 +137,12 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
     assert report.messages_read == len(batch1)
     assert report.batches >= 3  # bounded: 16 offsets per micro-batch at most
     assert report.quarantined == 3
+    # Spark's StreamingQueryProgress per batch: rows, rates, duration, offsets read to
+    assert len(report.progress) == report.batches
+    assert sum(b["input_rows"] for b in report.progress) == len(batch1)
+    assert all(b["input_rows"] <= 16 and b["duration_ms"] > 0 for b in report.progress)
+    assert report.progress[-1]["offsets"] == report.offsets_read_to
+    assert sum(report.offsets_read_to.values()) == len(batch1) and report.lag == 0
     assert_table_is_latest_state(spark, ctx, batch1)
 
     quarantine = {r["kafka_key"]: r for r in spark.read.format("delta").load(ctx.paths.quarantine).collect()}

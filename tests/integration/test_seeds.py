@@ -153,3 +153,34 @@ def broker_listens(process: psutil.Process, port: int) -> bool:
                    for c in process.net_connections(kind="tcp"))
     except psutil.Error:
         return False
+
+
+def test_a_write_the_broker_does_not_authorize_raises_at_flush(stack_env, schema_registry_url,
+                                                                new_topic):
+    """A real ACL on the stack's broker denies the SASL user writes to the topic."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from deltaferry.dev.stack.kafka import sasl_client_config
+
+    topic = new_topic("denied", partitions=1)
+    user = stack_env["DELTAFERRY_KAFKA_SASL_USERNAME"]
+    deny = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{user}", "*",
+                      AclOperation.WRITE, AclPermissionType.DENY)
+    admin = AdminClient({"bootstrap.servers": stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]})
+    admin.create_acls([deny])[deny].result(30)
+    producer = AutoAvroSchemaProducer(
+        {"bootstrap.servers": stack_env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"],
+         **sasl_client_config(user, stack_env["DELTAFERRY_KAFKA_SASL_PASSWORD"])},
+        schema_registry_url, topic)
+    # The broker refuses already when asked for the topic: before any schema is registered
+    with pytest.raises(DeliveryError, match=f"topic '{topic}': 1 message\\(s\\) not delivered: "
+                       "not authorized for the topic .*[Aa]uthoriz"):
+        producer.produce({"id": 1}, key="a")
+        producer.flush(timeout=30)

@@ -38,6 +38,10 @@ def test_broker_properties_single_kraft_node(tmp_path):
     assert props["controller.listener.names"] == "CONTROLLER"
     assert props["log.dirs"] == str(tmp_path / "data")
     assert props["auto.create.topics.enable"] == "false"
+    # ACLs enforced; the PLAINTEXT listener's ANONYMOUS principal is a super user
+    assert props["authorizer.class.name"].endswith("StandardAuthorizer")
+    assert (props["super.users"], props["allow.everyone.if.no.acl.found"]) == (
+        "User:ANONYMOUS", "true")
     for key in ("num.partitions", "offsets.topic.replication.factor",
                 "transaction.state.log.replication.factor", "transaction.state.log.min.isr"):
         assert props[key] == "1", key

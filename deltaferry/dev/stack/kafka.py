@@ -121,6 +121,12 @@ def broker_properties(broker_port: int, controller_port: int, log_dir: Path, hos
         "transaction.state.log.min.isr=1",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=false",
+        # ACLs are enforced, so a client can meet a real authorization failure: the PLAINTEXT
+        # and controller listeners' principal (ANONYMOUS) may do anything, and so may the SASL
+        # user on every resource no ACL names.
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS",
+        "allow.everyone.if.no.acl.found=true",
     ]
     return "\n".join(lines) + "\n"
 
