@@ -125,6 +125,9 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         kwargs.setdefault("application", str(steps.get(step).script))
         kwargs.setdefault("name", f"deltaferry-{step}-{topic}")
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        #: Kept here too: the provider keeps its arguments in private attributes.
+        self.spark_conn_id: str = kwargs["conn_id"]
+        self.spark_deploy_mode: str | None = kwargs.get("deploy_mode")
         super().__init__(**kwargs)
         self.topic = topic
         self.step = step
@@ -137,7 +140,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
 
         params = context.get("params") or {}
         reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
-        master = spark_master(connection_or_none, conn_id=self._conn_id)
+        master = spark_master(connection_or_none, conn_id=self.spark_conn_id)
         kafka = kafka_access(connection_or_none)
         storage = storage_access(connection_or_none)
         registry = registry_access(connection_or_none)
@@ -160,45 +163,48 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
             report_file = Path(folder) / "report.json"
             env[REPORT_FILE_VAR] = str(report_file)
-            self._merge_env_vars(env, master)
-            self._hook = self._get_hook()
-            self._hook.submit(self.application, env=env)
+            self.env_vars = self.job_env_vars(env, master)
+            super().execute(context)  # the provider's own submit, with env_vars as the env
             reports = self._read_reports(report_file)
         report = one_report(self.step, reports)
         self.log.info("deltaferry result: %s", describe(self.step, reports))
         self._publish(context, report, debug)
         return report
 
-    def _merge_env_vars(self, env: dict[str, str], master: str) -> None:
-        """The operator's own `env_vars` join the job's environment (they win). On a client-mode
-        master the provider's hook replaces spark-submit's environment with os.environ plus
-        `env_vars`, so there they become the whole job environment; on YARN and Kubernetes the
-        hook turns them into --conf arguments, so there they stay the caller's alone."""
-        if not self.env_vars:
-            return
-        env.update({k: str(v) for k, v in self.env_vars.items()})
-        if not master.startswith(("yarn", "k8s://")):
-            self.env_vars = dict(env)
+    def job_env_vars(self, env: dict[str, str], master: str) -> dict[str, str]:
+        """spark-submit's `env_vars`: the job's environment, with the operator's own `env_vars`
+        winning. The provider sets them on spark-submit's process for a client-mode master; on
+        YARN and Kubernetes it would turn them into --conf arguments, putting the secrets among
+        them on a command line, so deltaferry refuses those masters."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        if master.startswith(("yarn", "k8s://")):
+            raise AirflowFailException(
+                f"Spark master {master!r}: deltaferry passes Kafka, storage and registry "
+                "settings (secrets among them) to spark-submit in its environment, which the "
+                "provider turns into --conf arguments on YARN and Kubernetes; use a local or "
+                "spark:// master")
+        return {**env, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
 
     def _define_master(self, master: str) -> None:
         """Without the Spark connection, define it for this task's own process (an
         AIRFLOW_CONN_<ID> variable, as Airflow documents) with deltaferry's master."""
-        if connection_or_none(self._conn_id) is None:
-            self.log.info("No Airflow connection %r: Spark master %s", self._conn_id, master)
-            os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(
+        if connection_or_none(self.spark_conn_id) is None:
+            self.log.info("No Airflow connection %r: Spark master %s", self.spark_conn_id, master)
+            os.environ[f"AIRFLOW_CONN_{self.spark_conn_id.upper()}"] = json.dumps(
                 {"conn_type": "spark", "host": master})
 
     def _refuse_cluster_mode(self) -> None:
         """deploy-mode cluster cannot work: the job's settings and report need the driver here."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        conn = connection_or_none(self._conn_id)
+        conn = connection_or_none(self.spark_conn_id)
         extra = (conn.extra_dejson if conn is not None else None) or {}
-        if (self._deploy_mode or extra.get("deploy-mode")) == "cluster":
+        if (self.spark_deploy_mode or extra.get("deploy-mode")) == "cluster":
             raise AirflowFailException(
-                f"connection {self._conn_id!r} asks for deploy-mode cluster: deltaferry runs the "
-                "driver in client mode (its Kafka settings and report travel through the "
-                "spark-submit process); remove deploy-mode from the connection's extra"
+                f"connection {self.spark_conn_id!r} asks for deploy-mode cluster: deltaferry "
+                "runs the driver in client mode (its Kafka settings and report travel through "
+                "the spark-submit process); remove deploy-mode from the connection's extra"
             )
 
     def _read_reports(self, report_file: Path) -> list[dict]:

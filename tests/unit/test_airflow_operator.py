@@ -240,13 +240,14 @@ def test_every_spark_submit_argument_passes_through_to_the_providers_hook():
         assert getattr(hook, attribute) == value, name
 
 
-def test_env_vars_join_the_job_environment_on_a_client_mode_master():
+def test_env_vars_join_the_job_environment_and_yarn_is_refused():
+    from airflow.sdk.exceptions import AirflowFailException
+
     task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
                                             env_vars={"EXTRA": "1", "PATH": "/mine"})
     env = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:1", "PATH": "/venv/bin"}
-    task._merge_env_vars(env, "local[2]")
-    assert task.env_vars == {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:1", "PATH": "/mine", "EXTRA": "1"}
-    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
-                                            env_vars={"EXTRA": "1"})
-    task._merge_env_vars({"AWS_SECRET_ACCESS_KEY": "s"}, "yarn")
-    assert task.env_vars == {"EXTRA": "1"}  # on YARN they become --conf: never the secrets
+    assert task.job_env_vars(env, "local[2]") == {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:1",
+                                                  "PATH": "/mine", "EXTRA": "1"}
+    # on YARN the provider would put env_vars on the command line as --conf: never the secrets
+    with pytest.raises(AirflowFailException, match="'yarn'.*--conf arguments"):
+        task.job_env_vars({"AWS_SECRET_ACCESS_KEY": "s"}, "yarn")
