@@ -54,7 +54,7 @@ class Skip:
     def as_dict(self) -> dict:
         """Plain data (for XCom and JSON output)."""
         return {"topic": self.topic, "step": self.step, "skipped": True, "reason": self.reason,
-                **self.details, "summary": self.summary()}
+                **self.details, "kind": type(self).__name__, "summary": self.summary()}
 
 
 def _offsets_text(offsets: Mapping[int, int]) -> str:

@@ -247,7 +247,7 @@ class RegistryReport:
         """Plain data (for XCom and JSON output), with its summary line."""
         from dataclasses import asdict
 
-        return {**asdict(self), "summary": self.summary()}
+        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def registry_version(topic: TopicConfig) -> RegistryReport:

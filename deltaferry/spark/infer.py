@@ -50,7 +50,7 @@ class InferReport:
 
     def as_dict(self) -> dict:
         """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "summary": self.summary()}
+        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def json_objects(df: DataFrame) -> DataFrame:

@@ -73,7 +73,7 @@ class IngestReport:
 
     def as_dict(self) -> dict:
         """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "summary": self.summary()}
+        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def column_name(field: str, keys: tuple[str, ...] = ()) -> str:

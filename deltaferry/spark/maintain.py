@@ -37,7 +37,7 @@ class MaintainReport:
 
     def as_dict(self) -> dict:
         """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "summary": self.summary()}
+        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:

@@ -41,9 +41,16 @@ def test_a_report_round_trips_from_the_job_to_the_task(report, tmp_path, monkeyp
     assert reports.describe("x", from_file) == report.summary()
     returned = reports.one_report("x", from_file)
     assert returned["summary"] == report.summary() and returned["topic"] == "t"
+    assert returned["kind"] == type(report).__name__
+    assert reports.typed(returned) == report  # parsed back by its kind, whole
 
 
 def test_a_job_that_wrote_no_report_says_so(tmp_path):
     task = DeltaferrySparkSubmitOperator(task_id="x", topic="t", step="ingest")
     assert task._read_reports(tmp_path / "missing.json") == []
     assert reports.describe("ingest", []) == "ingest: the job printed no report"
+
+
+def test_a_dict_of_no_known_kind_is_not_taken_for_a_report():
+    with pytest.raises(ValueError, match="kind 'Bogus'"):
+        reports.typed({"kind": "Bogus"})
