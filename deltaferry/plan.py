@@ -233,7 +233,10 @@ def record_vacuum(storage: Storage, root: str, when: float | None = None) -> Non
 
 def table_files(uri: str, env: Mapping[str, str] | None = None) -> TableFiles | None:
     """The data files of the Delta table at `uri`, read with delta-rs (no JVM); None when it
-    cannot be read (the caller then runs the step rather than guess)."""
+    cannot be read (the caller then runs the step rather than guess). TableNotFoundError when
+    there is no table there."""
+    from deltalake.exceptions import TableNotFoundError
+
     from deltaferry.lake import open_table
 
     try:
@@ -241,6 +244,8 @@ def table_files(uri: str, env: Mapping[str, str] | None = None) -> TableFiles | 
         actions = table.get_add_actions(flatten=True)
         sizes = tuple(int(s) for s in actions.column("size_bytes").to_pylist())
         created = table.metadata().created_time
+    except TableNotFoundError:
+        raise
     except Exception as exc:  # delta-rs cannot read it: say so, and let Spark do the step
         log.warning("cannot read the Delta log of %s without Spark (%s: %s); the step runs",
                     uri, type(exc).__name__, exc)
@@ -249,13 +254,16 @@ def table_files(uri: str, env: Mapping[str, str] | None = None) -> TableFiles | 
 
 
 def existing_tables(paths, env: Mapping[str, str] | None = None) -> dict[str, TableFiles | None]:
-    """The topic's Delta tables that exist (table, quarantine), each with its files."""
-    from deltaferry.lake import is_delta_table
+    """The topic's Delta tables that exist (table, quarantine), each with its files (each log
+    opened once)."""
+    from deltalake.exceptions import TableNotFoundError
 
     found = {}
     for name, uri in (("table", paths.table), ("quarantine", paths.quarantine)):
-        if is_delta_table(uri, env):
+        try:
             found[name] = table_files(uri, env)
+        except TableNotFoundError:
+            continue
     return found
 
 

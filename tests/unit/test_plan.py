@@ -101,3 +101,23 @@ def test_vacuum_record_round_trip(tmp_path):
     assert last_vacuum(storage, str(tmp_path)) is None
     record_vacuum(storage, str(tmp_path), when=1_700_000_000)
     assert last_vacuum(storage, str(tmp_path)) == pytest.approx(1_700_000_000)
+
+
+def test_existing_tables_reads_each_delta_log_once_and_leaves_out_missing_ones(tmp_path):
+    """A real Delta table written by delta-rs (no JVM): its files are counted; the quarantine
+    that does not exist is left out; a folder that is no Delta log says nothing either."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.plan import existing_tables
+
+    paths = TopicPaths.for_topic(str(tmp_path), "orders")
+    for n in range(3):
+        write_deltalake(paths.table, pa.table({"n": [n]}), mode="append")
+    tables = existing_tables(paths)
+    assert list(tables) == ["table"] and tables["table"].small_files == 3
+    assert tables["table"].created and abs(tables["table"].created - time.time()) < 600
+    assert optimize_skip(TOPIC, tables) is not None  # 3 small files, compaction starts at 4
+    (tmp_path / "orders" / "_quarantine").mkdir()  # a folder without a Delta log
+    assert list(existing_tables(paths)) == ["table"]
