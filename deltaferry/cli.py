@@ -8,43 +8,38 @@ import sys
 from deltaferry.errors import DeltaferryError
 
 
+def _local_service(what: str, action: str, up, down, status) -> int:
+    """`deltaferry stack|airflow up|down|status`: `up` and `status` print shell assignments
+    (NAME=value) on stdout, `down` says what it stopped on stderr."""
+    if action == "down":
+        for line in down():
+            print(line, file=sys.stderr)
+        return 0
+    assignments = up() if action == "up" else status()
+    if not assignments:
+        print(f"{what}: not running", file=sys.stderr)
+        return 1
+    for name, value in assignments.items():
+        print(f"{name}={value}")
+    return 0
+
+
 def _stack(args: argparse.Namespace) -> int:
     from deltaferry.dev import stack
 
-    if args.action == "up":
-        for name, value in stack.up().items():
-            print(f"{name}={value}")
-    elif args.action == "down":
-        for line in stack.down():
-            print(line, file=sys.stderr)
-    else:
-        state = stack.status()
-        if not state:
-            print("stack: not running", file=sys.stderr)
-            return 1
-        for name, value in state.items():
-            print(f"{name}={value}")
-    return 0
+    return _local_service("stack", args.action, stack.up, stack.down, stack.status)
 
 
 def _airflow(args: argparse.Namespace) -> int:
     from deltaferry.dev.airflow import services
 
-    if args.action == "up":
-        running = services.up(env=services.local_env())
-        print(f"AIRFLOW_URL={running.url}")
-        print(f"AIRFLOW_HOME={running.home}")
-    elif args.action == "down":
-        for line in services.down():
-            print(line, file=sys.stderr)
-    else:
-        found = services.status()
-        if found is None:
-            print("airflow: not running", file=sys.stderr)
-            return 1
-        print(f"AIRFLOW_URL={found.url}")
-        print(f"AIRFLOW_HOME={found.home}")
-    return 0
+    def status() -> dict[str, str]:
+        running = services.status()
+        return running.assignments() if running is not None else {}
+
+    return _local_service("airflow", args.action,
+                          lambda: services.up(env=services.local_env()).assignments(),
+                          services.down, status)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -74,6 +74,10 @@ class Services:
             raise StackError(f"Airflow has no password for {user!r} in {self.passwords_file} "
                              "(is the api-server running?)") from None
 
+    def assignments(self) -> dict[str, str]:
+        """What `deltaferry airflow up|status` prints: the URL and the home."""
+        return {"AIRFLOW_URL": self.url, "AIRFLOW_HOME": str(self.home)}
+
     def client(self):
         """A REST client of this Airflow, logged in as admin."""
         from deltaferry.dev.airflow.rest import AirflowClient
