@@ -38,7 +38,10 @@ log = logging.getLogger(__name__)
 
 #: Reasons shared by every format (each decoder has its own for what only it can tell).
 REASON_NO_KEY = "message has no key, so it cannot be upserted by key"
+REASON_KEY_NOT_UTF8 = ("key is not valid UTF-8 text (the table is keyed on kafka_key, a string); "
+                       "its bytes are in raw_key")
 REASON_NOT_JSON = "value is not valid JSON"
+REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in raw_value)"
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
 
@@ -109,7 +112,8 @@ def parse_json(raw: DataFrame, schema: dict, version: int) -> DataFrame:
     )
     value = F.col("raw_value")
     problem = (
-        F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
+        F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
+        .when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
         .when(~F.ltrim(value).startswith("{"), REASON_NOT_OBJECT)
         .when(F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull(),
               REASON_SCHEMA.format(version=version))
@@ -161,7 +165,9 @@ class JsonDecoder:
 
 class StringKeys:
     """Keys as text (Kafka's bytes read as UTF-8): the table is keyed on `kafka_key`, as it
-    always was. The default key format."""
+    always was. The default key format. A key whose bytes are not valid UTF-8 is quarantined
+    (its bytes kept in the quarantine's `raw_key`): a string column holding other bytes makes a
+    table other engines (delta-rs, Polars) cannot read."""
 
     columns: tuple[str, ...] = STRING_KEY
     quarantine_columns: tuple[str, ...] = ()
@@ -175,7 +181,8 @@ class StringKeys:
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        return raw.withColumn("key_problem", F.lit(None).cast("string"))
+        return raw.withColumn("key_problem", F.when(~F.is_valid_utf8(F.col("kafka_key")),
+                                                    F.lit(REASON_KEY_NOT_UTF8)))
 
 
 #: The decoder class of each format, imported when a topic of that format is ingested.

@@ -209,12 +209,14 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     report.schema_version = decoder.schema_version
     writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
     delta_table.ensure_table(spark, paths.table)
+    quarantine.ensure_layout(spark, paths.quarantine)
     stream = (
         spark.readStream.format("kafka").options(**kafka_options(settings))
         .option("subscribe", topic.name)
         .option("startingOffsets", topic.starting_offsets)
         .option("maxOffsetsPerTrigger", topic.max_offsets_per_trigger)
         .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
+        .option("includeHeaders", "true")  # the quarantine keeps them
         .load()
     )
     query = (

@@ -13,8 +13,14 @@ if TYPE_CHECKING:
 
 #: The columns every record carries before its payload is parsed.
 RAW_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value")
-#: The key as Kafka holds it (bytes), beside RAW_COLUMNS for key decoders (never in the table).
+#: The key as Kafka holds it (bytes), beside RAW_COLUMNS for key decoders and the quarantine
+#: (never in the table).
 RAW_KEY = "raw_key"
+#: The record's Kafka headers (array of key/value structs; null where the reader did not ask
+#: for them), beside RAW_COLUMNS for the quarantine.
+HEADERS = "kafka_headers"
+#: Spark's type of Kafka headers (the Kafka source's `headers` column with includeHeaders).
+HEADERS_DDL = "array<struct<key:string,value:binary>>"
 #: What the table is keyed on unless a key decoder says otherwise (see `latest_per_key`).
 STRING_KEY = ("kafka_key",)
 
@@ -31,11 +37,18 @@ def kafka_options(settings: Settings) -> dict[str, str]:
 
 def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
     """Kafka's key/value/partition/offset/timestamp as deltaferry's raw record columns
-    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False), and the
-    key's bytes as `raw_key` (what key decoders read)."""
+    (`raw_value` as text, or as the bytes Kafka holds when `value_as_text` is False), the
+    key's bytes as `raw_key` (what key decoders read) and the headers as `kafka_headers` (null
+    unless the source was read with includeHeaders).
+
+    Text here is Kafka's bytes as Spark strings, unchecked: casting it back to binary gives the
+    exact bytes (the quarantine keeps them so), and what reaches a table must be valid UTF-8
+    (`deltaferry.spark.quarantine.valid_text`)."""
     from pyspark.sql import functions as F
 
     value = F.col("value").cast("string") if value_as_text else F.col("value")
+    headers = (F.col("headers") if "headers" in df.columns
+               else F.lit(None).cast(HEADERS_DDL))
     return df.select(
         F.col("key").cast("string").alias("kafka_key"),
         F.col("partition").alias("kafka_partition"),
@@ -43,6 +56,7 @@ def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
         F.col("timestamp").alias("kafka_timestamp"),
         value.alias("raw_value"),
         F.col("key").alias(RAW_KEY),
+        headers.alias(HEADERS),
     )
 
 

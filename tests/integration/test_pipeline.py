@@ -148,7 +148,8 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
     quarantine = {r["kafka_key"]: r for r in spark.read.format("delta").load(ctx.paths.quarantine).collect()}
     assert set(quarantine) == {"k4", "k5", None}
     assert quarantine["k4"]["reason"] == "value is not valid JSON"
-    assert quarantine["k4"]["raw_value"] == "{not json"
+    assert bytes(quarantine["k4"]["raw_value"]) == b"{not json"
+    assert quarantine["k4"]["value_text"] == "{not json"
     assert quarantine["k5"]["reason"] == "value is not a JSON object"
     assert "no key" in quarantine[None]["reason"]
     assert all(r["kafka_partition"] is not None and r["kafka_offset"] is not None
