@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     from deltaferry.pipeline import configure_logging, run_topic
 
     configure_logging()
-    run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps)
+    run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps, wait=args.wait)
     return 0
 
 
@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         default="infer,ingest,maintain",
         help="comma-separated subset of infer,ingest,maintain (default: all three, in order)",
+    )
+    p_run.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS",
+        help="wait up to this long for another run of the topic (Airflow's or a manual one) to "
+        "finish (default: refuse at once, naming it)",
     )
     p_run.set_defaults(func=_run)
     return parser

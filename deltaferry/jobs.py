@@ -31,7 +31,7 @@ def publish(reports: list[dict]) -> None:
 
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
-    from deltaferry.pipeline import TopicContext, configure_logging, run_step
+    from deltaferry.pipeline import TopicContext, configure_logging, run_step, topic_lock
     from deltaferry.registry import check_topic_registry
     from deltaferry.spark.session import get_spark
     from deltaferry.storage import check_warehouse
@@ -42,6 +42,9 @@ def main(step: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--topics-file", help="the topics file (default: DELTAFERRY_TOPICS)")
     parser.add_argument("--debug", action="store_true",
                         help="use the separate debug locations under <warehouse>/_debug/")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait up to this long for another run of the topic to finish "
+                        "(default: refuse at once, naming it)")
     if step == "infer":
         parser.add_argument("--reinfer", action="store_true",
                             help="re-read the whole topic instead of only new offsets")
@@ -52,9 +55,11 @@ def main(step: str, argv: list[str] | None = None) -> int:
         check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
         if step in ("infer", "ingest"):
             check_topic_registry(ctx.topic)  # an avro topic's registry answers
-        spark = (None if step == "infer" and ctx.topic.format == "avro"  # asks the registry only
-                 else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
-        reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False))
+        with topic_lock(ctx, f"{step} job").hold(args.wait):  # before the JVM starts
+            spark = (None if step == "infer" and ctx.topic.format == "avro"  # registry only
+                     else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
+            reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False),
+                               hold_lock=False)
     except EmptyTopicError as exc:
         print(f"deltaferry: {exc}", file=sys.stderr)
         publish([{"topic": args.topic, "step": step, "empty": True,

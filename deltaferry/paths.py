@@ -1,9 +1,10 @@
 """Where a topic's things live under the warehouse root.
 
 ``<warehouse>/<topic>/table`` (the Delta table), ``_checkpoint`` (the streaming checkpoint),
-``_schema/`` (the cached, versioned schemas) and ``_quarantine`` (a Delta table of malformed
-messages). Paths are only ever built from validated topic names. A debug run (the DAG's
-``debug`` param) uses ``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
+``_schema/`` (the cached, versioned schemas), ``_quarantine`` (a Delta table of malformed
+messages) and ``_lock/`` (who is running the topic, see `deltaferry.lock`). Paths are only
+ever built from validated topic names. A debug run (the DAG's ``debug`` param) uses
+``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
 
 A warehouse on S3 (``s3://bucket/prefix``) has the same layout; its paths are given in the form
 Spark reads (``s3a://bucket/prefix/<topic>/table``), which the schema cache reads too.
@@ -21,13 +22,14 @@ __all__ = ["TopicPaths", "join"]
 
 @dataclass(frozen=True)
 class TopicPaths:
-    """The locations of one topic's table, checkpoint, schema cache and quarantine."""
+    """The locations of one topic's table, checkpoint, schema cache, quarantine and lock."""
 
     root: str
     table: str
     checkpoint: str
     schema: str
     quarantine: str
+    lock: str
 
     @classmethod
     def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> TopicPaths:
@@ -42,4 +44,5 @@ class TopicPaths:
             checkpoint=join(root, "_checkpoint"),
             schema=join(root, "_schema"),
             quarantine=join(root, "_quarantine"),
+            lock=join(root, "_lock"),
         )

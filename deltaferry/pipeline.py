@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from deltaferry import steps
 from deltaferry.config import Format, Settings, TopicConfig, load_topics
 from deltaferry.errors import EmptyTopicError
+from deltaferry.lock import TopicLock
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import storage_for
@@ -79,20 +81,29 @@ def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
     return getattr(maintain, step)(spark, ctx.topic, ctx.paths)
 
 
-def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False):
+def topic_lock(ctx: TopicContext, what: str) -> TopicLock:
+    """The lock of `ctx`'s topic (one run at a time), for a run doing `what`."""
+    return TopicLock(storage_for(ctx.paths.lock), ctx.paths.lock, ctx.topic.name, what)
+
+
+def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False,
+             hold_lock: bool = True, wait: float = 0.0):
     """Run a step of deltaferry.steps: its report, or for a composite step (maintain) the list
-    of its parts' reports."""
+    of its parts' reports. Holds the topic's lock (waiting up to `wait` seconds for another
+    run) unless the caller holds it already (`hold_lock=False`)."""
     definition = steps.get(step)
-    reports = [run_single(single, ctx, spark, reinfer) for single in definition.runs]
+    with topic_lock(ctx, f"{step} step").hold(wait) if hold_lock else nullcontext():
+        reports = [run_single(single, ctx, spark, reinfer) for single in definition.runs]
     return reports if definition.parts else reports[0]
 
 
 def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
-              spark=None) -> list:
+              spark=None, wait: float = 0.0) -> list:
     """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports.
 
     A step with nothing to do (deltaferry.plan) is skipped, and Spark starts only for a step
-    that has work. An empty topic is not a failure: the run says so and stops.
+    that has work. An empty topic is not a failure: the run says so and stops. The whole run
+    holds the topic's lock (waiting up to `wait` seconds for another run to finish).
     """
     from deltaferry.plan import decide
     from deltaferry.spark.session import get_spark
@@ -100,17 +111,18 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
     ctx = TopicContext.load(name)
     check_before_spark(ctx)
     reports: list = []
-    for step in steps.parse_steps(steps_text):
-        skip = decide(step, ctx, reinfer=reinfer)
-        if skip is not None:
-            reports.append(skip)
-            continue
-        spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
-        try:
-            reports.append(run_single(step, ctx, spark, reinfer=reinfer))
-        except EmptyTopicError as exc:
-            log.warning("%s", exc)
-            break
+    with topic_lock(ctx, f"deltaferry run {name} --steps {steps_text}").hold(wait):
+        for step in steps.parse_steps(steps_text):
+            skip = decide(step, ctx, reinfer=reinfer)
+            if skip is not None:
+                reports.append(skip)
+                continue
+            spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
+            try:
+                reports.append(run_single(step, ctx, spark, reinfer=reinfer))
+            except EmptyTopicError as exc:
+                log.warning("%s", exc)
+                break
     for report in reports:
         print(report.summary())
     return reports

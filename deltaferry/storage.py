@@ -137,6 +137,9 @@ class Storage(Protocol):
     def list(self, uri: str) -> list[str]:
         """Names of the objects directly under the folder `uri` ([] if there is none)."""
 
+    def delete(self, uri: str) -> None:
+        """Remove the object (nothing if it does not exist)."""
+
 
 class LocalStorage:
     """A folder on the local file system."""
@@ -170,6 +173,12 @@ class LocalStorage:
 
     def list(self, uri: str) -> list[str]:
         return sorted(os.listdir(uri)) if os.path.isdir(uri) else []
+
+    def delete(self, uri: str) -> None:
+        try:
+            os.unlink(uri)
+        except FileNotFoundError:
+            pass
 
 
 class S3Storage:
@@ -223,6 +232,10 @@ class S3Storage:
                 Bucket=bucket, Prefix=prefix, Delimiter="/"):
             names += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
         return sorted(names)
+
+    def delete(self, uri: str) -> None:
+        bucket, key = split_s3_uri(uri)
+        self.client.delete_object(Bucket=bucket, Key=key)
 
 
 def storage_for(uri: str, env: Mapping[str, str] | None = None) -> Storage:

@@ -1,0 +1,131 @@
+"""The topic lock on a local folder: one holder at a time, a message naming the holder, a dead
+holder's lock taken over (same host: its process is gone; another host: its heartbeat is old),
+racing takers of one dead holder never both win."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from deltaferry.lock import Holder, TopicLock, TopicLockedError, process_start
+from deltaferry.storage import LocalStorage
+
+
+def lock(folder, what="test run", **kwargs) -> TopicLock:
+    return TopicLock(LocalStorage(), str(folder), "orders", what, **kwargs)
+
+
+def test_a_second_run_is_refused_naming_the_holder_then_runs_after_release(tmp_path):
+    first = lock(tmp_path, "deltaferry run orders")
+    first.acquire()
+    second = lock(tmp_path)
+    with pytest.raises(TopicLockedError) as caught:
+        second.acquire()
+    message = str(caught.value)
+    assert f"pid {first.holder.pid} on {socket.gethostname()} (deltaferry run orders" in message
+    assert "topic 'orders' is already being run" in message and str(tmp_path) in message
+    first.release()
+    with second.hold():
+        assert second.holder is not None
+    assert lock(tmp_path).try_acquire() is None  # released again
+
+
+def test_a_waiting_run_gets_the_lock_when_the_holder_finishes(tmp_path):
+    first = lock(tmp_path)
+    first.acquire()
+    held = first.generation
+    threading.Timer(0.5, first.release).start()
+    second = lock(tmp_path)
+    second.acquire(wait=10, poll=0.1)
+    assert second.generation == held + 2  # after the first's release
+    second.release()
+
+
+def dead_pid() -> tuple[int, str | None]:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    started = process_start(child.pid)
+    child.wait()
+    return child.pid, started
+
+
+def write_generation(folder, generation: int, holder: Holder) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{generation:012d}.json").write_bytes(holder.to_bytes())
+
+
+def test_the_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path, caplog):
+    pid, started = dead_pid()
+    write_generation(tmp_path, 7, Holder("t", socket.gethostname(), pid, started, "killed run",
+                                         1.0, 1.0))
+    taker = lock(tmp_path)
+    with taker.hold():
+        assert taker.generation == 8
+    assert "taking over the lock of pid" in caplog.text
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_holder(tmp_path):
+    import os
+
+    me = os.getpid()
+    write_generation(tmp_path, 1, Holder("t", socket.gethostname(), me, "1", "old", 1.0, 1.0))
+    with lock(tmp_path).hold():  # our pid, but our process started at another time
+        pass
+
+
+def test_another_hosts_holder_is_dead_only_once_its_heartbeat_is_older_than_the_lease(tmp_path):
+    now = 10_000.0
+    write_generation(tmp_path, 1, Holder("t", "elsewhere", 1, None, "airflow task", now - 30,
+                                         now - 30))
+    assert lock(tmp_path, clock=lambda: now, lease=60).try_acquire() is not None
+    late = lock(tmp_path, clock=lambda: now + 100, lease=60)
+    assert late.try_acquire() is None and late.generation == 2
+    late.release()
+
+
+def test_racing_takers_of_a_dead_holder_never_both_win(tmp_path):
+    pid, started = dead_pid()
+    write_generation(tmp_path, 1, Holder("t", socket.gethostname(), pid, started, "dead",
+                                         1.0, 1.0))
+    winners: list[TopicLock] = []
+    barrier = threading.Barrier(8)
+
+    def take() -> None:
+        candidate = lock(tmp_path)
+        barrier.wait()
+        if candidate.try_acquire() is None:
+            winners.append(candidate)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(winners) == 1
+    winners[0].release()
+
+
+def test_heartbeat_renews_and_notices_a_takeover(tmp_path):
+    holder = lock(tmp_path, heartbeat=3600)
+    holder.acquire()
+    assert holder.renew()
+    path = tmp_path / f"{holder.generation:012d}.json"
+    assert json.loads(path.read_text())["renewed_at"] >= holder.holder.started_at
+    write_generation(tmp_path, holder.generation + 1,
+                     Holder("x", "elsewhere", 1, None, "taker", 1.0, 1.0))
+    assert not holder.renew() and holder.lost
+    taken = tmp_path / f"{holder.generation + 1:012d}.json"
+    holder.release()  # does not overwrite the taker's generation
+    assert json.loads(taken.read_text())["what"] == "taker"
+    assert max(p.name for p in tmp_path.iterdir()) == taken.name
+
+
+def test_old_generations_are_pruned(tmp_path):
+    for _ in range(12):
+        with lock(tmp_path).hold():
+            pass
+    assert len(list(tmp_path.iterdir())) <= 8
