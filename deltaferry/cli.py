@@ -50,6 +50,21 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quarantine(args: argparse.Namespace) -> int:
+    from deltaferry.pipeline import TopicContext, configure_logging, replay_topic
+
+    if args.action == "replay":
+        configure_logging()
+        replay_topic(args.topic, reason=args.reason, wait=args.wait)
+        return 0
+    from deltaferry.quarantine_view import view
+
+    ctx = TopicContext.load(args.topic)
+    for line in view(ctx.paths.quarantine, latest=args.latest).lines():
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; every flag has help text."""
     parser = argparse.ArgumentParser(
@@ -98,6 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
         "finish (default: refuse at once, naming it)",
     )
     p_run.set_defaults(func=_run)
+
+    p_quarantine = sub.add_parser(
+        "quarantine", help="show a topic's quarantined messages, or replay them into its table")
+    p_quarantine.add_argument(
+        "action", choices=["show", "replay"],
+        help="show: counts per reason and the latest messages (no Spark); replay: read the "
+        "messages not replayed yet again through the topic's decoder (after a fix such as "
+        "--reinfer) and apply those that now parse, older ones never overwriting newer rows")
+    p_quarantine.add_argument("topic", help="a topic listed in the topics file")
+    p_quarantine.add_argument("--latest", type=int, default=10, metavar="N",
+                              help="show: how many of the newest messages to list (default 10)")
+    p_quarantine.add_argument("--reason", metavar="TEXT",
+                              help="replay: only messages whose reason contains TEXT")
+    p_quarantine.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                              help="replay: wait up to this long for another run of the topic")
+    p_quarantine.set_defaults(func=_quarantine)
     return parser
 
 

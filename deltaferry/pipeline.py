@@ -126,3 +126,21 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
     for report in reports:
         print(report.summary())
     return reports
+
+
+def replay_topic(name: str, reason: str | None = None, wait: float = 0.0, spark=None):
+    """Replay the topic's quarantined messages (those whose reason contains `reason`) into its
+    table, holding the topic's lock; the report (deltaferry.spark.replay)."""
+    from deltaferry.registry import check_topic_registry
+    from deltaferry.spark.replay import replay_quarantine
+    from deltaferry.spark.session import get_spark
+    from deltaferry.storage import check_warehouse
+
+    ctx = TopicContext.load(name)
+    check_warehouse(ctx.settings.warehouse)
+    check_topic_registry(ctx.topic)
+    with topic_lock(ctx, f"deltaferry quarantine replay {name}").hold(wait):
+        spark = spark or get_spark(f"deltaferry-replay-{name}", ctx.settings.spark_master)
+        report = replay_quarantine(spark, ctx.topic, ctx.paths, ctx.store, reason)
+    print(report.summary())
+    return report

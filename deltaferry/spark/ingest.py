@@ -131,6 +131,23 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
     )
 
 
+def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
+    """`raw` (the decoders' raw columns) decoded: key and value, and each record's `reason`
+    for the quarantine (null for a usable record)."""
+    return with_reason(decoder.decode(keys.decode(raw)))
+
+
+def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
+               keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
+    """The usable records of `parsed` as table rows, latest per key, with the table at `path`
+    grown first (new top-level columns, numeric widening); (rows, columns widened)."""
+    from pyspark.sql import functions as F
+
+    rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys)
+    delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
+    return rows, delta_table.widen_columns(spark, path, rows.schema)
+
+
 class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder and key decoder, what cannot be used into the quarantine, the rest MERGEd
@@ -158,22 +175,15 @@ class BatchWriter:
         return self._app_id
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         keys = self.keys.columns
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
             count = raw.count()
-            parsed = with_reason(self.decoder.decode(self.keys.decode(raw))).persist()
+            parsed = parse(self.decoder, self.keys, raw).persist()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys),
-                                  keys)
-            delta_table.add_new_columns(
-                self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
-            )
-            widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
+            rows, widened = table_rows(self.spark, self.paths.table, parsed, keys)
             self.report.widened_columns += widened
             app_id = self.app_id()
             quarantined = quarantine.append(

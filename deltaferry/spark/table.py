@@ -135,14 +135,23 @@ def merge_condition(keys: tuple[str, ...]) -> str:
     return " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
 
 
+#: A source row is newer than the table's row of its key: a higher offset in the same partition,
+#: a newer timestamp (then a higher partition) across partitions, as `latest_per_key` orders.
+NEWER = ("(s.kafka_partition = t.kafka_partition AND s.kafka_offset > t.kafka_offset) OR "
+         "(s.kafka_partition <> t.kafka_partition AND (s.kafka_timestamp > t.kafka_timestamp OR "
+         "(s.kafka_timestamp = t.kafka_timestamp AND s.kafka_partition > t.kafka_partition)))")
+
+
 def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
-           keys: tuple[str, ...] = ("kafka_key",)) -> dict[str, int]:
+           keys: tuple[str, ...] = ("kafka_key",), only_newer: bool = False) -> dict[str, int]:
     """MERGE `source` (one row per key: the columns `keys`, DELETED marking tombstones) into
     the table.
 
     Matched tombstones delete, other matches update, unmatched non-tombstones insert; new
-    columns arrive by schema evolution. Returns inserted/updated/deleted row counts (zeros if
-    Delta skipped the write as already applied, i.e. the last commit is not tagged `tag`).
+    columns arrive by schema evolution. With `only_newer` (a replay of older messages) a match
+    changes only where the source row is `NEWER` than the table's. Returns
+    inserted/updated/deleted row counts (zeros if Delta skipped the write as already applied,
+    i.e. the last commit is not tagged `tag`).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Column
@@ -150,13 +159,15 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
 
     values: dict[str, str | Column] = {
         quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
+    newer = F.expr(NEWER) if only_newer else None
+    deleted = F.col(f"s.{DELETED}")
     table = DeltaTable.forPath(spark, path)
     (
         table.alias("t")
         .merge(source.alias("s"), merge_condition(keys))
         .withSchemaEvolution()
-        .whenMatchedDelete(condition=F.col(f"s.{DELETED}"))
-        .whenMatchedUpdate(set=values)
+        .whenMatchedDelete(condition=deleted if newer is None else deleted & newer)
+        .whenMatchedUpdate(condition=newer, set=values)
         .whenNotMatchedInsert(condition=~F.col(f"s.{DELETED}"), values=values)
         .execute()
     )

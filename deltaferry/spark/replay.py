@@ -1,0 +1,211 @@
+"""Replay: quarantined messages read again through the same path as ingest (the topic's decoder
+and key decoder, the same table rows), after a fix such as a re-inference, exactly once.
+
+Rows that now parse reach the table in offset order against what is already there: only the
+newest replayed message per key counts, and it changes a table row only if it is newer than that
+row (a higher offset in the same partition, else a newer timestamp), so an older quarantined
+message never overwrites a newer row. The quarantine keeps every row; the replayed ones get
+`replayed_at` and `replay_id`. Messages that still fail stay as they are.
+
+Exactly once across crashes, in three commits:
+
+1. *claim*: the quarantine rows that now parse get the replay's id (`replay_id`, `replayed_at`
+   still null);
+2. *land*: one MERGE into the table, a Delta transaction of (`deltaferry-<topic>-replay-<id>`,
+   0): Delta skips it if that replay already committed it;
+3. *mark*: the claimed rows get `replayed_at`.
+
+A replay interrupted after 1 or 2 leaves rows claimed but not marked: the next replay finishes
+that one first, under its own id, so the table write is applied once, then goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from deltaferry.config import TopicConfig
+from deltaferry.paths import TopicPaths
+from deltaferry.schema.store import SchemaStore
+from deltaferry.spark import quarantine
+from deltaferry.spark import table as delta_table
+from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
+from deltaferry.spark.ingest import parse, table_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReplayReport:
+    """What one replay did."""
+
+    topic: str
+    replay_ids: list[str]
+    read: int = 0
+    landed: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    still_failing: int = 0
+    seconds: float = 0.0
+    step: str = "replay"
+
+    @property
+    def unchanged(self) -> int:
+        """Landed messages that changed no row: older than their key's row (or than another
+        replayed message of the key), or applied already by an interrupted replay."""
+        return self.landed - self.inserted - self.updated - self.deleted
+
+    def summary(self) -> str:
+        """One line for logs."""
+        return (f"replay {self.topic}: {self.read} quarantined message(s) read, {self.landed} "
+                f"now parse and are marked replayed ({self.inserted} inserted, {self.updated} "
+                f"updated, {self.deleted} deleted, {self.unchanged} changing nothing: older than "
+                f"the table's row or applied already), {self.still_failing} still fail and stay; "
+                f"replay {', '.join(self.replay_ids) or 'none'}, {self.seconds:.1f} s")
+
+    def as_dict(self) -> dict:
+        """Plain data (for JSON output), with its summary line."""
+        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
+
+
+def kafka_records(rows: DataFrame, topic: str) -> DataFrame:
+    """Quarantine rows as the Kafka source gives records: key, value (the exact bytes),
+    topic, partition, offset, timestamp, headers; what every decoder's `raw_columns` reads."""
+    from pyspark.sql import functions as F
+
+    return rows.select(
+        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
+        F.lit(topic).alias("topic"), F.col("kafka_partition").alias("partition"),
+        F.col("kafka_offset").alias("offset"), F.col("kafka_timestamp").alias("timestamp"),
+        F.lit(0).alias("timestampType"), F.col("kafka_headers").alias("headers"))
+
+
+def decoded(rows: DataFrame, topic: str, decoder: Decoder, keys: KeyDecoder) -> DataFrame:
+    """Quarantine `rows` decoded again through the topic's decoders, with each one's `reason`."""
+    raw = keys.raw_columns(decoder.raw_columns(kafka_records(rows, topic)))
+    return parse(decoder, keys, raw)
+
+
+def _where(rows: DataFrame, replay_id: str) -> DataFrame:
+    """Position columns of `rows`, to match quarantine rows by (partition, offset)."""
+    from pyspark.sql import functions as F
+
+    return rows.select("kafka_partition", "kafka_offset").distinct() \
+        .withColumn("__replay_id", F.lit(replay_id))
+
+
+def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> int:
+    """Give the unclaimed quarantine rows of `parsed`'s usable records the id `replay_id`
+    (commit 1); how many rows were claimed."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
+    if usable.isEmpty():  # a MERGE that changes nothing commits nothing: no metrics to read
+        return 0
+    (DeltaTable.forPath(spark, path).alias("q")
+     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
+            "q.kafka_offset = s.kafka_offset AND q.replay_id IS NULL AND q.replayed_at IS NULL")
+     .whenMatchedUpdate(set={"replay_id": F.col("s.__replay_id")})
+     .execute())
+    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    return int((last["operationMetrics"] or {}).get("numTargetRowsUpdated", 0))
+
+
+def mark(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> None:
+    """Mark the rows claimed by `replay_id` replayed where they parsed again (commit 3); a
+    claimed row that no longer parses is unclaimed, left for a later replay."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
+    claimed = f"q.replay_id = '{replay_id}' AND q.replayed_at IS NULL"
+    (DeltaTable.forPath(spark, path).alias("q")
+     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
+            f"q.kafka_offset = s.kafka_offset AND {claimed}")
+     .whenMatchedUpdate(set={"replayed_at": F.current_timestamp()})
+     .whenNotMatchedBySourceUpdate(condition=claimed, set={"replay_id": F.lit(None)})
+     .execute())
+
+
+def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
+         keys: KeyDecoder, replay_id: str, report: ReplayReport) -> int:
+    """Apply the rows claimed by `replay_id` to the table once (commit 2), then mark them;
+    how many claimed rows there were."""
+    from pyspark.sql import functions as F
+
+    claimed = (spark.read.format("delta").load(paths.quarantine)
+               .where((F.col("replay_id") == replay_id) & F.col("replayed_at").isNull()))
+    parsed = decoded(claimed, topic.name, decoder, keys).persist()
+    try:
+        count = parsed.count()
+        rows, _ = table_rows(spark, paths.table, parsed, keys.columns)
+        app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
+        tag = delta_table.commit_tag(app_id, 0)
+        with delta_table.idempotent_writes(spark, app_id, 0, tag):
+            counts = delta_table.upsert(spark, paths.table, rows, tag, keys.columns,
+                                        only_newer=True)
+        report.landed += parsed.where(F.col("reason").isNull()).count()
+        mark(spark, paths.quarantine, parsed, replay_id)
+    finally:
+        parsed.unpersist()
+    report.inserted += counts["inserted"]
+    report.updated += counts["updated"]
+    report.deleted += counts["deleted"]
+    report.replay_ids.append(replay_id)
+    return count
+
+
+def unfinished(spark: SparkSession, path: str) -> list[str]:
+    """Ids of replays that claimed rows and did not mark them (interrupted)."""
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.format("delta").load(path)
+            .where(F.col("replay_id").isNotNull() & F.col("replayed_at").isNull())
+            .select("replay_id").distinct().collect())
+    return sorted(r[0] for r in rows)
+
+
+def new_replay_id() -> str:
+    """A replay's id: when it started, and a random part."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+def replay_quarantine(spark: SparkSession, topic: TopicConfig, paths: TopicPaths,
+                      store: SchemaStore, reason: str | None = None) -> ReplayReport:
+    """Replay the quarantined messages of `topic` not replayed yet (those whose reason contains
+    `reason`, if given) into its table, exactly once; finishes an interrupted replay first."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    quarantine.ensure_layout(spark, paths.quarantine)
+    delta_table.ensure_table(spark, paths.table)
+    decoder = decoder_for(spark, topic, store)
+    keys = key_decoder_for(spark, topic)
+    report = ReplayReport(topic.name, [])
+    for replay_id in unfinished(spark, paths.quarantine):
+        log.warning("replay %s: finishing the interrupted replay %s first", topic.name, replay_id)
+        report.read += land(spark, topic, paths, decoder, keys, replay_id, report)
+    candidates = (spark.read.format("delta").load(paths.quarantine)
+                  .where(F.col("replay_id").isNull() & F.col("replayed_at").isNull()))
+    if reason:
+        candidates = candidates.where(F.col("reason").contains(reason))
+    parsed = decoded(candidates, topic.name, decoder, keys).persist()
+    try:
+        report.read += parsed.count()
+        replay_id = new_replay_id()
+        if claim(spark, paths.quarantine, parsed, replay_id):
+            land(spark, topic, paths, decoder, keys, replay_id, report)
+        report.still_failing = parsed.where(F.col("reason").isNotNull()).count()
+    finally:
+        parsed.unpersist()
+    report.seconds = time.monotonic() - started
+    log.info(report.summary())
+    return report
