@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from deltaferry import faults
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import check_not_reset, topic_offsets
@@ -189,9 +190,11 @@ class BatchWriter:
             quarantined = quarantine.append(
                 quarantine.rows(parsed, schema_version, batch_id, self.keys.quarantine_columns),
                 self.paths.quarantine, app_id, batch_id)
+            faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)
             with delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
                 counts = delta_table.upsert(self.spark, self.paths.table, rows, tag, keys)
+            faults.point("batch-written")  # Spark commits the checkpoint after we return
             parsed.unpersist()
         finally:
             raw.unpersist()

@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import record_vacuum
@@ -54,6 +55,7 @@ def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Main
 
     started = time.monotonic()
     details = {}
+    faults.point("optimize-started")
     for name, path in _existing_tables(spark, paths).items():
         metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
         m = metrics["metrics"] if metrics else None

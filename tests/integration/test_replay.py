@@ -11,9 +11,7 @@ import subprocess
 
 import pytest
 
-from deltaferry.config import Settings
 from deltaferry.kafka import produce
-from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import replay_topic, run_step
 from deltaferry.schema.store import SchemaStore
 
@@ -106,20 +104,3 @@ def test_show_then_replay_lands_what_now_parses_exactly_once(
     assert (again.read, again.landed, again.still_failing) == (2, 0, 2)
     assert table_version(spark, ctx) == version
 
-
-def test_a_replay_lands_newer_rows_and_counts_what_it_did(
-        spark, kafka_bootstrap, new_topic, tmp_path):
-    from deltaferry.spark.replay import replay_quarantine
-
-    topic = new_topic("replay-counts", partitions=1)
-    produce(kafka_bootstrap, topic, MESSAGES)
-    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
-    pin(ctx.store, "long", len(MESSAGES))
-    run_step("ingest", ctx, spark)
-    pin(ctx.store, "double", len(MESSAGES))
-    settings = Settings(warehouse=str(tmp_path / "wh"), kafka_bootstrap=kafka_bootstrap)
-    paths = TopicPaths.for_topic(settings.warehouse, topic)
-    report = replay_quarantine(spark, ctx.topic, paths, ctx.store, reason="does not fit")
-    assert (report.read, report.landed, report.inserted, report.updated, report.unchanged,
-            report.still_failing) == (3, 3, 1, 1, 1, 0)
-    assert table(spark, ctx) == {"k": (3.0, 2), "m": (4.5, 3), "n": (6.5, 5)}

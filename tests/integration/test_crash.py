@@ -1,0 +1,115 @@
+"""Crash tests: `deltaferry run` (its Python and its Spark JVM, one process group) killed with
+SIGKILL at several points of a run — during a micro-batch (its quarantine rows appended, the
+table not merged), between the Delta commit and the checkpoint commit, during OPTIMIZE — then run
+to the end. The table must
+be exactly the latest state of every key, and the quarantine must hold every bad message once
+(no duplicate (partition, offset)). Each killed run leaves its lock behind: the next run takes
+it over (its process is gone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from deltaferry.faults import MARK_VAR, POINT_VAR
+from deltaferry.kafka import produce
+from deltaferry.pipeline import run_step
+
+from .test_cli import CLI
+from .test_pipeline import assert_table_is_latest_state, context
+
+pytestmark = pytest.mark.integration
+
+#: (crash point, steps of that run, seconds from the point to the kill): each run is killed
+#: there. Two micro-batches in all; the first two runs die in the first.
+CRASHES = [
+    ("quarantine-written", "ingest", 0),       # during a micro-batch: quarantine in, no MERGE
+    ("batch-written", "ingest", 0),            # Delta committed, checkpoint not
+    ("optimize-started:continue", "ingest,optimize", 3),  # inside OPTIMIZE's compaction
+]
+
+
+def messages() -> list[tuple]:
+    """600 messages on 120 keys, versions, tombstones, and bad ones (not UTF-8, no key),
+    each bad value unique so the quarantine can be checked value by value."""
+    out: list[tuple] = []
+    for seq in range(600):
+        key = f"k{seq % 120}"
+        if seq % 47 == 5:
+            out.append((key, b"\xff\xfe" + str(seq).encode()))
+        elif seq % 61 == 7:
+            out.append((None, json.dumps({"id": seq, "lost": True})))
+        elif seq % 53 == 11:
+            out.append((key, None))
+        else:
+            out.append((key, {"id": seq, "version": seq // 120, "tag": f"t{seq % 7}"}))
+    return out
+
+
+def bad_values(sent) -> list[bytes]:
+    return sorted((v if isinstance(v, bytes) else v.encode()) for k, v in sent
+                  if v is not None and (k is None or isinstance(v, bytes)))
+
+
+def run_killed(env: dict, topic: str, point: str, steps: str, delay: float, mark) -> None:
+    """`deltaferry run` that is killed (its whole process group) `delay` seconds after it
+    reached `point`."""
+    mark.unlink(missing_ok=True)
+    run = subprocess.Popen([CLI, "run", topic, "--steps", steps],
+                           env={**env, POINT_VAR: point, MARK_VAR: str(mark)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not mark.exists():
+        if run.poll() is not None:
+            raise AssertionError(f"run ended (exit {run.returncode}) before {point}")
+        assert time.monotonic() < deadline, f"run did not reach {point}"
+        time.sleep(0.2)
+    time.sleep(delay)
+    assert run.poll() is None, f"run ended within {delay} s after {point}"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 20
+    while True:  # the JVM died with it: nothing of that run still writes
+        try:
+            os.killpg(run.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the run's JVM outlived its process group's kill"
+        time.sleep(0.2)
+
+
+def test_killed_runs_at_every_point_end_in_the_exact_state(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    from pyspark.sql import functions as F
+
+    topic = new_topic("crash", partitions=3)
+    sent = messages()
+    produce(kafka_bootstrap, topic, sent)
+    warehouse = tmp_path / "wh"
+    ctx = context(topic, warehouse, kafka_bootstrap)
+    run_step("infer", ctx, spark)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 300\n"
+                      "    optimize_min_files: 2\n")
+    env = {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
+           str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+    for point, steps, delay in CRASHES:
+        run_killed(env, topic, point, steps, delay, tmp_path / "mark")
+
+    done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "taking over the lock of pid" in done.stderr  # the last killed run's
+
+    assert_table_is_latest_state(spark, ctx, sent)
+    quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
+    assert quarantine.groupBy("kafka_partition", "kafka_offset").count() \
+        .where(F.col("count") > 1).count() == 0
+    assert sorted(bytes(r["raw_value"]) for r in quarantine.collect()) == bad_values(sent)
