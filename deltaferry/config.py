@@ -9,6 +9,7 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         schedule: "@hourly"        # Airflow schedule (cron or preset); null = manual only
         starting_offsets: earliest # where a new checkpoint starts: earliest | latest
         max_offsets_per_trigger: 50000   # bound on messages per micro-batch
+        max_value_bytes: 16777216  # a larger value is quarantined, not parsed (16 MiB)
         vacuum_retention_hours: 168      # VACUUM keeps files younger than this
         vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
         optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
@@ -95,6 +96,7 @@ class TopicConfig:
     schedule: str | None = "@hourly"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 50_000
+    max_value_bytes: int = 16 * 1024 * 1024
     vacuum_retention_hours: float = 168.0
     vacuum_interval_hours: float = 24.0
     optimize_min_files: int = 16
@@ -134,7 +136,7 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if value not in STARTING_OFFSETS:
             raise fail(f"must be one of {', '.join(STARTING_OFFSETS)}, got {value!r}")
         return value
-    if key == "max_offsets_per_trigger":
+    if key in ("max_offsets_per_trigger", "max_value_bytes"):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise fail(f"must be a positive integer, got {value!r}")
         return value

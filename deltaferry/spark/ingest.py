@@ -138,6 +138,30 @@ def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
     return with_reason(decoder.decode(keys.decode(raw)))
 
 
+#: Why a value larger than the topic's max_value_bytes was not parsed.
+REASON_TOO_LARGE = ("value is {size} bytes, over the topic's max_value_bytes ({limit}); kept here "
+                    "as bytes, not parsed")
+
+
+def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: int
+                 ) -> DataFrame:
+    """`parse`, except that a value over `max_bytes` is not decoded at all: it gets the reason
+    REASON_TOO_LARGE (no key, a key problem still come first), so one huge message goes to the
+    quarantine instead of failing the batch."""
+    from pyspark.sql import functions as F
+
+    size = F.octet_length(F.col("raw_value"))
+    too_large = F.coalesce(size > max_bytes, F.lit(False))
+    parsed = parse(decoder, keys, raw.where(~too_large))
+    large = raw.where(too_large)
+    if large.isEmpty():
+        return parsed
+    reason = F.format_string(REASON_TOO_LARGE.replace("{size}", "%d")
+                             .replace("{limit}", str(max_bytes)), size)
+    large = with_reason(keys.decode(large).withColumn("problem", reason))
+    return parsed.unionByName(large, allowMissingColumns=True)
+
+
 def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
                keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
     """The usable records of `parsed` as table rows, latest per key, with the table at `path`
@@ -181,14 +205,16 @@ class BatchWriter:
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
             count = raw.count()
-            parsed = parse(self.decoder, self.keys, raw).persist()
+            parsed = parse_within(self.decoder, self.keys, raw,
+                                  self.topic.max_value_bytes).persist()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             rows, widened = table_rows(self.spark, self.paths.table, parsed, keys)
             self.report.widened_columns += widened
             app_id = self.app_id()
             quarantined = quarantine.append(
-                quarantine.rows(parsed, schema_version, batch_id, self.keys.quarantine_columns),
+                quarantine.rows(parsed, schema_version, batch_id, self.keys.quarantine_columns,
+                                self.topic.max_value_bytes),
                 self.paths.quarantine, app_id, batch_id)
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)

@@ -68,16 +68,19 @@ def valid_text(column: Column) -> Column:
 
 
 def rows(parsed: DataFrame, schema_version: int, batch_id: int,
-         key_columns: tuple[str, ...] = ()) -> DataFrame:
+         key_columns: tuple[str, ...] = (), max_text_bytes: int | None = None) -> DataFrame:
     """The records of `parsed` that have a `reason`, as quarantine rows. `key_columns` (a key
     decoder's `quarantine_columns`, such as `raw_key`) are kept where the layout has no column
-    of that name already."""
+    of that name already. A value over `max_text_bytes` is kept as bytes only."""
     from pyspark.sql import functions as F
 
+    text = valid_text(F.col("raw_value"))
+    if max_text_bytes is not None:
+        text = F.when(F.octet_length(F.col("raw_value")) <= max_text_bytes, text)
     values = {
         "kafka_key": valid_text(F.col("kafka_key")),
         "raw_value": F.col("raw_value").cast("binary"),
-        "value_text": valid_text(F.col("raw_value")),
+        "value_text": text,
         "schema_version": F.lit(schema_version),
         "batch_id": F.lit(batch_id).cast("long"),
         "quarantined_at": F.current_timestamp(),

@@ -33,7 +33,7 @@ from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
-from deltaferry.spark.ingest import parse, table_rows
+from deltaferry.spark.ingest import parse_within, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,10 +87,12 @@ def kafka_records(rows: DataFrame, topic: str) -> DataFrame:
         F.lit(0).alias("timestampType"), F.col("kafka_headers").alias("headers"))
 
 
-def decoded(rows: DataFrame, topic: str, decoder: Decoder, keys: KeyDecoder) -> DataFrame:
-    """Quarantine `rows` decoded again through the topic's decoders, with each one's `reason`."""
-    raw = keys.raw_columns(decoder.raw_columns(kafka_records(rows, topic)))
-    return parse(decoder, keys, raw)
+def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDecoder
+            ) -> DataFrame:
+    """Quarantine `rows` decoded again through the topic's decoders (values over its
+    max_value_bytes still not parsed), with each one's `reason`."""
+    raw = keys.raw_columns(decoder.raw_columns(kafka_records(rows, topic.name)))
+    return parse_within(decoder, keys, raw, topic.max_value_bytes)
 
 
 def _where(rows: DataFrame, replay_id: str) -> DataFrame:
@@ -143,7 +145,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
 
     claimed = (spark.read.format("delta").load(paths.quarantine)
                .where((F.col("replay_id") == replay_id) & F.col("replayed_at").isNull()))
-    parsed = decoded(claimed, topic.name, decoder, keys).persist()
+    parsed = decoded(claimed, topic, decoder, keys).persist()
     try:
         count = parsed.count()
         rows, _ = table_rows(spark, paths.table, parsed, keys.columns)
@@ -197,7 +199,7 @@ def replay_quarantine(spark: SparkSession, topic: TopicConfig, paths: TopicPaths
                   .where(F.col("replay_id").isNull() & F.col("replayed_at").isNull()))
     if reason:
         candidates = candidates.where(F.col("reason").contains(reason))
-    parsed = decoded(candidates, topic.name, decoder, keys).persist()
+    parsed = decoded(candidates, topic, decoder, keys).persist()
     try:
         report.read += parsed.count()
         replay_id = new_replay_id()

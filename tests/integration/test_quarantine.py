@@ -139,3 +139,51 @@ def test_a_foreign_quarantine_table_is_refused_with_its_path(
     run_step("infer", ctx, spark)
     with pytest.raises(QuarantineLayoutError, match=r"quarantine .*_quarantine: not a deltaferry"):
         run_step("ingest", ctx, spark)
+
+
+def test_large_values_go_through_and_too_large_ones_are_quarantined_then_replayed(
+        spark, kafka_bootstrap, tmp_path):
+    """A value over the consumer's default fetch size (1 MB per partition) lands; one over the
+    topic's max_value_bytes is quarantined whole, not parsed; raising the limit and replaying
+    lands it."""
+    import time
+    import uuid
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from deltaferry.spark.ingest import REASON_TOO_LARGE
+    from deltaferry.spark.replay import replay_quarantine
+
+    topic = f"large-{uuid.uuid4().hex[:10]}"
+    limit = 4 * 1024 * 1024
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"max.message.bytes": str(limit)})])[topic].result(30)
+    while any(p.leader < 0 for p in admin.list_topics(topic, timeout=10).topics[topic]
+              .partitions.values()):
+        time.sleep(0.1)
+    big = json.dumps({"blob": "b" * 1_500_000}).encode()
+    huge = json.dumps({"blob": "h" * 3_000_000}).encode()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": limit})
+    for key, value in ((b"big", big), (b"huge", huge), (b"small", b'{"blob": "s"}')):
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_value_bytes=2_000_000)
+    run_step("infer", ctx, spark)
+    report = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.quarantined) == (2, 1)
+    lengths = {r["kafka_key"]: len(r["blob"]) for r in
+               spark.read.format("delta").load(ctx.paths.table).collect()}
+    assert lengths == {"big": 1_500_000, "small": 1}
+    (row,) = open_table(ctx.paths.quarantine).to_pyarrow_table().to_pylist()
+    assert row["reason"] == REASON_TOO_LARGE.format(size=len(huge), limit=2_000_000)
+    assert row["raw_value"] == huge and row["value_text"] is None
+
+    raised = context(topic, tmp_path / "wh", kafka_bootstrap, max_value_bytes=limit)
+    replayed = replay_quarantine(spark, raised.topic, raised.paths, raised.store)
+    assert (replayed.landed, replayed.inserted) == (1, 1)
+    lengths = {r["kafka_key"]: len(r["blob"]) for r in
+               spark.read.format("delta").load(ctx.paths.table).collect()}
+    assert lengths == {"big": 1_500_000, "huge": 3_000_000, "small": 1}
