@@ -26,6 +26,8 @@ V1 = ORDER_PROTO.read_text()
 #: v2: a new top-level field and a new nested one.
 V2 = (V1.replace("repeated Line lines = 10;", "repeated Line lines = 10;\n  string note = 11;")
       .replace("double lon = 2;", "double lon = 2;\n  string label = 3;"))
+#: v3: a field whose type clashes with v1's.
+V3 = V1.replace("int64 quantity = 3;", "string quantity = 3;")
 
 
 class Writer:
@@ -99,12 +101,15 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
     name = new_topic("proto", partitions=1)
     v1, v2 = Writer(V1, schema_registry_url, name), Writer(V2, schema_registry_url, name)
+    v3 = Writer(V3, schema_registry_url, name)
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     created = dt.datetime(2026, 11, 23, 12, 30, 45, 123456, tzinfo=dt.UTC)
     good_v1 = v1(id="o1", quantity=2**62 + 3, amount_cents=2**64 - 1, status=2,
                  created=created, tags=["a", "b"], attributes={"gift": "yes"},
                  geo={"lat": 52.5, "lon": 13.4}, lines=[{"sku": "s1", "count": 2}])
     schema_v1 = int.from_bytes(good_v1[1:5], "big")
+    clash = v3(id="o4", quantity="many")
+    schema_v3 = int.from_bytes(clash[1:5], "big")
     produce_bytes(kafka_bootstrap, name, [
         ("k1", good_v1),
         ("k2", v1(id="o2", customer="c2")),
@@ -122,13 +127,14 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         ("k1", encode_frame(schema_v1, (1,)) + b"\xff\xff\xff"),         # undecodable body
         ("k3", encode_frame(999_999) + b"\x0a\x01x"),                    # unknown schema id
         ("k3", encode_frame(schema_v1, (7,)) + b"\x0a\x01x"),            # no such message
+        ("k4", clash),                                                  # a type clash
     ])
     ctx = proto_context(TopicConfig(name=name, format="protobuf"), kafka_bootstrap, tmp_path)
     infer = run_step("infer", ctx, spark)
-    assert infer.versions == ["version 1", "version 2"]
+    assert infer.versions == ["version 1", "version 2", "version 3"]
     report = run_step("ingest", ctx, spark)
-    assert report.messages_read == 16
-    assert report.quarantined == 5
+    assert report.messages_read == 17
+    assert report.quarantined == 6
 
     rows = table_rows(spark, ctx)
     assert sorted(rows) == ["k1", "k3", "k4", "k5", "k6", "k7"]
@@ -158,6 +164,8 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         ("k3", "schema id 999999 is not known to the schema registry"),
         ("k3", f"message indexes [7] name no message of schema id {schema_v1} "
                "(shop/order.proto)"),
+        ("k4", f"schema id {schema_v3} (shop.Order) clashes with the table's schema v1: "
+               "quantity (long vs string)"),
     ]
     # a second run reads nothing again: exactly once
     again = run_step("ingest", ctx, spark)
