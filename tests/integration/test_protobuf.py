@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from deltaferry.config import REPO_ROOT, Settings, TopicConfig
+from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.proto_sources import compile_proto
@@ -34,13 +35,14 @@ class Writer:
     """Values of `message` of one schema version as confluent-kafka's serializer frames them
     (it registers the schema under <topic>-value on first use)."""
 
-    def __init__(self, text: str, registry_url: str, topic: str, message: str = "shop.Order"):
+    def __init__(self, text: str, registry_url: str, topic: str, message: str = "shop.Order",
+                 imports: dict[str, str] | None = None):
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
         from confluent_kafka.serialization import MessageField, SerializationContext
         from google.protobuf import message_factory
 
-        file = compile_proto({NAME: text}, NAME, "test schema")
+        file = compile_proto({**(imports or {}), NAME: text}, NAME, "test schema")
         self.cls = message_factory.GetMessageClass(file.message_named(message))
         serializer = ProtobufSerializer(self.cls, SchemaRegistryClient({"url": registry_url}),
                                         {"use.deprecated.format": False})
@@ -74,15 +76,10 @@ def proto_context(topic: TopicConfig, kafka_bootstrap: str, warehouse) -> TopicC
     return TopicContext(topic, settings, paths, SchemaStore(paths.schema))
 
 
-def produce_bytes(bootstrap: str, topic: str, messages: list[tuple[str | None, bytes | None]],
-                  partition: int | None = None) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for key, value in messages:
-        extra = {} if partition is None else {"partition": partition}
-        producer.produce(topic, key=key, value=value, **extra)
-    assert producer.flush(30) == 0
+def produce_bytes(bootstrap: str, topic: str,
+                  messages: list[tuple[str | None, bytes | None]]) -> None:
+    """Write the values as they are (frames and bodies built by the test)."""
+    assert produce(bootstrap, topic, messages) == len(messages)
 
 
 def table_rows(spark, ctx) -> dict:
@@ -250,3 +247,49 @@ def test_registry_5xx_fails_the_protobuf_run_without_committing(
         proxy.failing = None
         report = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (3, 0)
+
+
+def test_registry_schemas_with_references_and_as_proto_text(schema_registry_url, monkeypatch):
+    """A schema importing another file resolves through its registry references (as
+    confluent-kafka's serializer registers them); a schema registered as .proto text (what
+    Confluent's registry answers) is compiled; both decode their frames."""
+    import uuid
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from google.protobuf import message_factory
+
+    from deltaferry.schema.proto_sources import RegistrySchemas
+    from deltaferry.schema.protobuf import decode_batch, spark_type
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    common = 'syntax = "proto3"; package pay; message Money { int64 units = 1; string currency = 2; }'
+    payment = ('syntax = "proto3"; package pay; import "pay/common.proto"; '
+               'message Payment { string id = 1; Money amount = 2; }')
+    name = f"proto-refs-{uuid.uuid4().hex[:8]}"
+    writer = Writer(payment, schema_registry_url, name, "pay.Payment", {"pay/common.proto": common})
+    value = writer(id="p1")
+    schema_id = int.from_bytes(value[1:5], "big")
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    assert [r.name for r in client.get_schema(schema_id).references] == ["pay/common.proto"]
+    text_id = client.register_schema(f"{name}-text", Schema(V1, "PROTOBUF"))
+    assert "syntax" in client.get_schema(text_id).schema_str  # stored as text, verbatim
+
+    schemas = RegistrySchemas(TopicConfig(name=name, format="protobuf"))
+    plans = {(schema_id, (0,)): schemas.plan(schema_id, (0,)),
+             (text_id, (1,)): schemas.plan(text_id, (1,))}
+    assert [p.message for p in plans.values()] == ["pay.Payment", "shop.Order"]
+    Order = message_factory.GetMessageClass(plans[(text_id, (1,))].file.message_named("shop.Order"))
+    Payment = writer.cls
+    paid = Payment(id="p2")
+    paid.amount.units, paid.amount.currency = 7, "EUR"
+    rows = decode_batch(
+        [encode_frame(schema_id) + paid.SerializeToString(),
+         encode_frame(text_id, (1,)) + Order(id="o1", quantity=3).SerializeToString()],
+        plans, {"type": "struct", "fields": [
+            *spark_type(Payment.DESCRIPTOR)["fields"],
+            *[f for f in spark_type(Order.DESCRIPTOR)["fields"] if f["name"] != "id"]]},
+        framed=True)
+    assert rows[0] == {"data": {"id": "p2", "amount": {"units": 7, "currency": "EUR"}},
+                       "problem": None}
+    assert rows[1]["problem"] is None
+    assert (rows[1]["data"]["id"], rows[1]["data"]["quantity"]) == ("o1", 3)
