@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -17,6 +17,7 @@ help:
 	@echo "make setup  - install pinned Python deps into .venv, resolve pinned jars and build the Schema Registry into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
+	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -73,6 +74,10 @@ stack-down:
 
 bench: setup
 	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
+
+# Protobuf: decode rate per core, and a protobuf topic's ingest next to a JSON one of the same content.
+bench-protobuf: setup
+	$(BIN)/python bench/bench_protobuf.py $(if $(N),--messages $(N))
 
 # What an hourly DAG run costs through a real Airflow scheduler: the demo's run, an idle run.
 bench-airflow: setup

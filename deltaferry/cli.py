@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from deltaferry.errors import DeltaferryError
 
@@ -46,7 +48,11 @@ def _run(args: argparse.Namespace) -> int:
     from deltaferry.pipeline import configure_logging, run_topic
 
     configure_logging()
-    run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps, wait=args.wait)
+    reports = run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps,
+                        wait=args.wait)
+    if args.report:
+        Path(args.report).write_text(json.dumps([r.as_dict() for r in reports], indent=2),
+                                     encoding="utf-8")
     return 0
 
 
@@ -106,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         default="infer,ingest,maintain",
         help="comma-separated subset of infer,ingest,maintain (default: all three, in order)",
+    )
+    p_run.add_argument(
+        "--report", metavar="FILE",
+        help="also write every step's report to FILE as JSON (a list; what the summary lines "
+        "say, with all figures)",
     )
     p_run.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS",

@@ -16,12 +16,18 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         fail_on_data_loss: true    # fail when offsets expired before they were read
         retries: 2                 # Airflow retries of each task, with exponential back-off
         retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
-        format: json               # json | avro (Confluent wire format, Schema Registry)
+        format: json               # json | avro | protobuf (Confluent wire format through the
+                                   # Schema Registry; protobuf may instead name a .proto file)
         subject_strategy: topic_name   # avro: topic_name | record_name | topic_record_name
         record_name: null          # avro: the record's full name (for the record strategies)
         schema_version: null       # avro: read with this registered version (null = latest)
         key_format: string         # string | avro (avro topics: keys in Confluent wire format,
                                    # decoded with subject <topic>-key into typed key_ columns)
+        message: null              # protobuf: the message's full name (package.Message): read
+                                   # for frames whose message indexes are the shorthand [0];
+                                   # required with proto_file
+        proto_file: null           # protobuf without a registry (plain bodies, no frame): a
+                                   # .proto file, relative to the topics file (schemas/x.proto)
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -33,7 +39,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -51,6 +57,7 @@ class Format(StrEnum):
 
     JSON = "json"
     AVRO = "avro"
+    PROTOBUF = "protobuf"
 
 
 FORMATS = tuple(f.value for f in Format)
@@ -67,6 +74,8 @@ KEY_FORMATS = tuple(f.value for f in KeyFormat)
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
+#: A protobuf full name: dotted identifiers.
+PROTO_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def validate_topic_name(name: Any, where: str = "topic") -> str:
@@ -107,6 +116,8 @@ class TopicConfig:
     record_name: str | None = None
     schema_version: int | None = None
     key_format: str = "string"
+    message: str | None = None
+    proto_file: str | None = None
 
     @property
     def dag_id(self) -> str:
@@ -179,6 +190,17 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"{value!r} is not a supported key format "
                        f"(supported: {', '.join(KEY_FORMATS)})")
         return value
+    if key == "message":
+        if value is not None and (not isinstance(value, str)
+                                  or not PROTO_NAME_RE.match(value)):
+            raise fail(f"must be a protobuf message's full name (package.Message) or null, "
+                       f"got {value!r}")
+        return value
+    if key == "proto_file":
+        if value is not None and (not isinstance(value, str) or not value.endswith(".proto")):
+            raise fail(f"must be the path of a .proto file (schemas/<name>.proto) or null, "
+                       f"got {value!r}")
+        return value
     if key == "fail_on_data_loss":
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
@@ -186,8 +208,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
     raise fail("unknown key")  # pragma: no cover - guarded by the caller
 
 
-def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None) -> TopicConfig:
-    """Validate one entry of `topics:` (at index `position`) into a TopicConfig."""
+def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None,
+                base_dir: str | os.PathLike | None = None) -> TopicConfig:
+    """Validate one entry of `topics:` (at index `position`) into a TopicConfig; a relative
+    `proto_file` is resolved against `base_dir` (the topics file's folder)."""
     where = f"topics[{position}]"
     if not isinstance(entry, dict):
         raise ConfigError(where,
@@ -209,7 +233,31 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     if topic.key_format == KeyFormat.AVRO and topic.format != Format.AVRO:
         raise ConfigError(where, f"key_format avro needs format avro (keys and values read "
                           f"through the Schema Registry), got format {topic.format}")
-    return topic
+    return _check_protobuf(topic, where, base_dir)
+
+
+def _check_protobuf(topic: TopicConfig, where: str,
+                    base_dir: str | os.PathLike | None) -> TopicConfig:
+    """The protobuf keys of an entry: only for protobuf topics; proto_file needs message and
+    must exist (it is resolved against `base_dir`)."""
+    if topic.format != Format.PROTOBUF:
+        for key in ("message", "proto_file"):
+            if getattr(topic, key) is not None:
+                raise ConfigError(where, f"{key} is only for format protobuf, got format "
+                                  f"{topic.format}")
+        return topic
+    if topic.key_format != KeyFormat.STRING:
+        raise ConfigError(where, f"key_format {topic.key_format} is not supported for "
+                          "protobuf topics (keys are read as text)")
+    if topic.proto_file is None:
+        return topic
+    if not topic.message:
+        raise ConfigError(where, f"proto_file {topic.proto_file}: also give message (the full "
+                          "name of the message in it, package.Message)")
+    path = Path(base_dir or REPO_ROOT, topic.proto_file)
+    if not path.is_file():
+        raise ConfigError(where, f"proto_file {topic.proto_file}: no such file ({path})")
+    return replace(topic, proto_file=str(path.resolve()))
 
 
 @dataclass
@@ -249,7 +297,7 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
     seen: dict[str, int] = {}
     for position, entry in enumerate(document["topics"]):
         try:
-            topic = parse_topic(entry, position, defaults)
+            topic = parse_topic(entry, position, defaults, Path(path).resolve().parent)
         except ConfigError as exc:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 exc.topic = entry["name"]

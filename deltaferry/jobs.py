@@ -54,9 +54,9 @@ def main(step: str, argv: list[str] | None = None) -> int:
         ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
         check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
         if step in ("infer", "ingest"):
-            check_topic_registry(ctx.topic)  # an avro topic's registry answers
+            check_topic_registry(ctx.topic)  # the registry of avro/protobuf topics answers
         with topic_lock(ctx, f"{step} job").hold(args.wait):  # before the JVM starts
-            spark = (None if step == "infer" and ctx.topic.format == "avro"  # registry only
+            spark = (None if step == "infer" and ctx.topic.format != "json"  # writer schemas
                      else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
             reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False),
                                hold_lock=False)

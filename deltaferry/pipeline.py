@@ -68,6 +68,10 @@ def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
         from deltaferry.spark.avro import registry_version
 
         return registry_version(ctx.topic)
+    if step == "infer" and ctx.topic.format == Format.PROTOBUF:  # writer schemas, no Spark
+        from deltaferry.schema.proto_sources import infer_protobuf
+
+        return infer_protobuf(ctx.topic, ctx.store)
     if step == "infer":
         from deltaferry.spark.infer import infer_schema
 

@@ -77,8 +77,8 @@ class RegistrySettings:
         url = (env.get(URL_VAR) or "").strip()
         if not url:
             raise ConfigError(
-                URL_VAR, "not set: an avro topic needs the Schema Registry; export its URL, or "
-                "run `export $(deltaferry stack up)` for a local one")
+                URL_VAR, "not set: avro and protobuf topics need the Schema Registry; export its "
+                "URL, or run `export $(deltaferry stack up)` for a local one")
         if not url.startswith(("http://", "https://")):
             raise ConfigError(URL_VAR, f"{without_credentials(url)!r} is not an http(s) URL")
         user, password = env.get(USER_VAR) or None, env.get(PASSWORD_VAR) or None
@@ -152,8 +152,13 @@ def check_reachable(settings: RegistrySettings) -> None:
                             f"check {URL_VAR}") from None
 
 
+def uses_registry(topic: TopicConfig) -> bool:
+    """Whether `topic`'s values are read through the Schema Registry."""
+    return topic.format == "avro" or (topic.format == "protobuf" and not topic.proto_file)
+
+
 def check_topic_registry(topic: TopicConfig, env: Mapping[str, str] | None = None) -> None:
-    """For an avro topic, check that its registry (from `env`, default os.environ) answers;
-    nothing for other formats."""
-    if topic.format == "avro":
+    """For a topic read through the registry (avro, protobuf without proto_file), check that
+    its registry (from `env`, default os.environ) answers; nothing for other topics."""
+    if uses_registry(topic):
         check_reachable(RegistrySettings.from_env(env))

@@ -45,6 +45,7 @@ def one_report(step: str, reports: list[dict]) -> dict:
 KINDS = {
     "InferReport": "deltaferry.spark.infer",
     "RegistryReport": "deltaferry.spark.avro",
+    "ProtobufSchemaReport": "deltaferry.schema.proto_sources",
     "IngestReport": "deltaferry.spark.ingest",
     "MaintainReport": "deltaferry.spark.maintain",
     "Skip": "deltaferry.plan",

@@ -4,6 +4,8 @@ Airflow's scheduler (and a run triggered through its REST API), the resulting ta
 * ``demo_events``: JSON, schema inferred, a tombstone and a bad message.
 * ``demo_payments``: Avro written by `DynamicSchemaProducer`; half-way its payloads gain a field,
   so the Schema Registry holds two versions and one run lands both in one table.
+* ``demo_orders``: protobuf bodies of ``schemas/shop/order.proto`` (no registry): nested,
+  repeated, map, enum and Timestamp fields, an update, and a body that does not decode.
 
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
@@ -24,6 +26,7 @@ from deltaferry.kafka import create_topic, produce
 
 DEMO_TOPIC = "demo_events"
 AVRO_TOPIC = "demo_payments"
+PROTO_TOPIC = "demo_orders"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
@@ -71,6 +74,32 @@ def produce_payments(bootstrap: str, registry_url: str) -> int:
     return count
 
 
+def sample_orders(n: int = 6, seed: int = 5):
+    """Protobuf bodies of shop.Order (schemas/shop/order.proto): n orders, the first one
+    updated, and one value that is not such a body."""
+    from google.protobuf import message_factory
+
+    from deltaferry.config import load_topics
+    from deltaferry.schema.proto_sources import ProtoFileSchemas
+
+    entry = load_topics().get(PROTO_TOPIC)
+    assert entry.proto_file and entry.message
+    file = ProtoFileSchemas(entry.proto_file, entry.message).writer_file()
+    Order = message_factory.GetMessageClass(file.message_named(entry.message))
+    rng = random.Random(seed)
+    for i in [*range(n), 0]:
+        order = Order(id=f"order-{i}", customer=f"user-{rng.randint(0, 7)}",
+                      quantity=rng.randint(1, 5), amount_cents=rng.randint(500, 50_000),
+                      status=rng.choice(["NEW", "PAID", "SHIPPED"]), tags=["demo"])
+        order.created.seconds = 1_795_000_000 + i * 3600
+        order.attributes["channel"] = rng.choice(["web", "app"])
+        order.lines.add(sku=f"SKU-{rng.randint(1, 99)}", count=rng.randint(1, 3))
+        if i % 2:
+            order.geo.lat, order.geo.lon = rng.uniform(45, 55), rng.uniform(0, 10)
+        yield f"order-{i}", order.SerializeToString()
+    yield "order-99", b"\xff\xfe not protobuf"  # goes to the quarantine table
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -85,16 +114,18 @@ def main() -> int:
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
     bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
     registry_url = os.environ["DELTAFERRY_SCHEMA_REGISTRY_URL"]
-    for topic in (DEMO_TOPIC, AVRO_TOPIC):
+    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
         if create_topic(bootstrap, topic, partitions=3) and own_warehouse:
             start_over(services.LOCAL_WAREHOUSE / topic)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
     say(f"produced {count} sample events on {DEMO_TOPIC!r} at {bootstrap}")
     count = produce_payments(bootstrap, registry_url)
     say(f"produced {count} Avro payments on {AVRO_TOPIC!r} (schema registry {registry_url})")
+    count = produce(bootstrap, PROTO_TOPIC, sample_orders())
+    say(f"produced {count} protobuf orders on {PROTO_TOPIC!r} (schema: schemas/shop/order.proto)")
 
     airflow = services.up(env=os.environ, say=say)
-    for topic in (DEMO_TOPIC, AVRO_TOPIC):
+    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
         dag_id = f"ingest_{topic}"
         runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
         if any(run["state"] != "success" for run in runs):
@@ -135,6 +166,12 @@ def print_tables() -> None:
     print(f"Delta table {avro.paths.table} (Avro, two schema versions in one table):")
     (spark.read.format("delta").load(avro.paths.table).orderBy("payment_id")
      .select("kafka_key", "payment_id", "user_id", "amount", "currency").show(truncate=False))
+    proto = TopicContext.load(PROTO_TOPIC)
+    print(f"Delta table {proto.paths.table} (protobuf, schema {proto.topic.message} of "
+          "schemas/shop/order.proto):")
+    (spark.read.format("delta").load(proto.paths.table).orderBy("id")
+     .select("id", "customer", "quantity", "amount_cents", "status", "created", "attributes",
+             "geo", "lines").show(truncate=False))
 
 
 def print_versions(registry_url: str) -> None:

@@ -189,6 +189,7 @@ class StringKeys:
 DECODERS: dict[Format, str] = {
     Format.JSON: "deltaferry.spark.decoding:JsonDecoder",
     Format.AVRO: "deltaferry.spark.avro:AvroDecoder",
+    Format.PROTOBUF: "deltaferry.spark.protobuf:ProtobufDecoder",
 }
 #: The key decoder class of each key format, imported likewise.
 KEY_DECODERS: dict[KeyFormat, str] = {

@@ -187,6 +187,9 @@ class BatchWriter:
         self.report = report
         self.keys: KeyDecoder = keys or StringKeys()
         self._app_id: str | None = None
+        #: What stopped a batch (a registry that does not answer, say): raised again by
+        #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
+        self.failure: DeltaferryError | None = None
 
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
@@ -200,6 +203,14 @@ class BatchWriter:
         return self._app_id
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        try:
+            self.write(batch_df, batch_id)
+        except DeltaferryError as exc:
+            self.failure = exc
+            raise
+
+    def write(self, batch_df: DataFrame, batch_id: int) -> None:
+        """Decode, quarantine and MERGE one micro-batch."""
         started = time.monotonic()
         keys = self.keys.columns
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
@@ -264,7 +275,12 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except Exception:  # Spark's StreamingQueryException around what a batch raised
+        if writer.failure is not None:
+            raise writer.failure from None
+        raise
     report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
                        if p.get("numInputRows", 0) > 0]
     for batch in report.progress:

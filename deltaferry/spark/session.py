@@ -11,6 +11,7 @@ region and path-style settings go to the builder. Spark's default redaction stay
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,9 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     if not submitted:
         master = master or os.environ.get("DELTAFERRY_SPARK_MASTER") or "local[*]"
         builder = builder.master(master)
+        # Python workers (UDFs: protobuf decoding) run this interpreter, which has deltaferry
+        # and pyarrow, unless PYSPARK_PYTHON names another (PySpark reads only the variable).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in builder_settings(master, submitted, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

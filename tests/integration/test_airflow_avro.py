@@ -4,7 +4,8 @@ Registry through the Airflow connection `schema_registry_default` (not the envir
 scheduler runs the DAG on messages of two registry versions (DynamicSchemaProducer), a badly
 framed message and a tombstone; a run triggered after a third version appeared brings in its
 field. The table is checked with Spark and delta-rs; the infer task's XCom is the registry's
-report. One Airflow (module fixture) serves every check."""
+report. A protobuf topic (confluent-kafka's ProtobufSerializer, two versions) runs through the
+same scheduler. One Airflow (module fixture) serves every check."""
 
 from __future__ import annotations
 
@@ -32,9 +33,13 @@ def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_facto
     given only as the Airflow connection schema_registry_default."""
     folder = tmp_path_factory.mktemp("airflow-avro")
     topic = f"avro-airflow-{uuid.uuid4().hex[:10]}"
+    proto_topic = f"proto-airflow-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
+    create_topic(kafka_bootstrap, proto_topic, partitions=2)
     topics_file = folder / "topics.yaml"
-    topics_file.write_text(f"topics:\n  - name: {topic}\n    format: avro\n    retries: 0\n")
+    topics_file.write_text(f"topics:\n  - name: {topic}\n    format: avro\n    retries: 0\n"
+                           f"  - name: {proto_topic}\n    format: protobuf\n"
+                           f"    message: shop.Order\n    retries: 0\n")
     warehouse = folder / "warehouse"
     (port,) = free_ports(1)
     env = {k: v for k, v in {**os.environ, **stack_env}.items()
@@ -48,7 +53,8 @@ def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_facto
     })
     running = services.up(folder / "home", env=env)
     try:
-        yield running, topic, TopicPaths.for_topic(str(warehouse), topic)
+        yield (running, topic, TopicPaths.for_topic(str(warehouse), topic), proto_topic,
+               TopicPaths.for_topic(str(warehouse), proto_topic))
     finally:
         services.down(folder / "home")
 
@@ -70,7 +76,7 @@ def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
 
     from deltaferry.producer import DynamicSchemaProducer
 
-    running, topic, paths = avro_airflow
+    running, topic, paths, _, _ = avro_airflow
     client = running.client()
     dag_id = f"ingest_{topic}"
     producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
@@ -119,3 +125,40 @@ def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
     rows = delta_rs_rows(paths)
     assert rows["o6"]["note"] == "gift" and rows["o2"]["note"] is None
     assert set(rows) == {"o1", "o2", "o3", "o4", "o5", "o6"}
+
+
+def test_protobuf_topic_runs_through_the_real_scheduler(avro_airflow, kafka_bootstrap,
+                                                         schema_registry_url, spark):
+    from .test_protobuf import V1, V2, Writer, produce_bytes
+
+    running, _, _, topic, paths = avro_airflow
+    client = running.client()
+    dag_id = f"ingest_{topic}"
+    v1, v2 = Writer(V1, schema_registry_url, topic), Writer(V2, schema_registry_url, topic)
+    produce_bytes(kafka_bootstrap, topic, [
+        ("o1", v1(id="o1", quantity=1, tags=["a"])),
+        ("o2", v1(id="o2", quantity=2)),
+        ("o2", v2(id="o2", quantity=3, note="v2")),
+        ("o3", v2(id="o3", geo={"lat": 1.5, "label": "x"})),
+        ("o1", None),
+        ("o4", b"\x07 not a frame"),
+    ])
+    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    client.set_paused(dag_id, False)
+    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
+                           what="a scheduled run")[0]
+    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
+    assert states["infer_schema"] == states["ingest"] == "success"
+    infer = client.result(dag_id, run["dag_run_id"], "infer_schema")
+    assert infer["kind"] == "ProtobufSchemaReport"
+    assert infer["versions"] == ["version 1", "version 2"]
+    assert "protobuf topic, 2 writer version(s)" in infer["summary"]
+    ingest = client.result(dag_id, run["dag_run_id"], "ingest")
+    assert (ingest["messages_read"], ingest["quarantined"], ingest["deleted"]) == (6, 1, 0)
+    rows = delta_rs_rows(paths)
+    assert sorted(rows) == ["o2", "o3"]
+    assert (rows["o2"]["quantity"], rows["o2"]["note"]) == (3, "v2")
+    assert rows["o3"]["geo"] == {"lat": 1.5, "lon": 0.0, "label": "x"}
+    (bad,) = spark.read.format("delta").load(paths.quarantine).collect()
+    assert (bad["kafka_key"], bad["reason"]) == (
+        "o4", "not Confluent wire format for protobuf: magic byte is 0x07, not 0x00")

@@ -19,7 +19,7 @@ def test_avro_entries_with_strategies_and_a_pinned_version():
          "record_name": "shop.Order", "schema_version": 3},
         {"name": "c", "format": "avro", "subject_strategy": "record_name"},
         {"name": "d", "format": "avro", "schema_version": 0},
-        {"name": "e", "format": "protobuf"},
+        {"name": "e", "format": "thrift"},
     ]}, "topics.yaml")
     a, b = loaded.topics
     assert (a.format, a.subject_strategy, a.schema_version) == ("avro", "topic_name", None)
@@ -29,7 +29,7 @@ def test_avro_entries_with_strategies_and_a_pinned_version():
     errors = [str(e) for e in loaded.errors]
     assert "needs record_name" in errors[0] and "'c'" in errors[0]
     assert "schema_version" in errors[1] and "'d'" in errors[1]
-    assert "'protobuf' is not a supported format" in errors[2]
+    assert "'thrift' is not a supported format" in errors[2]
 
 
 def test_registry_settings_from_env_keep_credentials_out_of_messages():

@@ -143,3 +143,20 @@ def test_airflow_waits_for_its_database_and_the_bucket(compose):
     for name in AIRFLOW_SERVICES:
         depends = services(compose)[name]["depends_on"]
         assert depends["airflow-init"]["condition"] == "service_completed_successfully"
+
+
+def test_protobuf_topics_find_their_schema_and_decoder_in_the_containers(compose):
+    """A protobuf entry's proto_file lies in the repository the containers mount at
+    /opt/deltaferry (so it resolves there too), and the image installs what decodes it."""
+    from deltaferry.config import load_topics
+
+    topics = load_topics(REPO / "topics.yaml")
+    protobuf = [t for t in topics.topics if t.format == "protobuf"]
+    assert protobuf and not topics.errors
+    for topic in protobuf:
+        assert topic.proto_file and Path(topic.proto_file).is_relative_to(REPO)
+    lock = (REPO / "requirements.lock").read_text()
+    assert re.search(r"^grpcio-tools==", lock, re.M) and re.search(r"^protobuf==", lock, re.M)
+    assert "COPY requirements.lock" in (REPO / "docker" / "Dockerfile").read_text()
+    for name in ("spark-master", "spark-worker"):
+        assert services(compose)[name]["environment"]["PYTHONPATH"] == "/opt/deltaferry"
