@@ -16,7 +16,7 @@ import time
 POINT_VAR = "DELTAFERRY_CRASH_POINT"
 MARK_VAR = "DELTAFERRY_CRASH_MARK"
 #: The points, in the order a run reaches them.
-POINTS = ("quarantine-written", "batch-written", "optimize-started")
+POINTS = ("quarantine-written", "batch-written", "optimized-table", "optimized-quarantine")
 _reached: dict[str, int] = {}
 
 

@@ -55,9 +55,9 @@ def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Main
 
     started = time.monotonic()
     details = {}
-    faults.point("optimize-started")
     for name, path in _existing_tables(spark, paths).items():
         metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+        faults.point(f"optimized-{name}")
         m = metrics["metrics"] if metrics else None
         details[name] = (
             f"{m['numFilesRemoved']} files compacted into {m['numFilesAdded']}" if m else "done"

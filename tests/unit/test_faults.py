@@ -6,7 +6,7 @@ from deltaferry import faults
 def test_a_point_does_nothing_unless_asked(monkeypatch, tmp_path):
     monkeypatch.delenv(faults.POINT_VAR, raising=False)
     faults.point("batch-written")
-    monkeypatch.setenv(faults.POINT_VAR, "optimize-started:continue")
+    monkeypatch.setenv(faults.POINT_VAR, "optimized-table:continue")
     monkeypatch.setenv(faults.MARK_VAR, str(tmp_path / "mark"))
     faults.point("batch-written")
     assert not (tmp_path / "mark").exists()
