@@ -82,7 +82,7 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | micro-batch bound | {bound} |
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
 
-Tasks: **infer_schema** (reuses the cached schema, reads only new offsets) → **ingest**
+Tasks: **infer_schema** (reuses the cached schema; ingest grows it from new messages) → **ingest**
 (availableNow stream, latest value per key MERGEd by the Kafka key) → **optimize** → **vacuum**.
 Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
 
