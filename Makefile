@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -18,6 +18,8 @@ help:
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
+	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
+	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -74,6 +76,14 @@ stack-down:
 
 bench: setup
 	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
+
+# deltaferry against the notebook it replaces (seed 004, bench/seed004_port.py), fresh processes.
+bench-notebook: setup
+	$(BIN)/python bench/bench_notebook.py $(if $(N),--messages $(N))
+
+# MERGE cost as the table grows (20 k vs 2 M rows), and a 2 M-message backlog's batches and memory.
+bench-merge: setup
+	$(BIN)/python bench/bench_merge.py
 
 # Protobuf: decode rate per core, and a protobuf topic's ingest next to a JSON one of the same content.
 bench-protobuf: setup

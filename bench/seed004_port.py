@@ -9,8 +9,9 @@ arguments and plain files; everything else is the notebook's own logic:
 3. a trigger-once streaming query: groupBy(kafka_key).agg(max(struct(*))), from_json with the
    schema, foreachBatch MERGE on kafka_key (update all / insert all).
 
-It runs in the same local Spark session deltaferry starts (same jars and local settings), so
-the comparison is of the pipelines, not of Spark configurations.
+Its Spark session is what the notebook would get: local[*], the same jars (Kafka source,
+Delta) and driver memory as deltaferry's, and otherwise Spark's defaults (the notebook sets
+none: 200 shuffle partitions, tiered JIT compilation).
 
     python bench/seed004_port.py --topic T --bootstrap HOST:PORT --bucket DIR [--update-schema]
 """
@@ -55,13 +56,20 @@ def main() -> int:
     args = parser.parse_args()
 
     from delta.tables import DeltaTable
+    from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, expr, from_json
     from pyspark.sql.types import StructType
 
-    from deltaferry.spark.session import get_spark
+    from deltaferry.spark.session import COMMON_CONF, spark_jars_csv
 
     started = time.monotonic()
-    spark = get_spark("seed004-port")
+    builder = (SparkSession.builder.appName("seed004-port").master("local[*]")
+               .config("spark.jars", spark_jars_csv())
+               .config("spark.driver.memory", os.environ.get("DELTAFERRY_DRIVER_MEMORY", "2g")))
+    for key, value in COMMON_CONF.items():  # the Delta extensions, UTC
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     delta_location = f"{args.bucket}/delta-table"
     checkpoint_location = f"{args.bucket}/checkpoints"
     schema_location = f"{args.bucket}/kafka_schema.json"

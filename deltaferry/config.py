@@ -3,12 +3,16 @@
 The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repository root)::
 
     defaults:                      # optional; any per-topic key, applied to every entry
-      max_offsets_per_trigger: 50000
+      max_bytes_per_trigger: 268435456
     topics:
       - name: orders               # required: a legal Kafka topic name
         schedule: "@hourly"        # Airflow schedule (cron or preset); null = manual only
         starting_offsets: earliest # where a new checkpoint starts: earliest | latest
-        max_offsets_per_trigger: 50000   # bound on messages per micro-batch
+        max_bytes_per_trigger: 268435456 # bound on message bytes per micro-batch (256 MiB;
+                                   # sized from the average message size measured before a run)
+        max_offsets_per_trigger: null    # optional bound on messages per micro-batch
+        deletion_vectors: false    # MERGE marks replaced rows instead of rewriting files (cost
+                                   # follows the change; readers need the deletionVectors feature)
         max_value_bytes: 16777216  # a larger value is quarantined, not parsed (16 MiB)
         vacuum_retention_hours: 168      # VACUUM keeps files younger than this
         vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
@@ -104,7 +108,8 @@ class TopicConfig:
     format: str = "json"
     schedule: str | None = "@hourly"
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int = 50_000
+    max_offsets_per_trigger: int | None = None
+    max_bytes_per_trigger: int = 256 * 2**20
     max_value_bytes: int = 16 * 1024 * 1024
     vacuum_retention_hours: float = 168.0
     vacuum_interval_hours: float = 24.0
@@ -116,6 +121,7 @@ class TopicConfig:
     record_name: str | None = None
     schema_version: int | None = None
     key_format: str = "string"
+    deletion_vectors: bool = False
     message: str | None = None
     proto_file: str | None = None
 
@@ -147,9 +153,18 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         if value not in STARTING_OFFSETS:
             raise fail(f"must be one of {', '.join(STARTING_OFFSETS)}, got {value!r}")
         return value
-    if key in ("max_offsets_per_trigger", "max_value_bytes"):
+    if key == "max_offsets_per_trigger":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            raise fail(f"must be a positive integer or null, got {value!r}")
+        return value
+    if key == "max_value_bytes":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise fail(f"must be a positive integer, got {value!r}")
+        return value
+    if key == "max_bytes_per_trigger":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2**20:
+            raise fail(f"must be a number of bytes >= 1048576 (1 MiB), got {value!r}")
         return value
     if key == "vacuum_retention_hours":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -201,7 +216,7 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"must be the path of a .proto file (schemas/<name>.proto) or null, "
                        f"got {value!r}")
         return value
-    if key == "fail_on_data_loss":
+    if key in ("fail_on_data_loss", "deletion_vectors"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
         return value

@@ -285,3 +285,44 @@ def produce(bootstrap: str, topic: str, messages, timeout: float = 60.0) -> int:
             f"{remaining} message(s) not delivered in {timeout:.0f} s; errors: {failures[:3]}",
         )
     return sent
+
+
+def average_message_bytes(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]],
+                          options: dict[str, str] | None = None, per_partition: int = 100,
+                          timeout: float = 10.0) -> tuple[float, int] | None:
+    """(average bytes of key + value + headers, messages sampled) over the last
+    `per_partition` messages of each [start, end) range in `ranges`; None if nothing was
+    read. What sizes a micro-batch by bytes: Spark's Kafka source bounds batches by count
+    only."""
+    errors: list = []
+    config = {**_client_config(bootstrap, options, errors), "group.id": "deltaferry-sampler",
+              "enable.auto.commit": False, "enable.partition.eof": True}
+    consumer = Consumer(config)
+    wanted = {p: min(per_partition, end - start) for p, (start, end) in ranges.items()
+              if end > start}
+    if not wanted:
+        consumer.close()
+        return None
+    try:
+        consumer.assign([TopicPartition(topic, p, ranges[p][1] - n) for p, n in wanted.items()])
+        sizes: list[int] = []
+        seen = dict.fromkeys(wanted, 0)
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < len(wanted) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            partition = int(msg.partition() or 0)
+            if msg.error() is not None:  # end of a partition (or an error): stop reading it
+                done.add(partition)
+                continue
+            headers: list[Any] = list(msg.headers() or [])
+            sizes.append(len(msg.key() or b"") + len(msg.value() or b"")
+                         + sum(len(h[0]) + len(h[1] or b"") for h in headers))
+            seen[partition] += 1
+            if seen[partition] >= wanted[partition]:
+                done.add(partition)
+        return (sum(sizes) / len(sizes), len(sizes)) if sizes else None
+    finally:
+        consumer.close()

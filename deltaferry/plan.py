@@ -72,14 +72,19 @@ def lag(current: TopicOffsets, read_to: Mapping[int, int] | None) -> int:
 
 def infer_skip(topic: TopicConfig, current: TopicOffsets, latest_version: int | None,
                covered: Mapping[int, int], reinfer: bool = False) -> Skip | None:
-    """Skip inference when the cached schema has read every offset the topic holds."""
+    """Skip inference when a schema is cached, unless a re-inference is asked for: the cache
+    is reused. Messages inference has not read are no reason to read the topic twice: ingest
+    infers from them, in the micro-batch it holds anyway, before parsing
+    (deltaferry.spark.decoding.JsonDecoder), and grows the cached schema."""
     if reinfer or latest_version is None:
         return None
-    if lag(current, covered):
-        return None
-    return Skip(topic.name, "infer",
-                f"schema v{latest_version} already covers every offset "
-                f"({_offsets_text(current.end())})",
+    unread = lag(current, covered)
+    reason = (f"schema v{latest_version} is cached; ingest grows it from the {unread} "
+              "message(s) inference has not read (trigger with reinfer to re-read the topic)"
+              if unread else
+              f"schema v{latest_version} already covers every offset "
+              f"({_offsets_text(current.end())})")
+    return Skip(topic.name, "infer", reason,
                 {"schema_version": latest_version, "changed": False,
                  "offsets": {str(p): o for p, o in sorted(current.end().items())}})
 

@@ -66,6 +66,9 @@ def params():
 
 def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
     """The DAG's documentation, shown on its page in the UI."""
+    bound = f"{topic.max_bytes_per_trigger / 2**20:g} MiB of messages" + (
+        f", at most {topic.max_offsets_per_trigger} messages"
+        if topic.max_offsets_per_trigger else "")
     return f"""\
 ### Kafka topic `{topic.name}` → Delta table
 
@@ -76,10 +79,10 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | schema cache (versions) | `{paths.schema}` |
 | checkpoint | `{paths.checkpoint}` |
 | format | {topic.format} |
-| max messages per micro-batch | {topic.max_offsets_per_trigger} |
+| micro-batch bound | {bound} |
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
 
-Tasks: **infer_schema** (reuses the cached schema, reads only new offsets) → **ingest**
+Tasks: **infer_schema** (reuses the cached schema; ingest grows it from new messages) → **ingest**
 (availableNow stream, latest value per key MERGEd by the Kafka key) → **optimize** → **vacuum**.
 Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
 

@@ -78,10 +78,12 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
                env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Spark properties for the submit: quiet logs, and the small-machine tuning for local masters
     (as `get_spark` applies in-process); `user_conf` (the operator's `conf`) wins."""
-    from deltaferry.spark.session import LOCAL_DEFAULTS
+    from deltaferry.spark.session import LOCAL_DEFAULTS, driver_java_options
 
     env = os.environ if env is None else env
     conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN")}
+    if driver_java_options(env):  # the driver runs here (client mode), on any master
+        conf["spark.driver.extraJavaOptions"] = driver_java_options(env)
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
         conf["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from deltaferry.config import TopicConfig
@@ -91,6 +92,12 @@ def compile_proto(sources: dict[str, str], main: str, what: str) -> WriterFile:
     return WriterFile(main, descriptor_set(files), what)
 
 
+@lru_cache(maxsize=32)
+def _compiled(name: str, text: str, origin: str) -> WriterFile:
+    """`compile_proto` of one file, once per (name, text, origin): a micro-batch asks again."""
+    return compile_proto({name: text}, name, origin)
+
+
 def _as_descriptor(schema_str: str):
     """The FileDescriptorProto a base64 schema string holds, or None for .proto text."""
     from google.protobuf import descriptor_pb2
@@ -113,13 +120,14 @@ class ProtoFileSchemas:
     framed: bool = False
 
     def writer_file(self) -> WriterFile:
-        """The compiled file (ProtoSchemaError if it does not compile or lacks the message)."""
+        """The compiled file (ProtoSchemaError if it does not compile or lacks the message);
+        compiled once per content of the file."""
         path = Path(self.path)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ProtoSchemaError(f"{self.path}: cannot read it: {exc.strerror}") from None
-        file = compile_proto({path.name: text}, path.name, self.path)  # origin: the path
+        file = _compiled(path.name, text, self.path)
         try:
             file.message_named(self.message)
         except KeyError:

@@ -111,12 +111,13 @@ def parse_json(raw: DataFrame, schema: dict, version: int) -> DataFrame:
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
     )
     value = F.col("raw_value")
-    problem = (
-        F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
-        .when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
-        .when(~F.ltrim(value).startswith("{"), REASON_NOT_OBJECT)
-        .when(F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull(),
-              REASON_SCHEMA.format(version=version))
+    is_object = F.ltrim(value).startswith("{")
+    # Only a value that did not parse is parsed again, to say why (CASE WHEN is lazy).
+    problem = F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8).when(
+        F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
+        F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
+        .when(~is_object, REASON_NOT_OBJECT)
+        .otherwise(REASON_SCHEMA.format(version=version)),
     )
     return raw.withColumn("data", data).withColumn("problem", problem)
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import DeltaferryError
-from deltaferry.kafka import check_not_reset, topic_offsets
+from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, read_checkpoint
 from deltaferry.schema.store import SchemaStore
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The fewest messages a byte-sized micro-batch holds (huge messages still make progress).
+MIN_BATCH = 100
+
 @dataclass
 class IngestReport:
     """What one ingest run did."""
@@ -59,6 +63,8 @@ class IngestReport:
     lag: int = 0
     #: Per micro-batch, what Spark's StreamingQueryProgress said (see `batch_progress`).
     progress: list[dict] = field(default_factory=list)
+    #: Seconds per phase of the micro-batches, summed (see `BatchWriter.write`, `Phases`).
+    phases: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     step: str = "ingest"
 
@@ -70,11 +76,37 @@ class IngestReport:
             f"{self.inserted} inserted, {self.updated} updated, {self.deleted} deleted, "
             f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
+            + (f" ({describe_phases(self.phases)})" if self.phases else "")
         )
 
     def as_dict(self) -> dict:
         """Plain data (for XCom and JSON output), with its summary line."""
         return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
+
+
+class Phases:
+    """Seconds per named phase of ingest, summed over micro-batches: `with phases("merge"):`.
+    Each phase ends with a Spark action, so its time is the work it names (Spark is lazy)."""
+
+    def __init__(self, into: dict[str, float] | None = None):
+        self.seconds: dict[str, float] = {} if into is None else into
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add `seconds` measured elsewhere (say, by Spark) to phase `name`."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def describe_phases(phases: dict[str, float]) -> str:
+    """``kafka read 3.1 s, decode 1.2 s, ...`` in the order the phases happen."""
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
 
 
 def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
@@ -91,14 +123,18 @@ def batch_progress(progress, topic: str) -> dict:
     (source,) = progress.get("sources") or [{}]
     end = source.get("endOffset") or {}
     end = json.loads(end) if isinstance(end, str) else end
+    durations = progress.get("durationMs") or {}
     return {
         "batch_id": progress.get("batchId"),
         "input_rows": progress.get("numInputRows", 0),
         "input_rows_per_second": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
         "processed_rows_per_second": round(
             float(progress.get("processedRowsPerSecond") or 0.0), 1),
-        "duration_ms": progress.get("batchDuration")
-        or (progress.get("durationMs") or {}).get("triggerExecution", 0),
+        "duration_ms": progress.get("batchDuration") or durations.get("triggerExecution", 0),
+        # what the query spent outside foreachBatch: finding the offsets to read, planning,
+        # writing the offsets log and the commit log of the checkpoint
+        "checkpoint_ms": sum(int(durations.get(k, 0)) for k in (
+            "latestOffset", "queryPlanning", "getBatch", "walCommit", "commitOffsets")),
         "offsets": {str(p): int(o) for p, o in sorted((end.get(topic) or {}).items(),
                                                        key=lambda item: int(item[0]))},
     }
@@ -210,40 +246,95 @@ class BatchWriter:
             raise
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Decode, quarantine and MERGE one micro-batch."""
+        """Decode, quarantine and MERGE one micro-batch, timing each phase."""
+        from pyspark.sql import functions as F
+
         started = time.monotonic()
+        batch = Phases()
         keys = self.keys.columns
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
-            count = raw.count()
-            parsed = parse_within(self.decoder, self.keys, raw,
-                                  self.topic.max_value_bytes).persist()
+            with batch("kafka read"):
+                count = raw.count()
+            with batch("decode"):
+                parsed = parse_within(self.decoder, self.keys, raw,
+                                      self.topic.max_value_bytes).persist()
+                parsed.count()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            rows, widened = table_rows(self.spark, self.paths.table, parsed, keys)
+            with batch("latest per key"):
+                rows = latest_per_key(
+                    to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys).persist()
+                rows.count()
+            with batch("schema evolution"):
+                delta_table.add_new_columns(
+                    self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
+                )
+                widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()
-            quarantined = quarantine.append(
-                quarantine.rows(parsed, schema_version, batch_id, self.keys.quarantine_columns,
-                                self.topic.max_value_bytes),
-                self.paths.quarantine, app_id, batch_id)
+            with batch("quarantine"):
+                quarantined = quarantine.append(
+                    quarantine.rows(parsed, schema_version, batch_id,
+                                    self.keys.quarantine_columns, self.topic.max_value_bytes),
+                    self.paths.quarantine, app_id, batch_id)
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)
-            with delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
+            with batch("merge"), delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
                 counts = delta_table.upsert(self.spark, self.paths.table, rows, tag, keys)
             faults.point("batch-written")  # Spark commits the checkpoint after we return
+            rows.unpersist()
             parsed.unpersist()
         finally:
             raw.unpersist()
+        total = Phases(self.report.phases)
+        for name, seconds in batch.seconds.items():
+            total.add(name, seconds)
         self.report.quarantined += quarantined
         self.report.inserted += counts["inserted"]
         self.report.updated += counts["updated"]
         self.report.deleted += counts["deleted"]
         log.info(
             "ingest %s batch %d: %d messages, %d inserted, %d updated, %d deleted, "
-            "%d quarantined, %.1f s", self.topic.name, batch_id, count, counts["inserted"],
-            counts["updated"], counts["deleted"], quarantined, time.monotonic() - started,
+            "%d quarantined, %.1f s (%s)", self.topic.name, batch_id, count,
+            counts["inserted"], counts["updated"], counts["deleted"], quarantined,
+            time.monotonic() - started, describe_phases(batch.seconds),
         )
+
+
+def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int | None:
+    """maxOffsetsPerTrigger for a run: as many messages of `average_bytes` as fit in the
+    topic's max_bytes_per_trigger (at least MIN_BATCH), bounded by max_offsets_per_trigger if
+    set; None (no bound) when nothing was measured and no count bound is set."""
+    bound = topic.max_offsets_per_trigger
+    if not average_bytes:
+        return bound
+    by_bytes = max(MIN_BATCH, int(topic.max_bytes_per_trigger // max(average_bytes, 1.0)))
+    return min(by_bytes, bound) if bound else by_bytes
+
+
+def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -> int | None:
+    """The run's maxOffsetsPerTrigger, from the size of the messages it is about to read (the
+    last ones of each partition's range past the checkpoint); says so in the log."""
+    if checkpointed:
+        start = checkpointed
+    elif topic.starting_offsets == "earliest":
+        start = {p: low for p, (low, _) in current.partitions.items()}
+    else:
+        start = current.end()
+    ranges = {p: (max(start.get(p, low), low), high)
+              for p, (low, high) in current.partitions.items()}
+    sampled = average_message_bytes(settings.kafka_bootstrap, topic.name, ranges,
+                                     settings.kafka_options)
+    limit = messages_per_batch(topic, sampled[0] if sampled else None)
+    pending = sum(max(0, high - low) for low, high in ranges.values())
+    if sampled:
+        batches = -(-pending // limit) if limit else 1
+        log.info("ingest %s: %d message(s) to read, ~%.0f bytes each (%d sampled): up to %s "
+                 "per micro-batch (%s MiB), about %d batch(es)", topic.name, pending,
+                 sampled[0], sampled[1], limit, f"{topic.max_bytes_per_trigger / 2**20:g}",
+                 max(batches, 1))
+    return limit
 
 
 def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
@@ -251,24 +342,25 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     """Run the availableNow streaming query for `topic` until everything available is in."""
     started = time.monotonic()
     current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
-    check_not_reset(current, read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
-                                             topic.name).offsets,
-                    settings.kafka_bootstrap, "streaming checkpoint", paths.root)
+    checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
+                                   topic.name).offsets
+    check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
+                    paths.root)
     report = IngestReport(topic.name)
     decoder = decoder_for(spark, topic, store)
     report.schema_version = decoder.schema_version
     writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
-    delta_table.ensure_table(spark, paths.table)
+    delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
     quarantine.ensure_layout(spark, paths.quarantine)
-    stream = (
+    limit = batch_limit(topic, settings, current, checkpointed)
+    reader = (
         spark.readStream.format("kafka").options(**kafka_options(settings))
         .option("subscribe", topic.name)
         .option("startingOffsets", topic.starting_offsets)
-        .option("maxOffsetsPerTrigger", topic.max_offsets_per_trigger)
         .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
         .option("includeHeaders", "true")  # the quarantine keeps them
-        .load()
     )
+    stream = (reader.option("maxOffsetsPerTrigger", limit) if limit else reader).load()
     query = (
         stream.writeStream.foreachBatch(writer)
         .option("checkpointLocation", paths.checkpoint)
@@ -285,6 +377,9 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
                        if p.get("numInputRows", 0) > 0]
     for batch in report.progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
+    phases = Phases(report.phases)
+    for batch in report.progress:
+        phases.add("offsets + checkpoint", batch["checkpoint_ms"] / 1000)
     report.messages_read = sum(b["input_rows"] for b in report.progress)
     report.batches = len(report.progress)
     read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets

@@ -37,23 +37,36 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def ensure_table(spark: SparkSession, path: str) -> None:
-    """Create the topic's Delta table with its Kafka columns if it does not exist yet.
+def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False) -> None:
+    """Create the topic's Delta table with its Kafka columns if it does not exist yet; turn
+    deletion vectors on for an existing table when asked (never off: that would need a
+    rewrite).
 
-    Column mapping by name lets payload fields carry any name (spaces, dots, ...).
+    Column mapping by name lets payload fields carry any name (spaces, dots, ...). With
+    deletion vectors, MERGE marks the rows it replaces instead of rewriting their files, so
+    its cost follows the change, not the table; readers then need the deletionVectors feature
+    (Spark, delta-rs' SQL engine; not delta-rs' to_pyarrow_table, which pandas users take).
     """
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
-    (
+    builder = (
         DeltaTable.createIfNotExists(spark)
         .location(path)
         .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))  # type: ignore[arg-type]
         .property("delta.columnMapping.mode", "name")
-        .property("delta.minReaderVersion", "2")
-        .property("delta.minWriterVersion", "5")
-        .execute()
     )
+    if deletion_vectors:
+        builder = builder.property("delta.enableDeletionVectors", "true")
+    else:
+        builder = (builder.property("delta.minReaderVersion", "2")
+                   .property("delta.minWriterVersion", "5"))
+    builder.execute()
+    detail = DeltaTable.forPath(spark, path).detail().first() if deletion_vectors else None
+    if detail is not None and detail["properties"].get("delta.enableDeletionVectors") != "true":
+        log.info("turning deletion vectors on for %s (deletion_vectors: true)", path)
+        spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
+                  "('delta.enableDeletionVectors' = 'true')")
 
 
 def add_new_columns(spark: SparkSession, path: str, source_schema) -> list[str]:

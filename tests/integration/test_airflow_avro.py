@@ -59,6 +59,18 @@ def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_facto
         services.down(folder / "home")
 
 
+def first_scheduled_run(client, dag_id: str) -> dict:
+    """Once the dag-processor parsed `dag_id`, unpause it and follow the run the scheduler
+    starts to its end; its infer and ingest tasks must have succeeded."""
+    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    client.set_paused(dag_id, False)
+    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
+                           what="a scheduled run")[0]
+    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
+    assert states["infer_schema"] == states["ingest"] == "success"
+    return run
+
+
 def delta_rs_rows(paths) -> dict[str, dict]:
     """The table's rows by key as delta-rs reads them (through its SQL engine: to_pyarrow_table
     reads nulls on column-mapped tables)."""
@@ -91,12 +103,7 @@ def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
     assert SchemaRegistryClient({"url": schema_registry_url}).get_versions(subject) == [1, 2]
 
     # 1. Unpaused, the scheduler runs it; infer's XCom is the registry's report.
-    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
-    client.set_paused(dag_id, False)
-    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
-                           what="a scheduled run")[0]
-    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
-    assert states["infer_schema"] == states["ingest"] == "success"
+    run = first_scheduled_run(client, dag_id)
     infer = client.result(dag_id, run["dag_run_id"], "infer_schema")
     assert isinstance(infer, dict) and "summary" in infer
     assert (infer["subject"], infer["schema_version"]) == (subject, 2)
@@ -143,12 +150,7 @@ def test_protobuf_topic_runs_through_the_real_scheduler(avro_airflow, kafka_boot
         ("o1", None),
         ("o4", b"\x07 not a frame"),
     ])
-    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
-    client.set_paused(dag_id, False)
-    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
-                           what="a scheduled run")[0]
-    run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
-    assert states["infer_schema"] == states["ingest"] == "success"
+    run = first_scheduled_run(client, dag_id)
     infer = client.result(dag_id, run["dag_run_id"], "infer_schema")
     assert infer["kind"] == "ProtobufSchemaReport"
     assert infer["versions"] == ["version 1", "version 2"]

@@ -13,6 +13,7 @@ from deltaferry.errors import EmptyTopicError, KafkaError
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
+from deltaferry.plan import decide
 from deltaferry.schema.store import SchemaStore
 
 pytestmark = pytest.mark.integration
@@ -204,6 +205,9 @@ def test_fields_arriving_after_inference_are_not_dropped(spark, kafka_bootstrap,
     late = [("k1", {"a": 1, "late": {"x": True}, "maybe": {"y": 2}}),
             ("k9", {"a": 9, "late": {"x": False}})]
     produce(kafka_bootstrap, topic, late)  # after the infer step, before ingest
+    # the cached schema is reused: the infer task has nothing to do, ingest grows the schema
+    skip = decide("infer", ctx)
+    assert skip is not None and "ingest grows it from the 2 message(s)" in skip.reason
     report = run_step("ingest", ctx, spark)
     assert report.schema_version == 2
     schema = spark.read.format("delta").load(ctx.paths.table).schema

@@ -126,6 +126,11 @@ def test_spark_conf_tunes_local_masters_only_and_user_conf_wins():
     assert "spark.driver.memory" not in cluster
     assert "spark.sql.shuffle.partitions" not in cluster
     assert cluster["spark.log.level"] == "WARN"
+    # the driver runs here on any master: C1 only, unless the environment says otherwise
+    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert cluster["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert "spark.driver.extraJavaOptions" not in op.spark_conf(
+        "local[*]", None, env={"DELTAFERRY_DRIVER_JAVA_OPTIONS": ""})
 
 
 def test_child_environment_puts_spark_submit_and_kafka_settings_in_the_environment():

@@ -136,3 +136,29 @@ def test_bad_kafka_options(text, fragment):
     with pytest.raises(ConfigError) as exc:
         Settings.from_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "h:1", "DELTAFERRY_KAFKA_OPTIONS": text})
     assert fragment in str(exc.value) and "DELTAFERRY_KAFKA_OPTIONS" in str(exc.value)
+
+
+def test_micro_batches_are_sized_by_bytes_and_bounded_by_count():
+    from deltaferry.config import TopicConfig
+    from deltaferry.spark.ingest import MIN_BATCH, messages_per_batch
+
+    mib = 2**20
+    assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=256 * mib), 1024) == 262144
+    assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=256 * mib,
+                                          max_offsets_per_trigger=50_000), 1024) == 50_000
+    # huge messages still make progress; nothing measured: only the count bound, if any
+    assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=mib), 10 * mib) == MIN_BATCH
+    assert messages_per_batch(TopicConfig("t"), None) is None
+    assert messages_per_batch(TopicConfig("t", max_offsets_per_trigger=7), None) == 7
+
+
+def test_batch_bounds_and_deletion_vectors_are_checked():
+    loaded = parse_topics({"topics": [
+        {"name": "a", "max_bytes_per_trigger": 1000},
+        {"name": "b", "max_offsets_per_trigger": None, "deletion_vectors": True},
+        {"name": "c", "deletion_vectors": "yes"},
+    ]}, "topics.yaml")
+    assert loaded.names() == ["b"] and loaded.get("b").deletion_vectors
+    errors = [str(e) for e in loaded.errors]
+    assert "max_bytes_per_trigger: must be a number of bytes >= 1048576" in errors[0]
+    assert "deletion_vectors: must be true or false" in errors[1]

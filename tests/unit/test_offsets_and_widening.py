@@ -153,10 +153,12 @@ def test_batch_progress_keeps_what_sparks_streaming_query_progress_says():
 
     progress = {"batchId": 3, "numInputRows": 26, "inputRowsPerSecond": 4.33,
                 "processedRowsPerSecond": 2.01, "batchDuration": 12950,
+                "durationMs": {"addBatch": 11000, "latestOffset": 300, "queryPlanning": 50,
+                               "getBatch": 1, "walCommit": 700, "commitOffsets": 600},
                 "sources": [{"endOffset": '{"orders":{"1":3,"0":17}}'}]}
     batch = batch_progress(progress, "orders")
     assert batch == {"batch_id": 3, "input_rows": 26, "input_rows_per_second": 4.3,
                      "processed_rows_per_second": 2.0, "duration_ms": 12950,
-                     "offsets": {"0": 17, "1": 3}}
+                     "checkpoint_ms": 1651, "offsets": {"0": 17, "1": 3}}
     assert describe_progress(batch) == ("batch 3: 26 rows, 2 rows/s processed (4.3 rows/s "
                                         "arriving), 12.9 s, read to p0: 17, p1: 3")

@@ -34,11 +34,14 @@ def test_lag_counts_what_lies_past_the_offsets_read():
     assert lag(OFFSETS, {0: 10, 1: 2}) == 2  # retention deleted below 5: counted from 5
 
 
-def test_infer_is_skipped_only_when_the_cache_covers_every_offset():
+def test_infer_reuses_a_cached_schema_unless_a_reinference_is_asked_for():
     skip = infer_skip(TOPIC, OFFSETS, 3, {0: 10, 1: 7})
     assert skip and skip.as_dict()["skipped"] and "schema v3 already covers" in skip.reason
     assert skip.as_dict()["schema_version"] == 3
-    assert infer_skip(TOPIC, OFFSETS, 3, {0: 9, 1: 7}) is None      # one new message
+    newer = infer_skip(TOPIC, OFFSETS, 3, {0: 9, 1: 7})             # one new message
+    assert newer and newer.reason == ("schema v3 is cached; ingest grows it from the 1 "
+                                      "message(s) inference has not read (trigger with "
+                                      "reinfer to re-read the topic)")
     assert infer_skip(TOPIC, OFFSETS, None, {0: 10, 1: 7}) is None   # nothing cached
     assert infer_skip(TOPIC, OFFSETS, 3, {0: 10, 1: 7}, reinfer=True) is None
 

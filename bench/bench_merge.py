@@ -1,0 +1,153 @@
+"""Benchmark: what a MERGE costs as the table grows, and a large backlog's memory.
+
+merge:   10,000 upserts of existing keys into tables of 20,000 and 2,000,000 rows (built by
+         Spark, the columns of a deltaferry table), with and without deletion vectors
+         (`deletion_vectors` of a topic): seconds of `deltaferry.spark.table.upsert` and the
+         commit's operationMetrics (rows copied, files rewritten).
+backlog: a 2,000,000-message backlog (~300 B each) ingested by `run_step` with the default
+         2 GB driver: batches (sized by bytes), messages/s, where the time went, peak RSS.
+
+    make bench-merge                       # both
+    .venv/bin/python bench/bench_merge.py --part merge --big 2000000 --small 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_pipeline import PeakMemory  # noqa: E402
+
+from deltaferry.config import Settings, TopicConfig  # noqa: E402
+from deltaferry.paths import TopicPaths  # noqa: E402
+from deltaferry.pipeline import TopicContext, configure_logging, run_step  # noqa: E402
+from deltaferry.schema.store import SchemaStore  # noqa: E402
+
+
+def table_rows(spark, n: int, keys: int, offset: int = 0, note_bytes: int = 200):
+    """n rows shaped like a deltaferry table's (Kafka columns, payload, tombstone marker):
+    keys 0..n-1 when `offset` is 0 (a table's rows), else keys drawn from 0..keys-1 by a hash
+    (upserts of existing keys, spread over the whole table), one row per key."""
+    from pyspark.sql import functions as F
+
+    from deltaferry.spark.table import DELETED
+
+    key = (F.col("id") if offset == 0
+           else F.pmod(F.xxhash64(F.col("id") + offset), F.lit(keys)))
+    return spark.range(n).select(
+        F.concat(F.lit("key-"), key.cast("string")).alias("kafka_key"),
+        (F.col("id") % 3).cast("int").alias("kafka_partition"),
+        (F.col("id") + offset).alias("kafka_offset"),
+        F.current_timestamp().alias("kafka_timestamp"),
+        (F.col("id") * 7 % 1000).cast("double").alias("amount"),
+        F.struct(F.concat(F.lit("customer-"), key.cast("string")).alias("name"),
+                 F.lit("gold").alias("tier")).alias("customer"),
+        F.lit("x" * note_bytes).alias("note"),
+        F.lit(False).alias(DELETED),
+    ).dropDuplicates(["kafka_key"])
+
+
+def bench_merge(spark, small: int, big: int, upserts: int) -> None:
+    from delta.tables import DeltaTable
+
+    from deltaferry.spark import table as delta_table
+
+    print(f"merge: {upserts:,} upserts of existing keys", flush=True)
+    results = {}
+    for deletion_vectors in (False, True):
+        for size in (small, big):
+            path = tempfile.mkdtemp(prefix="deltaferry-bench-merge-") + "/table"
+            delta_table.ensure_table(spark, path, deletion_vectors)
+            rows = table_rows(spark, size, size)
+            delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
+            delta_table.upsert(spark, path, rows, "fill")
+            files = DeltaTable.forPath(spark, path).detail().first()["numFiles"]
+            source = table_rows(spark, upserts, size, offset=10**9).persist()
+            source.count()
+            started = time.monotonic()
+            delta_table.upsert(spark, path, source, "bench")
+            seconds = time.monotonic() - started
+            metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
+            source.unpersist()
+            results[(deletion_vectors, size)] = seconds
+            print(f"  {size:>9,} rows in {files:>3} files, deletion vectors "
+                  f"{'on ' if deletion_vectors else 'off'}: {seconds:6.1f} s; updated "
+                  f"{metrics.get('numTargetRowsUpdated')}, inserted "
+                  f"{metrics.get('numTargetRowsInserted')}, copied "
+                  f"{metrics.get('numTargetRowsCopied')}, files rewritten "
+                  f"{metrics.get('numTargetFilesRemoved')}, deletion vectors added "
+                  f"{metrics.get('numTargetDeletionVectorsAdded', 0)}", flush=True)
+        ratio = results[(deletion_vectors, big)] / results[(deletion_vectors, small)]
+        print(f"  deletion vectors {'on' if deletion_vectors else 'off'}: {big:,}-row table / "
+              f"{small:,}-row table = {ratio:.2f}x", flush=True)
+
+
+def bench_backlog(spark, messages: int, keys: int) -> None:
+    from deltaferry.dev import stack
+    from deltaferry.kafka import create_topic, produce
+    from deltaferry.spark.ingest import describe_phases
+
+    bootstrap = (os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP")
+                 or stack.up()["DELTAFERRY_KAFKA_BOOTSTRAP"])
+    topic = f"bench_backlog_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=3)
+    note = "y" * 200
+    started = time.monotonic()
+    produced = produce(bootstrap, topic, ((f"key-{i % keys}", {
+        "id": i % keys, "version": i // keys, "amount": i % 1000 / 10, "note": note,
+        "customer": {"name": f"c-{i % 977}", "tier": "gold"}}) for i in range(messages)))
+    print(f"backlog: {produced:,} messages (~300 B, {keys:,} keys) produced in "
+          f"{time.monotonic() - started:.0f} s; driver memory "
+          f"{os.environ.get('DELTAFERRY_DRIVER_MEMORY', '2g')}", flush=True)
+    warehouse = tempfile.mkdtemp(prefix="deltaferry-bench-backlog-")
+    paths = TopicPaths.for_topic(warehouse, topic)
+    ctx = TopicContext(TopicConfig(topic), Settings(warehouse, bootstrap), paths,
+                       SchemaStore(paths.schema))
+    run_step("infer", ctx, spark)
+    with PeakMemory() as memory:
+        started = time.monotonic()
+        report = run_step("ingest", ctx, spark)
+        seconds = time.monotonic() - started
+    print(f"  ingest: {report.messages_read:,} messages in {report.batches} batch(es), "
+          f"{seconds:.0f} s = {report.messages_read / seconds:,.0f} msg/s, peak RSS "
+          f"{memory.peak / 2**20:,.0f} MiB (driver + JVM); {describe_phases(report.phases)}",
+          flush=True)
+    # the fixed cost of a micro-batch: 100 messages into that table, in the warm session
+    produce(bootstrap, topic, ((f"key-{i * 13 % keys}", {
+        "id": i, "version": -1, "amount": 1.5, "note": "small",
+        "customer": {"name": "c", "tier": "silver"}}) for i in range(100)))
+    started = time.monotonic()
+    report = run_step("ingest", ctx, spark)
+    print(f"  a micro-batch of {report.messages_read} messages into the {keys:,}-row table: "
+          f"{time.monotonic() - started:.1f} s ({describe_phases(report.phases)})", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["merge", "backlog", "both"], default="both")
+    parser.add_argument("--small", type=int, default=20_000)
+    parser.add_argument("--big", type=int, default=2_000_000)
+    parser.add_argument("--upserts", type=int, default=10_000)
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--keys", type=int, default=200_000)
+    args = parser.parse_args()
+    configure_logging()
+    from deltaferry.spark.session import get_spark
+
+    spark = get_spark("deltaferry-bench-merge")
+    if args.part in ("merge", "both"):
+        bench_merge(spark, args.small, args.big, args.upserts)
+    if args.part in ("backlog", "both"):
+        bench_backlog(spark, args.messages, args.keys)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
