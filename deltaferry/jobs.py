@@ -31,7 +31,13 @@ def publish(reports: list[dict]) -> None:
 
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
-    from deltaferry.pipeline import TopicContext, configure_logging, run_step, topic_lock
+    from deltaferry.pipeline import (
+        TopicContext,
+        configure_logging,
+        needs_spark,
+        run_step,
+        topic_lock,
+    )
     from deltaferry.registry import check_topic_registry
     from deltaferry.spark.session import get_spark
     from deltaferry.storage import check_warehouse
@@ -56,8 +62,8 @@ def main(step: str, argv: list[str] | None = None) -> int:
         if step in ("infer", "ingest"):
             check_topic_registry(ctx.topic)  # the registry of avro/protobuf topics answers
         with topic_lock(ctx, f"{step} job").hold(args.wait):  # before the JVM starts
-            spark = (None if step == "infer" and ctx.topic.format != "json"  # writer schemas
-                     else get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master))
+            spark = (get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
+                     if needs_spark(step, ctx.topic) else None)
             reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False),
                                hold_lock=False)
     except EmptyTopicError as exc:

@@ -62,6 +62,12 @@ def check_before_spark(ctx: TopicContext) -> None:
     check_topic_registry(ctx.topic)
 
 
+def needs_spark(step: str, topic: TopicConfig) -> bool:
+    """Whether `step` of `topic` runs in Spark: the infer step of avro and protobuf topics
+    reads writer schemas (the registry, a .proto file) only."""
+    return not (step == "infer" and topic.format != Format.JSON)
+
+
 def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
     """Run one single step (infer, ingest, optimize or vacuum); its report."""
     if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
@@ -121,7 +127,8 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
             if skip is not None:
                 reports.append(skip)
                 continue
-            spark = spark or get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
+            if spark is None and needs_spark(step, ctx.topic):
+                spark = get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
             try:
                 reports.append(run_single(step, ctx, spark, reinfer=reinfer))
             except EmptyTopicError as exc:

@@ -124,3 +124,13 @@ def test_existing_tables_reads_each_delta_log_once_and_leaves_out_missing_ones(t
     assert optimize_skip(TOPIC, tables) is not None  # 3 small files, compaction starts at 4
     (tmp_path / "orders" / "_quarantine").mkdir()  # a folder without a Delta log
     assert list(existing_tables(paths)) == ["table"]
+
+
+def test_only_steps_that_run_in_spark_start_it():
+    from deltaferry.pipeline import needs_spark
+
+    assert needs_spark("infer", TopicConfig("j"))
+    assert not needs_spark("infer", TopicConfig("a", format="avro"))
+    assert not needs_spark("infer", TopicConfig("p", format="protobuf"))
+    assert all(needs_spark(step, TopicConfig("p", format="protobuf"))
+               for step in ("ingest", "optimize", "vacuum", "maintain"))
