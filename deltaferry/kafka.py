@@ -294,15 +294,14 @@ def average_message_bytes(bootstrap: str, topic: str, ranges: dict[int, tuple[in
     `per_partition` messages of each [start, end) range in `ranges`; None if nothing was
     read. What sizes a micro-batch by bytes: Spark's Kafka source bounds batches by count
     only."""
-    errors: list = []
-    config = {**_client_config(bootstrap, options, errors), "group.id": "deltaferry-sampler",
-              "enable.auto.commit": False, "enable.partition.eof": True}
-    consumer = Consumer(config)
     wanted = {p: min(per_partition, end - start) for p, (start, end) in ranges.items()
               if end > start}
     if not wanted:
-        consumer.close()
         return None
+    errors: list = []
+    consumer = Consumer({**_client_config(bootstrap, options, errors),
+                         "group.id": "deltaferry-sampler", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
     try:
         consumer.assign([TopicPartition(topic, p, ranges[p][1] - n) for p, n in wanted.items()])
         sizes: list[int] = []

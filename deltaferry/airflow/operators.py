@@ -82,8 +82,9 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
 
     env = os.environ if env is None else env
     conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN")}
-    if driver_java_options(env):  # the driver runs here (client mode), on any master
-        conf["spark.driver.extraJavaOptions"] = driver_java_options(env)
+    java_options = driver_java_options(env)
+    if java_options:  # the driver runs here (client mode), on any master
+        conf["spark.driver.extraJavaOptions"] = java_options
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
         conf["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")

@@ -91,8 +91,9 @@ class ProtobufDecoder:
     def raw_columns(self, batch_df: DataFrame) -> Any:
         return with_raw_columns(batch_df, value_as_text=False)
 
-    def plans(self, raw: DataFrame) -> dict:
-        """A decoding plan for every writer of the batch, clashing ones with their reason."""
+    def plans(self, raw: DataFrame) -> tuple[dict, dict]:
+        """A decoding plan for every writer of the batch (clashing ones with their reason) and
+        the schema they decode into: the stored union, grown by them."""
         plans = self.schemas.plans(frame_keys(raw) if self.framed else ())
         union = grow(self.store, plans)
         if union.changed:
@@ -102,14 +103,13 @@ class ProtobufDecoder:
             log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name, reason)
             plans[key] = MessagePlan(None, None, plans[key].schema_id, reason)
         self.schema_version = union.version.version
-        self.target = union.version.schema
-        return plans
+        return plans, union.version.schema
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        plans = self.plans(raw)
-        decoded = decode_column(plans, self.target, self.framed)
+        plans, target = self.plans(raw)
+        decoded = decode_column(plans, target, self.framed)
         return (raw.withColumn("__protobuf", decoded)
                 .withColumn("data", F.col("__protobuf.data"))
                 .withColumn("problem", F.col("__protobuf.problem"))

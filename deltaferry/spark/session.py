@@ -82,8 +82,9 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     if not submitted:
         settings["spark.jars"] = spark_jars_csv()
         settings["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
-        if driver_java_options(env):
-            settings["spark.driver.extraJavaOptions"] = driver_java_options(env)
+        java_options = driver_java_options(env)
+        if java_options:
+            settings["spark.driver.extraJavaOptions"] = java_options
         if (master or "").startswith("local"):
             settings.update(LOCAL_DEFAULTS)
     return {**settings, **(conf or {})}
