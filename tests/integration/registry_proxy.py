@@ -11,8 +11,20 @@ from __future__ import annotations
 import threading
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+
+@contextmanager
+def failing_schema_lookups(registry_url: str, monkeypatch):
+    """A FailingProxy in front of `registry_url` (a Confluent-compatible URL with its path),
+    exported as DELTAFERRY_SCHEMA_REGISTRY_URL, answering 503 to every schema-id lookup."""
+    path = registry_url.split("://", 1)[1].split("/", 1)[1]
+    with FailingProxy(registry_url) as proxy:
+        monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", proxy.url(f"/{path}"))
+        proxy.failing = f"/{path}/schemas/ids/"
+        yield proxy
 
 
 class FailingProxy:

@@ -211,7 +211,7 @@ def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch
     from deltaferry.producer import DynamicSchemaProducer
     from deltaferry.storage import storage_for
 
-    from .registry_proxy import FailingProxy
+    from .registry_proxy import failing_schema_lookups
 
     topic = new_topic("avro-5xx", partitions=2)
     producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
@@ -220,10 +220,7 @@ def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch
         producer.produce({"id": i, "name": f"n{i}"}, key=f"k{i}")
     assert producer.flush(30) == 0
     ctx = avro_context(topic, kafka_bootstrap, tmp_path)
-    path = schema_registry_url.split("://", 1)[1].split("/", 1)[1]
-    with FailingProxy(schema_registry_url) as proxy:
-        monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", proxy.url(f"/{path}"))
-        proxy.failing = f"/{path}/schemas/ids/"
+    with failing_schema_lookups(schema_registry_url, monkeypatch) as proxy:
         with pytest.raises(Exception, match="503|schema registry"):
             run_step("ingest", ctx, spark)
         assert proxy.refused >= 2  # the client retried the 5xx before giving up

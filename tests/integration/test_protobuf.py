@@ -228,16 +228,13 @@ def test_registry_5xx_fails_the_protobuf_run_without_committing(
         spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
     from deltaferry.registry import RegistryError
 
-    from .registry_proxy import FailingProxy
+    from .registry_proxy import failing_schema_lookups
 
     name = new_topic("proto-5xx", partitions=1)
     v1 = Writer(V1, schema_registry_url, name)
     produce_bytes(kafka_bootstrap, name, [(f"k{i}", v1(id=f"o{i}")) for i in range(3)])
     ctx = proto_context(TopicConfig(name=name, format="protobuf"), kafka_bootstrap, tmp_path)
-    path = schema_registry_url.split("://", 1)[1].split("/", 1)[1]
-    with FailingProxy(schema_registry_url) as proxy:
-        monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", proxy.url(f"/{path}"))
-        proxy.failing = f"/{path}/schemas/ids/"
+    with failing_schema_lookups(schema_registry_url, monkeypatch) as proxy:
         with pytest.raises(RegistryError, match="cannot read schema id .*503"):
             run_step("ingest", ctx, spark)
         assert proxy.refused >= 2
