@@ -4,7 +4,7 @@ numeric for all of them): pure functions, no Spark needed."""
 
 from __future__ import annotations
 
-from deltaferry.schema.merge import FRACTIONAL, INTEGRAL_RANK, is_numeric
+from deltaferry.schema.merge import FRACTIONAL, INTEGRAL_RANK, child_path, is_numeric, kind_of
 
 
 def relaxed(datatype):
@@ -56,3 +56,33 @@ def widened_type(table_type, source_type):
         return {**table_type,
                 "valueType": widened_type(table_type["valueType"], source_type["valueType"])}
     return table_type
+
+
+#: The characters Delta refuses in a column name (top-level or nested) of a table without column
+#: mapping (Delta's DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES: Parquet's own rule).
+MAPPING_CHARACTERS = " ,;{}()\n\t="
+
+
+def needs_column_mapping(name: str) -> bool:
+    """True if a field called `name` can only live in a Delta table with column mapping."""
+    return any(c in MAPPING_CHARACTERS for c in name)
+
+
+def fields_needing_mapping(datatype, path: str = "") -> list[str]:
+    """The paths of every field of `datatype` (Spark's JSON form; nested in structs, array
+    elements and map values too) whose name needs column mapping, depth first."""
+    kind = kind_of(datatype)
+    if kind == "struct":
+        found: list[str] = []
+        for f in datatype["fields"]:
+            here = child_path(path, f["name"])
+            if needs_column_mapping(f["name"]):
+                found.append(here)
+            found += fields_needing_mapping(f["type"], here)
+        return found
+    if kind == "array":
+        return fields_needing_mapping(datatype["elementType"], path + "[]")
+    if kind == "map":
+        return (fields_needing_mapping(datatype["keyType"], path + "{key}")
+                + fields_needing_mapping(datatype["valueType"], path + "{}"))
+    return []

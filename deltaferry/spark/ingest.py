@@ -205,8 +205,16 @@ def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
     from pyspark.sql import functions as F
 
     rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys)
-    delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
+    grow_table(spark, path, rows)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
+
+
+def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
+    """Make the table at `path` ready for `rows`' columns: column mapping first where a
+    field's name needs it, then the new top-level columns (nested ones arrive by MERGE)."""
+    columns = rows.drop(delta_table.DELETED).schema
+    delta_table.ensure_column_mapping(spark, path, columns)
+    delta_table.add_new_columns(spark, path, columns)
 
 
 class BatchWriter:
@@ -267,9 +275,7 @@ class BatchWriter:
                     to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys).persist()
                 rows.count()
             with batch("schema evolution"):
-                delta_table.add_new_columns(
-                    self.spark, self.paths.table, rows.drop(delta_table.DELETED).schema
-                )
+                grow_table(self.spark, self.paths.table, rows)
                 widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()

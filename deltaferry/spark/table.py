@@ -7,7 +7,7 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from deltaferry.schema.rules import widened_type
+from deltaferry.schema.rules import fields_needing_mapping, widened_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,10 +42,15 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
     deletion vectors on for an existing table when asked (never off: that would need a
     rewrite).
 
-    Column mapping by name lets payload fields carry any name (spaces, dots, ...). With
-    deletion vectors, MERGE marks the rows it replaces instead of rewriting their files, so
-    its cost follows the change, not the table; readers then need the deletionVectors feature
-    (Spark, delta-rs' SQL engine; not delta-rs' to_pyarrow_table, which pandas users take).
+    A new table is a plain table: no column mapping, Delta's lowest protocol (reader 1, writer
+    2), so every Delta reader reads it (delta-rs' `to_pyarrow_table` and pandas, Polars, Power
+    BI: readers that ignore column mapping read a mapped table's columns as NULL or refuse it).
+    Column mapping is turned on only when a field's name needs it (`ensure_column_mapping`).
+    With deletion vectors, MERGE marks the rows it replaces instead of rewriting their files,
+    so its cost follows the change, not the table; the table then needs reader 3 / writer 7
+    with the deletionVectors feature (Spark, Polars, delta-rs' SQL engine; not delta-rs'
+    to_pyarrow_table). A table an earlier deltaferry created with column mapping is left as it
+    is and said in the log, with the remedy (`MAPPED_BY_EARLIER_VERSION`).
     """
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
@@ -54,19 +59,66 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
         DeltaTable.createIfNotExists(spark)
         .location(path)
         .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))  # type: ignore[arg-type]
-        .property("delta.columnMapping.mode", "name")
     )
     if deletion_vectors:
         builder = builder.property("delta.enableDeletionVectors", "true")
-    else:
-        builder = (builder.property("delta.minReaderVersion", "2")
-                   .property("delta.minWriterVersion", "5"))
     builder.execute()
-    detail = DeltaTable.forPath(spark, path).detail().first() if deletion_vectors else None
-    if detail is not None and detail["properties"].get("delta.enableDeletionVectors") != "true":
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    properties = detail["properties"] if detail is not None else {}
+    if deletion_vectors and properties.get("delta.enableDeletionVectors") != "true":
         log.info("turning deletion vectors on for %s (deletion_vectors: true)", path)
         spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
                   "('delta.enableDeletionVectors' = 'true')")
+    if properties.get(MAPPING_MODE, "none") != "none":
+        schema = spark.read.format("delta").load(path).schema.jsonValue()
+        if not fields_needing_mapping(schema):
+            log.warning(MAPPED_BY_EARLIER_VERSION, path, quote(path))
+
+
+#: The table property of column mapping.
+MAPPING_MODE = "delta.columnMapping.mode"
+#: What the log says once per run of a table with column mapping that no field name needs.
+MAPPED_BY_EARLIER_VERSION = (
+    "table %s uses column mapping (an earlier deltaferry created every table so) though no "
+    "field name needs it: readers without column mapping read its columns as NULL (delta-rs' "
+    "to_pyarrow_table, pandas) or refuse it (Polars). To make it a plain table (its files "
+    "rewritten once; stop the topic's runs first): ALTER TABLE delta.%s DROP FEATURE "
+    "columnMapping")
+
+
+def ensure_column_mapping(spark: SparkSession, path: str, source_schema) -> list[str]:
+    """Turn column mapping (by name) on for the table at `path` if a field of `source_schema`
+    (top-level or nested) has a name Delta refuses without it (a space or one of `,;{}()=`, a
+    newline, a tab), saying so once in the log with the fields named. Returns those fields
+    (empty when none needs mapping or the table has it already).
+
+    The choice over renaming such fields: the table keeps the producer's names, which every
+    reader that applies column mapping (Spark, Databricks, Trino, delta-rs' SQL engine) reads
+    as they are; a sanitised name would be a column nobody wrote, and could collide. The cost:
+    readers without column mapping read the columns added from then on as NULL (delta-rs'
+    to_pyarrow_table) or refuse the table (Polars), and mapping is one-way (Delta removes it
+    only while no name needs it).
+    """
+    from delta.tables import DeltaTable
+
+    needing = fields_needing_mapping(source_schema.jsonValue())
+    if not needing:
+        return []
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert detail is not None  # a table's detail is one row
+    if detail["properties"].get(MAPPING_MODE, "none") != "none":
+        return []
+    properties = {MAPPING_MODE: "name"}
+    if detail["minReaderVersion"] < 3:  # no table features yet: column mapping's own versions
+        properties.update({"delta.minReaderVersion": "2", "delta.minWriterVersion": "5"})
+    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({assignments})")
+    log.warning(
+        "table %s: turned column mapping on, because field name(s) %s need it (Delta refuses "
+        "a space or any of ,;{}()= a newline or a tab in a column name without it); readers "
+        "without column mapping now read the columns added from here on as NULL (delta-rs' "
+        "to_pyarrow_table) or refuse the table (Polars)", path, ", ".join(map(repr, needing)))
+    return needing
 
 
 def add_new_columns(spark: SparkSession, path: str, source_schema) -> list[str]:

@@ -11,10 +11,12 @@ import pytest
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, KafkaError
 from deltaferry.kafka import produce
+from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.plan import decide
 from deltaferry.schema.store import SchemaStore
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 
@@ -188,6 +190,10 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
     optimize, vacuum = run_step("maintain", ctx, spark)
     assert "table" in optimize.tables and "quarantine" in vacuum.tables
     assert_table_is_latest_state(spark, ctx, [m for m in everything if m[0] != "k8" or m in batch1])
+    # a plain table (no field name needs column mapping): delta-rs and Polars read what Spark does
+    assert_plain_table(spark, ctx.paths.table)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == len(amounts)
+    assert len(assert_readers_agree(spark, ctx.paths.quarantine)) == 4
 
     full = run_step("infer", ctx, spark, reinfer=True)
     assert full.full and full.offsets_scanned == len(everything)
@@ -267,6 +273,73 @@ def test_payload_field_named_like_a_kafka_column(spark, kafka_bootstrap, new_top
     run_step("ingest", ctx, spark)
     (row,) = spark.read.format("delta").load(ctx.paths.table).collect()
     assert (row["kafka_partition"], row["payload_kafka_partition"], row["n"]) == (0, 99, 1)
+
+
+def test_a_field_name_that_needs_column_mapping_turns_it_on_once(spark, kafka_bootstrap, new_topic,
+                                                                  tmp_path, caplog):
+    """A plain table until a field's name needs column mapping ("first name", and a nested
+    "zip code"): then mapping is turned on once, the log names the fields, Spark reads the
+    values; delta-rs' to_pyarrow_table reads the columns added from then on as NULL and Polars
+    refuses the table, as the README says."""
+    topic = new_topic("mapping", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    produce(kafka_bootstrap, topic, [("a", {"n": 1, "address": {"city": "Oslo"}})])
+    run_step("infer", ctx, spark)
+    run_step("ingest", ctx, spark)
+    assert_plain_table(spark, ctx.paths.table)
+    assert_readers_agree(spark, ctx.paths.table)
+
+    produce(kafka_bootstrap, topic, [("b", {"n": 2, "first name": "Ada", "address": {"city": "Bergen", "zip code": "5003"}})])
+    with caplog.at_level("WARNING", logger="deltaferry.spark.table"):
+        run_step("infer", ctx, spark)
+        run_step("ingest", ctx, spark)
+    said = [r.getMessage() for r in caplog.records if "turned column mapping on" in r.getMessage()]
+    assert len(said) == 1
+    assert "'first name'" in said[0] and "'address.zip code'" in said[0]
+    rows = {r["kafka_key"]: r.asDict(recursive=True) for r in spark.read.format("delta").load(ctx.paths.table).collect()}
+    assert rows["b"]["first name"] == "Ada" and rows["b"]["address"] == {"city": "Bergen", "zip code": "5003"}
+    assert rows["a"]["n"] == 1 and rows["a"]["first name"] is None
+
+    by_delta_rs = {r["kafka_key"]: r for r in open_table(ctx.paths.table).to_pyarrow_table().to_pylist()}
+    assert by_delta_rs["b"]["n"] == 2  # a column from before mapping: its files carry its name
+    assert by_delta_rs["b"]["first name"] is None  # added under mapping: NULL for this reader
+    import polars as pl
+    with pytest.raises(Exception, match="column mapping"):
+        pl.read_delta(ctx.paths.table)
+
+    caplog.clear()
+    produce(kafka_bootstrap, topic, [("c", {"n": 3, "first name": "Grace"})])
+    with caplog.at_level("WARNING", logger="deltaferry.spark.table"):
+        run_step("ingest", ctx, spark)
+    assert not [r for r in caplog.records if "column mapping" in r.getMessage()]  # said once
+
+
+def test_a_table_mapped_by_an_earlier_version_is_said_with_its_remedy(spark, kafka_bootstrap, new_topic,
+                                                                      tmp_path, caplog):
+    """Earlier deltaferry created every table with column mapping: such a table is left as it
+    is, the run log says readers without column mapping see NULLs and gives the remedy, which
+    makes it a plain table every reader reads."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    from deltaferry.spark.table import KAFKA_COLUMNS_DDL
+
+    topic = new_topic("legacy", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    (DeltaTable.createIfNotExists(spark).location(ctx.paths.table)  # as deltaferry <= 0.1 did
+     .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL)).property("delta.columnMapping.mode", "name")
+     .property("delta.minReaderVersion", "2").property("delta.minWriterVersion", "5").execute())
+    produce(kafka_bootstrap, topic, [("a", {"n": 1}), ("b", {"n": 2})])
+    run_step("infer", ctx, spark)
+    with caplog.at_level("WARNING", logger="deltaferry.spark.table"):
+        run_step("ingest", ctx, spark)
+    (said,) = [r.getMessage() for r in caplog.records if "earlier deltaferry" in r.getMessage()]
+    remedy = said[said.index("ALTER TABLE"):]
+    assert {r["n"] for r in open_table(ctx.paths.table).to_pyarrow_table().to_pylist()} == {None}
+
+    spark.sql(remedy)
+    assert_plain_table(spark, ctx.paths.table)
+    assert {r["n"] for r in assert_readers_agree(spark, ctx.paths.table)} == {1, 2}
 
 
 def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
