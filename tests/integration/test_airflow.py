@@ -16,9 +16,9 @@ from deltaferry.dev.airflow import services
 from deltaferry.dev.airflow.rest import follow, wait_until
 from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
-from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 from .test_pipeline import assert_table_is_latest_state
 
@@ -74,15 +74,11 @@ def finished_run(client, dag_id, run_id):
     return run, {t: ti["state"] for t, ti in tasks.items()}
 
 
-def delta_rs_keys(paths) -> set[str]:
-    """The table's keys as delta-rs reads them (a second engine, no JVM). Through its SQL
-    engine: delta-rs 1.6's to_pyarrow_table ignores column mapping and reads nulls."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
-
-    rows = QueryBuilder().register("t", open_table(paths.table)).execute(
-        "SELECT kafka_key FROM t").read_all()
-    return {r["kafka_key"] for r in pa.table(rows).to_pylist()}
+def delta_rs_keys(spark, paths) -> set[str]:
+    """The table's keys as delta-rs' to_pyarrow_table reads them, once delta-rs and Polars are
+    shown to read every value as Spark does (a plain table)."""
+    assert_plain_table(spark, paths.table)
+    return {r["kafka_key"] for r in assert_readers_agree(spark, paths.table)}
 
 
 def test_real_airflow_loads_schedules_triggers_and_skips_idle_steps(airflow, kafka_bootstrap,
@@ -113,7 +109,7 @@ def test_real_airflow_loads_schedules_triggers_and_skips_idle_steps(airflow, kaf
     run, states = finished_run(client, dag_id, scheduled["dag_run_id"])
     assert states["infer_schema"] == states["ingest"] == "success"
     assert_table_is_latest_state(spark, ctx, messages)
-    assert delta_rs_keys(paths) == {"u0", "u1", "u3", "u4", "u5"}
+    assert delta_rs_keys(spark, paths) == {"u0", "u1", "u3", "u4", "u5"}
     ingest = client.result(dag_id, run["dag_run_id"], "ingest")
     assert isinstance(ingest, dict)  # one dict per task, not a one-item list
     assert (ingest["messages_read"], ingest["quarantined"], ingest["schema_version"]) == (
@@ -139,7 +135,7 @@ def test_real_airflow_loads_schedules_triggers_and_skips_idle_steps(airflow, kaf
     assert "score" in table.columns
     assert "zip" in table.schema["address"].dataType.fieldNames()
     assert client.result(dag_id, run["dag_run_id"], "ingest")["messages_read"] == len(more)
-    assert delta_rs_keys(paths) == {"u0", "u1", "u3", "u4", "u5", "u6", "u7"}
+    assert delta_rs_keys(spark, paths) == {"u0", "u1", "u3", "u4", "u5", "u6", "u7"}
 
     # 4. Nothing new: every step is skipped, says why, and starts no Spark; no asset event.
     idle = client.trigger(dag_id)

@@ -19,8 +19,8 @@ from deltaferry.dev.airflow import services
 from deltaferry.dev.airflow.rest import wait_until
 from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
-from deltaferry.lake import open_table
 from deltaferry.paths import TopicPaths
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 from .test_airflow import finished_run
 
@@ -71,15 +71,11 @@ def first_scheduled_run(client, dag_id: str) -> dict:
     return run
 
 
-def delta_rs_rows(paths) -> dict[str, dict]:
-    """The table's rows by key as delta-rs reads them (through its SQL engine: to_pyarrow_table
-    reads nulls on column-mapped tables)."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
-
-    rows = QueryBuilder().register("t", open_table(paths.table)).execute(
-        "SELECT * FROM t").read_all()
-    return {r["kafka_key"]: r for r in pa.table(rows).to_pylist()}
+def delta_rs_rows(spark, paths) -> dict[str, dict]:
+    """The table's rows by key as delta-rs' to_pyarrow_table reads them, once delta-rs and
+    Polars are shown to read every value as Spark does (a plain table)."""
+    assert_plain_table(spark, paths.table)
+    return {r["kafka_key"]: r for r in assert_readers_agree(spark, paths.table)}
 
 
 def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
@@ -115,7 +111,7 @@ def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
     got = {r["kafka_key"]: (r["order"], r["item"], r["qty"]) for r in table.collect()}
     assert got == {"o1": (1, "sku-1", None), "o2": (2, "sku-2", 20), "o3": (3, "sku-3", 30),
                    "o4": (4, "sku-4", 40), "o5": (5, "sku-5", 50)}
-    assert {k: (r["order"], r["qty"]) for k, r in delta_rs_rows(paths).items()} == {
+    assert {k: (r["order"], r["qty"]) for k, r in delta_rs_rows(spark, paths).items()} == {
         k: (v[0], v[2]) for k, v in got.items()}
     bad = spark.read.format("delta").load(paths.quarantine).collect()
     assert [(r["kafka_key"], r["reason"]) for r in bad] == [
@@ -129,7 +125,7 @@ def test_avro_topic_runs_through_the_real_scheduler_and_a_triggered_run(
     assert client.result(dag_id, run["dag_run_id"], "infer_schema")["schema_version"] == 3
     ingest = client.result(dag_id, run["dag_run_id"], "ingest")
     assert (ingest["messages_read"], ingest["schema_version"]) == (1, 3)
-    rows = delta_rs_rows(paths)
+    rows = delta_rs_rows(spark, paths)
     assert rows["o6"]["note"] == "gift" and rows["o2"]["note"] is None
     assert set(rows) == {"o1", "o2", "o3", "o4", "o5", "o6"}
 
@@ -157,7 +153,7 @@ def test_protobuf_topic_runs_through_the_real_scheduler(avro_airflow, kafka_boot
     assert "protobuf topic, 2 writer version(s)" in infer["summary"]
     ingest = client.result(dag_id, run["dag_run_id"], "ingest")
     assert (ingest["messages_read"], ingest["quarantined"], ingest["deleted"]) == (6, 1, 0)
-    rows = delta_rs_rows(paths)
+    rows = delta_rs_rows(spark, paths)
     assert sorted(rows) == ["o2", "o3"]
     assert (rows["o2"]["quantity"], rows["o2"]["note"]) == (3, "v2")
     assert rows["o3"]["geo"] == {"lat": 1.5, "lon": 0.0, "label": "x"}

@@ -12,6 +12,7 @@ from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.avro import IncompatibleShapeError
 from deltaferry.schema.store import SchemaStore
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +141,9 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     assert "tags" in table.columns
     rows = {r["kafka_key"]: r for r in table.collect()}
     assert rows["k6"]["tags"] == ["x"] and rows["k2"]["tags"] is None
+    assert_plain_table(spark, paths.table)
+    assert len(assert_readers_agree(spark, paths.table)) == len(rows)
+    assert len(assert_readers_agree(spark, paths.quarantine)) == 1
 
 
 def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_registry_url,

@@ -18,6 +18,7 @@ from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.proto_sources import compile_proto
 from deltaferry.schema.protobuf import encode_frame
 from deltaferry.schema.store import SchemaStore
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 
@@ -164,6 +165,10 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         ("k4", f"schema id {schema_v3} (shop.Order) clashes with the table's schema v1: "
                "quantity (long vs string)"),
     ]
+    # nested, repeated, map, enum, Timestamp and decimal columns: every reader reads them
+    assert_plain_table(spark, ctx.paths.table)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == len(rows)
+    assert len(assert_readers_agree(spark, ctx.paths.quarantine)) == 6
     # a second run reads nothing again: exactly once
     again = run_step("ingest", ctx, spark)
     assert (again.messages_read, again.inserted, again.updated) == (0, 0, 0)

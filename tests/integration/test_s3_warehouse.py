@@ -19,6 +19,7 @@ from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import S3Settings, split_s3_uri
+from tests.integration.readers import assert_plain_table, assert_readers_agree
 
 from .test_pipeline import (
     assert_table_is_latest_state,
@@ -94,6 +95,9 @@ def test_core_scenario_with_the_warehouse_on_s3(spark, kafka_bootstrap, new_topi
     optimize, vacuum = run_step("maintain", ctx, spark)
     assert "table" in optimize.tables and "quarantine" in vacuum.tables
     assert_table_is_latest_state(spark, ctx, everything)
+    assert_plain_table(spark, paths.table)
+    assert_readers_agree(spark, paths.table)  # delta-rs and Polars on S3 too
+    assert_readers_agree(spark, paths.quarantine)
 
 
 def test_racing_schema_writers_on_s3(s3_warehouse):
