@@ -32,6 +32,10 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
                                    # required with proto_file
         proto_file: null           # protobuf without a registry (plain bodies, no frame): a
                                    # .proto file, relative to the topics file (schemas/x.proto)
+        schema_hints: null         # json: types overriding inference, by field path, e.g.
+                                   # {amount: "decimal(18,2)", created: timestamp}
+        schema_hints_file: null    # json: the same as a YAML file, relative to the topics file
+                                   # (schemas/<topic>.yaml); not with schema_hints
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -51,6 +55,7 @@ from typing import Any
 import yaml
 
 from deltaferry.errors import ConfigError, TopicNotConfiguredError
+from deltaferry.schema.hints import Hint, HintError, parse_hints
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,6 +129,9 @@ class TopicConfig:
     deletion_vectors: bool = False
     message: str | None = None
     proto_file: str | None = None
+    #: Schema hints of a JSON topic (`deltaferry.schema.hints`), from schema_hints or the file.
+    schema_hints: tuple[Hint, ...] = ()
+    schema_hints_file: str | None = None
 
     @property
     def dag_id(self) -> str:
@@ -216,6 +224,19 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"must be the path of a .proto file (schemas/<name>.proto) or null, "
                        f"got {value!r}")
         return value
+    if key == "schema_hints":
+        if value is None:
+            return ()
+        try:
+            return parse_hints(value)
+        except HintError as exc:
+            raise fail(str(exc)) from None
+    if key == "schema_hints_file":
+        if value is not None and (not isinstance(value, str)
+                                  or not value.endswith((".yaml", ".yml"))):
+            raise fail(f"must be the path of a YAML file (schemas/<topic>.yaml) or null, "
+                       f"got {value!r}")
+        return value
     if key in ("fail_on_data_loss", "deletion_vectors"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
@@ -248,7 +269,39 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     if topic.key_format == KeyFormat.AVRO and topic.format != Format.AVRO:
         raise ConfigError(where, f"key_format avro needs format avro (keys and values read "
                           f"through the Schema Registry), got format {topic.format}")
-    return _check_protobuf(topic, where, base_dir)
+    return _check_hints(_check_protobuf(topic, where, base_dir), where, base_dir)
+
+
+def _check_hints(topic: TopicConfig, where: str,
+                 base_dir: str | os.PathLike | None) -> TopicConfig:
+    """The schema hints of an entry: only for JSON topics, inline or from a YAML file (resolved
+    against `base_dir`, the topics file's folder), not both; the file's hints validated as the
+    inline ones are."""
+    if topic.format != Format.JSON:
+        for key in ("schema_hints", "schema_hints_file"):
+            if getattr(topic, key):
+                raise ConfigError(where, f"{key} is only for format json (format "
+                                  f"{topic.format} takes its types from its schema, not from "
+                                  "inference)")
+        return topic
+    if topic.schema_hints_file is None:
+        return topic
+    if topic.schema_hints:
+        raise ConfigError(where, "give schema_hints or schema_hints_file, not both")
+    path = Path(base_dir or REPO_ROOT, topic.schema_hints_file)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(where, f"schema_hints_file {topic.schema_hints_file}: no such file "
+                          f"({path})") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(where, f"schema_hints_file {topic.schema_hints_file}: "
+                          f"not readable YAML: {exc}") from None
+    try:
+        hints = parse_hints(document)
+    except HintError as exc:
+        raise ConfigError(where, f"schema_hints_file {topic.schema_hints_file}: {exc}") from None
+    return replace(topic, schema_hints=hints, schema_hints_file=str(path.resolve()))
 
 
 def _check_protobuf(topic: TopicConfig, where: str,

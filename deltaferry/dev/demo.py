@@ -1,7 +1,9 @@
 """`make demo`: the local stack, sample events on two demo topics, their DAGs run through a running
 Airflow's scheduler (and a run triggered through its REST API), the resulting tables.
 
-* ``demo_events``: JSON, schema inferred, a tombstone and a bad message.
+* ``demo_events``: JSON, schema inferred with the hints of ``schemas/demo_events.yaml``
+  (``amount`` a decimal, ``created_at`` a timestamp), a tombstone, a bad message and one whose
+  amount does not fit its hint.
 * ``demo_payments``: Avro written by `DynamicSchemaProducer`; half-way its payloads gain a field,
   so the Schema Registry holds two versions and one run lands both in one table.
 * ``demo_orders``: protobuf bodies of ``schemas/shop/order.proto`` (no registry): nested,
@@ -30,7 +32,8 @@ PROTO_TOPIC = "demo_orders"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
-    """Orders with several versions per key, a new nested field, a tombstone and a bad message."""
+    """Orders with several versions per key, a new nested field, a tombstone, a bad message and
+    one whose amount is not a number (the topic's schema hints make it a decimal)."""
     rng = random.Random(seed)
     for version in range(3):
         for user in range(n_users):
@@ -40,6 +43,7 @@ def sample_events(n_users: int = 8, seed: int = 7):
                 "amount": rng.randint(5, 500) if version == 0 else round(rng.uniform(5, 500), 2),
                 "address": {"city": rng.choice(["Utrecht", "Ghent", "Lyon"])},
                 "items": [{"sku": f"SKU-{rng.randint(1, 99)}", "qty": rng.randint(1, 3)}],
+                "created_at": f"2026-11-{20 + version:02d}T{8 + user:02d}:15:00Z",
             }
             if version == 2:
                 event["address"]["zip"] = f"{rng.randint(1000, 9999)}"
@@ -47,6 +51,7 @@ def sample_events(n_users: int = 8, seed: int = 7):
             yield f"user-{user}", event
     yield "user-3", None  # a tombstone: user-3 is deleted
     yield "user-4", "{this is not json"  # goes to the quarantine table
+    yield "user-5", {"user_id": 5, "status": "refunded", "amount": "n/a"}  # not a decimal: too
 
 
 def sample_payments(n: int = 12, seed: int = 11):

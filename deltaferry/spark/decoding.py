@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from deltaferry.config import Format, KeyFormat, TopicConfig
 from deltaferry.errors import NoSchemaError
+from deltaferry.schema.hints import Hint, apply_hints, type_at
+from deltaferry.schema.merge import is_decimal
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.infer import (
     CORRUPT,
@@ -32,7 +35,7 @@ from deltaferry.spark.infer import (
 from deltaferry.spark.kafka_source import RAW_KEY, STRING_KEY, with_raw_columns
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ REASON_NOT_JSON = "value is not valid JSON"
 REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in raw_value)"
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
+REASON_HINTS = "value does not fit the topic's schema hints: "
 
 
 class Decoder(Protocol):
@@ -100,8 +104,43 @@ def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
     return raw.where(F.col("kafka_offset") >= limit)
 
 
-def parse_json(raw: DataFrame, schema: dict, version: int) -> DataFrame:
-    """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used."""
+def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
+    """Which hinted fields of raw_value could not be read with their hinted type, as text
+    (``amount decimal(18,2), created timestamp``; null if none), for values parsed into
+    `data` with `schema`; None without hints.
+
+    from_json turns a field it cannot read into null (and a decimal with more digits after the
+    point than the hint's scale is rounded), so each hinted field is read a second time as its
+    JSON text: a field with text but no value, or a decimal whose text says more than its
+    value, did not fit. Hints whose field `schema` caches with another type (stored before the
+    hint) are not checked: the cached type is what the table has.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    hints = tuple(h for h in hints if type_at(schema, h.names) == h.type)
+    if not hints:
+        return None
+    as_text = StructType.fromJson(apply_hints(None, [replace(h, type="string") for h in hints]))
+    text = F.from_json("raw_value", as_text)
+    failed = []
+    for hint in hints:
+        raw, value = text, F.col("data")
+        for name in hint.names:
+            raw, value = raw.getField(name), value.getField(name)
+        bad = raw.isNotNull() & value.isNull()
+        if is_decimal(hint.type):
+            scale = int(hint.type.rstrip(")").split(",")[1])
+            exact = raw.try_cast(f"decimal(38,{max(18, scale)})")
+            bad = bad | (value.isNotNull() & exact.isNotNull() & (exact != value))
+        failed.append(F.when(bad, F.lit(hint.describe())))
+    return F.nullif(F.concat_ws(", ", *failed), F.lit(""))
+
+
+def parse_json(raw: DataFrame, schema: dict, version: int,
+               hints: tuple[Hint, ...] = ()) -> DataFrame:
+    """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used
+    (a hinted field that does not fit its hint is named, see `hint_problem`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -113,7 +152,11 @@ def parse_json(raw: DataFrame, schema: dict, version: int) -> DataFrame:
     value = F.col("raw_value")
     is_object = F.ltrim(value).startswith("{")
     # Only a value that did not parse is parsed again, to say why (CASE WHEN is lazy).
-    problem = F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8).when(
+    problem = F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
+    unfit = hint_problem(schema, hints)
+    if unfit is not None:
+        problem = problem.when(unfit.isNotNull(), F.concat(F.lit(REASON_HINTS), unfit))
+    problem = problem.when(
         F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
         F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
         .when(~is_object, REASON_NOT_OBJECT)
@@ -152,8 +195,8 @@ class JsonDecoder:
         ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
                 .agg(F.max("kafka_offset")).collect()}
         version, changed, changes = commit_schema(
-            self.store, infer_from_records(self.spark, fresh, version.schema), ends
-        )
+            self.store, infer_from_records(self.spark, fresh, version.schema), ends,
+            self.topic.schema_hints)
         if changed:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
@@ -161,7 +204,7 @@ class JsonDecoder:
     def decode(self, raw: DataFrame) -> Any:
         version = self.current_schema(raw)
         self.schema_version = version.version
-        return parse_json(raw, version.schema, version.version)
+        return parse_json(raw, version.schema, version.version, self.topic.schema_hints)
 
 
 class StringKeys:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
+from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches
 from deltaferry.schema.merge import describe, merge_schemas
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
@@ -95,14 +96,22 @@ def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | N
 
 
 def commit_schema(
-    store: SchemaStore, inferred: dict, covered: dict[int, int]
+    store: SchemaStore, inferred: dict, covered: dict[int, int], hints: tuple[Hint, ...] = ()
 ) -> tuple[SchemaVersion, bool, str]:
-    """Merge `inferred` into the newest stored schema and store it if it changed.
+    """Merge `inferred`, with the topic's schema `hints` applied, into the newest stored schema
+    and store it if it changed (hinted on both sides, a hinted field is never widened away
+    from its hint; a field not seen yet but hinted is added).
 
     Retries on top of a version another run wrote meanwhile. Returns (version, changed, changes).
     """
+    inferred = apply_hints(inferred, hints) if hints else inferred
     for _ in range(COMMIT_ATTEMPTS):
         cached = store.latest()
+        if cached is not None:
+            for hint, kind in hint_mismatches(cached.schema, hints):
+                log.warning("schema hint %s: the field is cached as %s (stored before the "
+                            "hint), which it keeps; a table's column type cannot change in "
+                            "place", hint.describe(), kind)
         result = merge_schemas(cached.schema if cached else None, inferred)
         for conflict in result.conflicts:
             log.warning(
@@ -155,13 +164,13 @@ def infer_schema(
     )
     records = json_objects(latest_per_key(read_ranges(spark, settings, topic.name, ranges)))
     inferred = infer_from_records(spark, records, cached.schema if cached else None)
-    if cached is None and not inferred.get("fields"):
+    if cached is None and not inferred.get("fields") and not topic.schema_hints:
         raise NoSchemaError(
             f"topic {topic.name!r}: none of the {scanned} messages read is a keyed JSON object, "
             "so there is no schema to infer; check the producer (values must be JSON objects, "
             "keys set)"
         )
-    version, changed, changes = commit_schema(store, inferred, offsets.end())
+    version, changed, changes = commit_schema(store, inferred, offsets.end(), topic.schema_hints)
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,
                          time.monotonic() - started)
     log.info(report.summary())

@@ -21,3 +21,27 @@ def test_widened_type_widens_integral_leaves_where_the_source_is_fractional():
     source = struct(a="double", b="integer", c=struct(x="float"), d="double", new="double")
     assert widened_type(table, source) == struct(a="double", b="integer", c=struct(x="double"),
                                                  d="string")
+
+
+def test_field_names_needing_column_mapping_are_found_at_any_depth():
+    """Delta's rule: a space or any of ,;{}()= a newline or a tab; dots, dashes, quotes,
+    slashes and non-ASCII letters need no mapping."""
+    from deltaferry.schema.rules import fields_needing_mapping, needs_column_mapping
+
+    assert [c for c in " ,;{}()\n\t=" if not needs_column_mapping(f"a{c}b")] == []
+    assert [n for n in ("a.b", "a-b", "ä", "a/b", "a:b", "a`b", 'a"b', "a'b", "user")
+            if needs_column_mapping(n)] == []
+
+    def field(name, datatype):
+        return {"name": name, "type": datatype, "nullable": True, "metadata": {}}
+
+    schema = {"type": "struct", "fields": [
+        field("id", "long"), field("first name", "string"),
+        field("address", {"type": "struct", "fields": [field("zip code", "string"), field("a.b", "string")]}),
+        field("items", {"type": "array", "containsNull": True, "elementType": {
+            "type": "struct", "fields": [field("unit(s)", "long")]}}),
+        field("attrs", {"type": "map", "keyType": "string", "valueContainsNull": True, "valueType": {
+            "type": "struct", "fields": [field("x=y", "long")]}}),
+    ]}
+    assert fields_needing_mapping(schema) == ["first name", "address.zip code", "items[].unit(s)", "attrs{}.x=y"]
+    assert fields_needing_mapping({"type": "struct", "fields": [field("a.b", "long")]}) == []
