@@ -33,6 +33,7 @@ from deltaferry.spark.decoding import (
     key_decoder_for,
     with_reason,
 )
+from deltaferry.spark.failures import run_failure
 from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import kafka_options, latest_per_key
 from deltaferry.storage import storage_for
@@ -215,8 +216,11 @@ class BatchWriter:
     into the table on the key columns."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
-                 report: IngestReport, keys: KeyDecoder | None = None):
+                 report: IngestReport, keys: KeyDecoder | None = None, *,
+                 settings: Settings):
         self.spark = spark
+        #: Where the brokers and the warehouse are, for the message when one fails.
+        self.settings = settings
         self.topic = topic
         self.paths = paths
         self.decoder = decoder
@@ -243,6 +247,9 @@ class BatchWriter:
             self.write(batch_df, batch_id)
         except DeltaferryError as exc:
             self.failure = exc
+            raise
+        except Exception as exc:  # Spark's, around what the Kafka client (or Delta...) said
+            self.failure = run_failure(self.topic, self.settings, str(exc), batch_id)
             raise
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -349,12 +356,14 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     report = IngestReport(topic.name)
     decoder = decoder_for(spark, topic, store)
     report.schema_version = decoder.schema_version
-    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
+    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic),
+                         settings=settings)
     delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
     quarantine.ensure_layout(spark, paths.quarantine)
     limit = batch_limit(topic, settings, current, checkpointed)
     reader = (
-        spark.readStream.format("kafka").options(**kafka_options(settings))
+        spark.readStream.format("kafka")
+        .options(**kafka_options(settings, topic.kafka_timeout_seconds))
         .option("subscribe", topic.name)
         .option("startingOffsets", topic.starting_offsets)
         .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
@@ -369,9 +378,10 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     )
     try:
         query.awaitTermination()
-    except Exception:  # Spark's StreamingQueryException around what a batch raised
-        if writer.failure is not None:
-            raise writer.failure from None
+    except Exception as exc:  # Spark's StreamingQueryException around what a batch raised
+        failure = writer.failure or run_failure(topic, settings, str(exc))
+        if failure is not None:
+            raise failure from None
         raise
     report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
                        if p.get("numInputRows", 0) > 0]
