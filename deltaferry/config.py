@@ -18,6 +18,8 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
         optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
         fail_on_data_loss: true    # fail when offsets expired before they were read
+        keep_headers: false        # true: the table gets kafka_headers, the Kafka headers of
+                                   # each key's latest message (array<struct<key, value>>)
         kafka_timeout_seconds: 30  # a broker that stops answering while Spark reads fails the
                                    # run after about this long (each wait on it: half)
         retries: 2                 # Airflow retries of each task, with exponential back-off
@@ -117,6 +119,7 @@ class TopicConfig:
     vacuum_interval_hours: float = 24.0
     optimize_min_files: int = 16
     fail_on_data_loss: bool = True
+    keep_headers: bool = False
     kafka_timeout_seconds: float = 30.0
     retries: int = 2
     retry_delay_minutes: float = 2.0
@@ -223,7 +226,7 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"must be the path of a .proto file (schemas/<name>.proto) or null, "
                        f"got {value!r}")
         return value
-    if key in ("fail_on_data_loss", "deletion_vectors"):
+    if key in ("fail_on_data_loss", "deletion_vectors", "keep_headers"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
         return value

@@ -35,7 +35,7 @@ from deltaferry.spark.decoding import (
 )
 from deltaferry.spark.failures import run_failure
 from deltaferry.spark.infer import CORRUPT
-from deltaferry.spark.kafka_source import kafka_options, latest_per_key
+from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
 from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
@@ -150,21 +150,24 @@ def describe_progress(batch: dict) -> str:
             f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
 
 
-def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
+def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
+                  headers: bool = False) -> DataFrame:
     """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
-    payload columns, and the tombstone marker."""
+    the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
+    and the tombstone marker."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     data_type = parsed.schema["data"].dataType
     assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
     extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS)
+    kafka_headers = (HEADERS,) if headers else ()
     payload = [
-        F.col("data").getField(f).alias(column_name(f, extra))
+        F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
         for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
-        *delta_table.METADATA_COLUMNS, *extra, *payload,
+        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
         F.col("raw_value").isNull().alias(delta_table.DELETED),
     )
 
@@ -199,13 +202,15 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
     return parsed.unionByName(large, allowMissingColumns=True)
 
 
-def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
-               keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
-    """The usable records of `parsed` as table rows, latest per key, with the table at `path`
-    grown first (new top-level columns, numeric widening); (rows, columns widened)."""
+def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
+               headers: bool = False) -> tuple[DataFrame, list[str]]:
+    """The usable records of `parsed` as table rows (with their headers if `headers`), latest
+    per key, with the table at `path` grown first (new top-level columns, numeric widening);
+    (rows, columns widened)."""
     from pyspark.sql import functions as F
 
-    rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys)
+    rows = latest_per_key(
+        to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers), keys)
     delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
 
@@ -271,7 +276,8 @@ class BatchWriter:
             self.report.schema_version = schema_version
             with batch("latest per key"):
                 rows = latest_per_key(
-                    to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys).persist()
+                    to_table_rows(parsed.where(F.col("reason").isNull()), keys,
+                                  self.topic.keep_headers), keys).persist()
                 rows.count()
             with batch("schema evolution"):
                 delta_table.add_new_columns(
