@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-ui lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
 	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
+	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -56,7 +57,9 @@ lint: setup
 test-unit: setup
 	$(BIN)/pytest tests/unit -q
 
+# The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
 test-integration: setup
+	scripts/ensure-browser.sh
 	$(BIN)/pytest tests/integration -q -m integration
 
 demo: setup
@@ -92,6 +95,10 @@ bench-protobuf: setup
 # What an hourly DAG run costs through a real Airflow scheduler: the demo's run, an idle run.
 bench-airflow: setup
 	$(BIN)/python bench/bench_airflow.py
+
+# Each deltaferry page of the Airflow UI on the demo data (a running local Airflow, else in-process).
+bench-ui: setup
+	$(BIN)/python bench/bench_ui.py
 
 # The local Schema Registry: Apicurio Registry 2.4.2.Final built as a Quarkus app from Maven
 # Central (jvm/registry/pom.xml): registry-runner.jar and its lib/ into .deps/registry, which

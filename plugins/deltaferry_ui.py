@@ -14,7 +14,7 @@ from deltaferry.ui.web import PAGES, create_app
 URL_PREFIX = "/deltaferry"
 
 app = create_app(ui.user_dependency(), authorize=ui.may_read_dag, runs=ui.last_runs,
-                 env=ui.resolved_env)
+                 env=ui.resolved_env, load=ui.checked_topics)
 
 
 class DeltaferryUIPlugin(AirflowPlugin):

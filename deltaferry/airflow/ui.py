@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 
 from deltaferry import steps
+from deltaferry.config import TopicsFile, load_topics
 from deltaferry.errors import ConfigError
 from deltaferry.ui.topics import LastRun, report_of
 
@@ -64,6 +65,19 @@ def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
         return {r.dag_id: LastRun(r.run_id, str(r.state), _when(r), reports.get((r.dag_id,
                                                                                   r.run_id)))
                 for r in runs}
+
+
+def checked_topics(topics_file: str | None = None) -> TopicsFile:
+    """The topics file as the DAG files see it: the entries Airflow schedules, and as bad
+    entries every problem `dags/deltaferry_config_errors.py` reports (an entry can be valid
+    YAML and still be refused by Airflow, say for its schedule)."""
+    from deltaferry.airflow.factory import build
+
+    path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
+    loaded = load_topics(path)
+    broken = build(path, log_errors=False).broken
+    bad = {error.topic for error in broken}
+    return TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
 
 
 def connection_or_none(conn_id: str):

@@ -102,11 +102,13 @@ def create_app(user: Callable[..., Any],
                authorize: Callable[[Any, str], bool] = lambda _user, _dag_id: True,
                runs: Callable[[list[str]], Mapping] = lambda _dag_ids: {},
                env: Callable[[], Mapping[str, str]] = environment,
-               topics_file: str | None = None):
+               topics_file: str | None = None,
+               load: Callable[[str | None], TopicsFile] = load_topics):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
     DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`); `env()`
-    the settings to read the warehouse, Kafka and the registry with."""
+    the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
+    topics file with its bad entries (the plugin's also has those Airflow refuses)."""
     from jinja2 import DictLoader, Environment, select_autoescape
 
     from deltaferry.ui.templates import TEMPLATES
@@ -170,7 +172,11 @@ def create_app(user: Callable[..., Any],
     def topics_index(request: Request, who=Depends(user)):
         from deltaferry.ui.topics import topics_page
 
-        topics = load_topics(topics_file)
+        try:
+            topics = load(topics_file)
+        except ConfigError as exc:  # the file itself is unreadable: say so, as the DAGs do
+            topics = TopicsFile(str(topics_file or os.environ.get("DELTAFERRY_TOPICS", "")),
+                                errors=[exc])
         allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
         names = {t.name for t in allowed}
         page = topics_page(topics, env(), runs([t.dag_id for t in allowed]),
@@ -179,12 +185,12 @@ def create_app(user: Callable[..., Any],
 
     @app.get("/topics/{topic}/{page}", response_class=HTMLResponse)
     def by_topic(request: Request, topic: str, page: str, who=Depends(user)):
-        return topic_page(request, who, find_topic(load_topics(topics_file), topic), page, True,
+        return topic_page(request, who, find_topic(load(topics_file), topic), page, True,
                           "This")
 
     @app.get("/dags/{dag_id}/{page}", response_class=HTMLResponse)
     def by_dag(request: Request, dag_id: str, page: str, who=Depends(user)):
-        return topic_page(request, who, find_dag_topic(load_topics(topics_file), dag_id), page,
+        return topic_page(request, who, find_dag_topic(load(topics_file), dag_id), page,
                           False, "The DAG's topic")
 
     def schema_of(topic: TopicConfig, settings: Mapping[str, str]):
