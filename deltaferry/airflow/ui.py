@@ -17,6 +17,9 @@ from deltaferry.ui.topics import LastRun, report_of
 #: How long the resolved settings are reused (seconds): connections are looked up again after.
 ENV_TTL_S = 30.0
 _env_cache: tuple[float, dict[str, str]] | None = None
+#: The checked topics file, by (path, modification time, size): building the DAGs to find the
+#: entries Airflow refuses is done once per version of the file.
+_topics_cache: dict[tuple, TopicsFile] = {}
 
 
 def user_dependency():
@@ -75,9 +78,21 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
 
     path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
     loaded = load_topics(path)
+    try:
+        stat = os.stat(loaded.path)
+        key = (loaded.path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    cached = _topics_cache.get(key) if key else None
+    if cached is not None:
+        return cached
     broken = build(path, log_errors=False).broken
     bad = {error.topic for error in broken}
-    return TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
+    checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
+    if key:
+        _topics_cache.clear()  # one file, its latest content
+        _topics_cache[key] = checked
+    return checked
 
 
 def connection_or_none(conn_id: str):

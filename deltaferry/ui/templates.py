@@ -21,7 +21,7 @@ th, td { border-bottom: 1px solid #e5e8ee; padding: 5px 10px; text-align: left; 
 th { background: #f4f6f9; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 code, .mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12.5px; }
-.preview { white-space: pre-wrap; word-break: break-all; max-width: 520px; }
+.preview { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 520px; }
 .state-success { color: #276749; } .state-failed { color: #c53030; } .state-running { color: #2b6cb0; }
 .note { color: #9c4221; } .muted { color: #718096; }
 .bad { background: #fff5f5; border: 1px solid #feb2b2; padding: 8px 12px; margin: 8px 0; }

@@ -270,3 +270,21 @@ def test_numbers_on_pages():
     assert count_text(None) == "–" and count_text(1234567) == "1,234,567"
     assert bytes_text(512) == "512 B" and bytes_text(2048) == "2.0 KiB"
     assert bytes_text(3 * 1024**3) == "3.0 GiB"
+
+
+def test_bad_entries_are_those_the_dag_files_report(tmp_path, monkeypatch):
+    """An entry Airflow refuses (its schedule) is a bad entry on the topics page, as in the
+    import error of dags/deltaferry_config_errors.py; the check is redone when the file changes."""
+    from deltaferry.airflow.ui import checked_topics
+
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "warehouse"))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: good\n  - name: late\n    schedule: every hour\n"
+                      "  - name: typo\n    format: xml\n")
+    checked = checked_topics(str(topics))
+    assert checked.names() == ["good"]
+    assert sorted(e.topic for e in checked.errors) == ["late", "typo"]
+    assert "every hour" in " ".join(map(str, checked.errors))
+    assert checked_topics(str(topics)) is checked            # the same file: checked once
+    topics.write_text("topics:\n  - name: good\n  - name: late\n    schedule: '@daily'\n")
+    assert checked_topics(str(topics)).names() == ["good", "late"]
