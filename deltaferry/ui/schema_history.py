@@ -219,16 +219,34 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     return history
 
 
+def registry_latest(topic: TopicConfig, env: Mapping[str, str] | None = None) -> int:
+    """The latest registered version of `topic`'s value subject (the version an avro topic's
+    reader schema is, unless `schema_version` pins one)."""
+    from deltaferry.registry import RegistrySettings, subject_name
+
+    if topic.schema_version is not None:
+        return topic.schema_version
+    settings = RegistrySettings.from_env(env)
+    client = _client(settings)
+    subject = subject_name(topic.name, topic.subject_strategy, topic.record_name)
+    return int(client.get_latest_version(subject).version)
+
+
+def _client(settings):
+    """A registry client that gives up quickly (the page waits for it)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({**settings.client_conf(), "timeout": REGISTRY_TIMEOUT_S,
+                                 "max.retries": 0})
+
+
 def _registered(subject: str, env: Mapping[str, str] | None) -> tuple[list, str]:
     """The subject's registered schemas, oldest first (the last REGISTRY_VERSIONS_SHOWN), and
     the registry's URL without credentials."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
     from deltaferry.registry import RegistrySettings
 
     settings = RegistrySettings.from_env(env)
-    client = SchemaRegistryClient({**settings.client_conf(), "timeout": REGISTRY_TIMEOUT_S,
-                                   "max.retries": 0})
+    client = _client(settings)
     numbers = sorted(client.get_versions(subject))[-REGISTRY_VERSIONS_SHOWN:]
     return [client.get_version(subject, n) for n in numbers], settings.safe_url
 

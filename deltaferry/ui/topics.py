@@ -120,9 +120,10 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     def schema() -> None:
         versions = SchemaStore(paths.schema, storage_for(paths.schema, env)).versions()
         row.schema_version = f"v{versions[-1]}" if versions else None
-        if topic.format == "avro" and isinstance(last_run and last_run.ingest, dict):
-            version = last_run.ingest.get("schema_version")  # type: ignore[union-attr]
-            row.schema_version = f"registry v{version}" if version else row.schema_version
+        if topic.format == "avro":  # read with a registered version, not a cached one
+            from deltaferry.ui.schema_history import registry_latest
+
+            row.schema_version = f"registry v{registry_latest(topic, env)}"
 
     def rows() -> None:
         row.rows = table_rows(paths.table, env)
