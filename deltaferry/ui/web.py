@@ -15,6 +15,7 @@ page as a last guard, and the answers forbid caching, sniffing, scripts and fore
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from fastapi.responses import HTMLResponse
 from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
 from deltaferry.errors import ConfigError
 
+log = logging.getLogger(__name__)
 PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"))
 #: Environment variables whose names say they hold secrets (their values never reach a page).
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|CREDENTIAL|PRIVATE|FERNET", re.I)
@@ -145,7 +147,10 @@ def create_app(user: Callable[..., Any],
         except Exception as exc:  # a system that does not answer: say which, not a traceback
             from deltaferry.ui.topics import problem_text
 
-            return refuse(request, 503, "Cannot read it now", problem_text(exc), show_tabs)
+            problem = redact(problem_text(exc), secret_values(env()))
+            log.warning("deltaferry %s page of %s: %s: %s", page, topic.name,
+                        type(exc).__name__, problem)
+            return refuse(request, 503, "Cannot read it now", problem, show_tabs)
 
     def render_topic_page(request: Request, topic: TopicConfig, page: str,
                           context: dict) -> HTMLResponse:

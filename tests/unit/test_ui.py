@@ -288,3 +288,14 @@ def test_bad_entries_are_those_the_dag_files_report(tmp_path, monkeypatch):
     assert checked_topics(str(topics)) is checked            # the same file: checked once
     topics.write_text("topics:\n  - name: good\n  - name: late\n    schedule: '@daily'\n")
     assert checked_topics(str(topics)).names() == ["good", "late"]
+
+
+def test_an_unreadable_table_is_said_on_the_page_not_a_traceback(warehouse, caplog):
+    paths, env = warehouse
+    log_file = f"{paths.quarantine}/_delta_log/00000000000000000001.json"
+    with open(log_file, "w") as broken:
+        broken.write("this is not a Delta commit\n")
+    answer = client_for(env).get(f"/topics/{TOPIC}/quarantine")
+    assert answer.status_code == 503 and "Cannot read it now" in answer.text
+    assert "Traceback" not in answer.text
+    assert "deltaferry quarantine page of orders" in caplog.text
