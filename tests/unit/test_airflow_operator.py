@@ -1,9 +1,9 @@
 """The spark-submit operator's decisions: master, Kafka access, arguments, environment, report."""
 
 import json
-from pathlib import Path
 import os
 import stat
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
