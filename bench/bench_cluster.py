@@ -50,12 +50,12 @@ def main() -> int:
           f"partitions; warehouse s3://{bucket}; each run a fresh process", flush=True)
 
     results = []
-    for label, master, conf in (
-            ("local[2]", "local[2]", ""),
-            ("cluster (2 workers x 1 core)", env["DELTAFERRY_SPARK_MASTER"],
+    for name, label, master, conf in (
+            ("local", "local[2]", "local[2]", ""),
+            ("cluster", "cluster (2 workers x 1 core)", env["DELTAFERRY_SPARK_MASTER"],
              env["DELTAFERRY_SPARK_CONF"])):
         run_env = {**env, "DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
-                   "DELTAFERRY_WAREHOUSE": f"s3://{bucket}/{label.split()[0]}",
+                   "DELTAFERRY_WAREHOUSE": f"s3://{bucket}/{name}",
                    "DELTAFERRY_SPARK_MASTER": master, "DELTAFERRY_SPARK_CONF": conf,
                    "PYSPARK_PYTHON": sys.executable}
         seconds, rss, reports = run_deltaferry(topic, run_env, folder / f"{len(results)}.json")
