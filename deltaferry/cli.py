@@ -39,7 +39,11 @@ def _stack(args: argparse.Namespace) -> int:
         act = stack.stop_service if args.action == "stop" else stack.start_service
         print(act(args.service), file=sys.stderr)
         return 0
-    return _local_service("stack", args.action, stack.up, stack.down, stack.status)
+
+    def up() -> dict[str, str]:
+        return stack.up(cluster=args.cluster)
+
+    return _local_service("stack", args.action, up, stack.down, stack.status)
 
 
 def _airflow(args: argparse.Namespace) -> int:
@@ -99,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_stack.add_argument("service", nargs="?", choices=SERVICE_NAMES,
                          help="stop and start: the service (kafka, s3 or registry)")
+    p_stack.add_argument(
+        "--cluster", action="store_true",
+        help="with up: also a Spark standalone cluster (a master and two workers on 127.0.0.1; "
+        "prints DELTAFERRY_SPARK_MASTER=spark://...), added to a running stack if need be")
     p_stack.set_defaults(func=_stack)
 
     p_airflow = sub.add_parser(
