@@ -162,7 +162,8 @@ def infer_schema(
         "infer %s: reading %d offsets (%s)", topic.name, scanned,
         ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
     )
-    records = json_objects(latest_per_key(read_ranges(spark, settings, topic.name, ranges)))
+    records = json_objects(latest_per_key(read_ranges(spark, settings, topic.name, ranges,
+                                                          topic.kafka_timeout_seconds)))
     inferred = infer_from_records(spark, records, cached.schema if cached else None)
     if cached is None and not inferred.get("fields") and not topic.schema_hints:
         raise NoSchemaError(

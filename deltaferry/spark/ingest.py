@@ -33,8 +33,9 @@ from deltaferry.spark.decoding import (
     key_decoder_for,
     with_reason,
 )
+from deltaferry.spark.failures import run_failure
 from deltaferry.spark.infer import CORRUPT
-from deltaferry.spark.kafka_source import kafka_options, latest_per_key
+from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
 from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
@@ -149,21 +150,24 @@ def describe_progress(batch: dict) -> str:
             f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
 
 
-def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
+def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
+                  headers: bool = False) -> DataFrame:
     """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
-    payload columns, and the tombstone marker."""
+    the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
+    and the tombstone marker."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     data_type = parsed.schema["data"].dataType
     assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
     extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS)
+    kafka_headers = (HEADERS,) if headers else ()
     payload = [
-        F.col("data").getField(f).alias(column_name(f, extra))
+        F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
         for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
-        *delta_table.METADATA_COLUMNS, *extra, *payload,
+        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
         F.col("raw_value").isNull().alias(delta_table.DELETED),
     )
 
@@ -198,13 +202,15 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
     return parsed.unionByName(large, allowMissingColumns=True)
 
 
-def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
-               keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
-    """The usable records of `parsed` as table rows, latest per key, with the table at `path`
-    grown first (new top-level columns, numeric widening); (rows, columns widened)."""
+def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
+               headers: bool = False) -> tuple[DataFrame, list[str]]:
+    """The usable records of `parsed` as table rows (with their headers if `headers`), latest
+    per key, with the table at `path` grown first (new top-level columns, numeric widening);
+    (rows, columns widened)."""
     from pyspark.sql import functions as F
 
-    rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys)
+    rows = latest_per_key(
+        to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers), keys)
     grow_table(spark, path, rows)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
 
@@ -223,8 +229,11 @@ class BatchWriter:
     into the table on the key columns."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
-                 report: IngestReport, keys: KeyDecoder | None = None):
+                 report: IngestReport, keys: KeyDecoder | None = None, *,
+                 settings: Settings):
         self.spark = spark
+        #: Where the brokers and the warehouse are, for the message when one fails.
+        self.settings = settings
         self.topic = topic
         self.paths = paths
         self.decoder = decoder
@@ -252,6 +261,9 @@ class BatchWriter:
         except DeltaferryError as exc:
             self.failure = exc
             raise
+        except Exception as exc:  # Spark's, around what the Kafka client (or Delta...) said
+            self.failure = run_failure(self.topic, self.settings, str(exc), batch_id)
+            raise
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
         """Decode, quarantine and MERGE one micro-batch, timing each phase."""
@@ -272,7 +284,8 @@ class BatchWriter:
             self.report.schema_version = schema_version
             with batch("latest per key"):
                 rows = latest_per_key(
-                    to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys).persist()
+                    to_table_rows(parsed.where(F.col("reason").isNull()), keys,
+                                  self.topic.keep_headers), keys).persist()
                 rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
@@ -355,12 +368,14 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     report = IngestReport(topic.name)
     decoder = decoder_for(spark, topic, store)
     report.schema_version = decoder.schema_version
-    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
+    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic),
+                         settings=settings)
     delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
     quarantine.ensure_layout(spark, paths.quarantine)
     limit = batch_limit(topic, settings, current, checkpointed)
     reader = (
-        spark.readStream.format("kafka").options(**kafka_options(settings))
+        spark.readStream.format("kafka")
+        .options(**kafka_options(settings, topic.kafka_timeout_seconds))
         .option("subscribe", topic.name)
         .option("startingOffsets", topic.starting_offsets)
         .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
@@ -375,9 +390,10 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     )
     try:
         query.awaitTermination()
-    except Exception:  # Spark's StreamingQueryException around what a batch raised
-        if writer.failure is not None:
-            raise writer.failure from None
+    except Exception as exc:  # Spark's StreamingQueryException around what a batch raised
+        failure = writer.failure or run_failure(topic, settings, str(exc))
+        if failure is not None:
+            raise failure from None
         raise
     report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
                        if p.get("numInputRows", 0) > 0]

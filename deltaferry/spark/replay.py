@@ -148,7 +148,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
     parsed = decoded(claimed, topic, decoder, keys).persist()
     try:
         count = parsed.count()
-        rows, _ = table_rows(spark, paths.table, parsed, keys.columns)
+        rows, _ = table_rows(spark, paths.table, parsed, keys.columns, topic.keep_headers)
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
         tag = delta_table.commit_tag(app_id, 0)
         with delta_table.idempotent_writes(spark, app_id, 0, tag):

@@ -162,3 +162,16 @@ def test_batch_bounds_and_deletion_vectors_are_checked():
     errors = [str(e) for e in loaded.errors]
     assert "max_bytes_per_trigger: must be a number of bytes >= 1048576" in errors[0]
     assert "deletion_vectors: must be true or false" in errors[1]
+
+
+def test_keep_headers_and_kafka_timeout_seconds_are_validated():
+    from deltaferry.config import parse_topic
+
+    topic = parse_topic({"name": "t", "keep_headers": True, "kafka_timeout_seconds": 12}, 0)
+    assert (topic.keep_headers, topic.kafka_timeout_seconds) == (True, 12.0)
+    default = parse_topic({"name": "t"}, 0)
+    assert (default.keep_headers, default.kafka_timeout_seconds) == (False, 30.0)
+    with pytest.raises(ConfigError, match="keep_headers: must be true or false, got 'yes'"):
+        parse_topic({"name": "t", "keep_headers": "yes"}, 0)
+    with pytest.raises(ConfigError, match="kafka_timeout_seconds: must be a number of seconds"):
+        parse_topic({"name": "t", "kafka_timeout_seconds": 0}, 0)

@@ -1,10 +1,17 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
 whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Schema Registry
-(Apicurio, built by `make setup`), started in that order; more services join by adding to
-SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return at once;
-`env` holds the assignments of the services started before it),
+(Apicurio, built by `make setup`), started in that order, and on request (`up(cluster=True)`,
+`stack up --cluster`) a Spark standalone master with two workers. More services join by adding
+to SERVICES a module (or object) with a `NAME`, `launch(stack_dir, env) -> Service` (start the
+process, return at once; `env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
-(StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
+(StackError, process stopped, if it never gets ready), `data_dir(stack_dir) -> Path` and
+`relaunch(stack_dir, service) -> Service` (start a stopped service again on its data and ports).
+
+`stop_service(NAME)` and `start_service(NAME)` (``deltaferry stack stop|start NAME``) stop one
+service and start it again *in place*: same data folder, same ports, same credentials, so the
+clients of the stack (and the printed assignments) still work; the outage tests
+(tests/integration/test_outages.py) stop the broker, the S3 server and the registry mid-run so.
 
 The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
 ``state.json`` (each service's pid, start time, ports and shell assignments) and each service's
@@ -27,15 +34,19 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from deltaferry.dev.stack import kafka, registry, s3
+from deltaferry.dev.stack import kafka, registry, s3, spark
 from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
+from deltaferry.errors import StackError
 from deltaferry.jvm import REPO_ROOT
 
-__all__ = ["up", "down", "status", "resolve_stack_dir"]
+__all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
 #: Started in this order, stopped in the reverse order.
-SERVICES = (kafka, s3, registry)
+SERVICES: tuple[Any, ...] = (kafka, s3, registry)
+#: Started after SERVICES by `up(cluster=True)`: a Spark standalone master and its workers.
+CLUSTER: tuple[Any, ...] = spark.CLUSTER
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -135,33 +146,57 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     return lines
 
 
-def up(stack_dir: Path | None = None) -> dict[str, str]:
-    """Start the stack unless it already runs; the shell assignments (NAME -> value) either way."""
+def up(stack_dir: Path | None = None, cluster: bool = False) -> dict[str, str]:
+    """Start the stack unless it already runs; the shell assignments (NAME -> value) either way.
+
+    With `cluster`, a Spark standalone cluster too (`deltaferry.dev.stack.spark`), also added
+    to a stack that already runs without one."""
     folder = resolve_stack_dir(stack_dir)
+    wanted = SERVICES + (CLUSTER if cluster else ())
     with _locked(folder):
         state = read_state(folder)
-        if state is not None and is_live(state):
-            pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in services_of(state))
-            print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
-            return dict(state["assignments"])
-        if state is not None or state_path(folder).exists():
-            print(f"stack state in {folder} is stale; cleaning it up", file=sys.stderr)
-            _stop_all(folder, services_of(state))
         started: list[Service] = []
         env: dict[str, str] = {}
+        if state is not None and is_live(state):
+            started = services_of(state)
+            env = dict(state["assignments"])
+            have = {s.name for s in started}
+            if all(module.NAME in have for module in wanted):
+                pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in started)
+                print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
+                return env
+            wanted = tuple(m for m in wanted if m.NAME not in have)
+        else:
+            if state is not None or state_path(folder).exists():
+                print(f"stack state in {folder} is stale; cleaning it up", file=sys.stderr)
+                _stop_all(folder, services_of(state))
+        before = len(started)
         try:
-            for module in SERVICES:
+            for module in wanted:
                 service = module.launch(folder, dict(env))
                 started.append(service)
                 write_state(folder, make_state(started, ready=False))  # `down` can find it
                 module.await_ready(service)
                 env.update(service.assignments)
         except BaseException:
-            _stop_all(folder, started)
+            if before:
+                _stop_added(folder, started, before)
+            else:
+                _stop_all(folder, started)
             raise
         state = make_state(started, ready=True)
         write_state(folder, state)
         return dict(state["assignments"])
+
+
+def _stop_added(folder: Path, services: list[Service], before: int) -> None:
+    """Stop the services an `up` added to a running stack after one of them failed; the
+    running stack's state is written back as it was."""
+    for service in reversed(services[before:]):
+        stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        for path in service.paths:
+            shutil.rmtree(path, ignore_errors=True)
+    write_state(folder, make_state(services[:before], ready=True))
 
 
 def down(stack_dir: Path | None = None) -> list[str]:
@@ -174,7 +209,7 @@ def down(stack_dir: Path | None = None) -> list[str]:
         services = services_of(state)
         if not services:
             state_path(folder).unlink(missing_ok=True)
-            for module in SERVICES:  # leftovers of a run whose state was lost
+            for module in SERVICES + CLUSTER:  # leftovers of a run whose state was lost
                 shutil.rmtree(module.data_dir(folder), ignore_errors=True)
             return [f"stack: not running (no state in {folder})"]
         return _stop_all(folder, services)
@@ -184,3 +219,58 @@ def status(stack_dir: Path | None = None) -> dict[str, str]:
     """The shell assignments of the running stack; {} if it does not run."""
     state = read_state(resolve_stack_dir(stack_dir))
     return dict(state["assignments"]) if state is not None and is_live(state) else {}
+
+
+def _recorded(folder: Path, name: str) -> tuple[dict, list[Service], int]:
+    """The state of the stack in `folder`, its services and the index of service `name`;
+    StackError if no stack was started there or it has no such service."""
+    state = read_state(folder)
+    services = services_of(state)
+    if state is None or not state.get("ready") or not services:
+        raise StackError(f"no stack started in {folder}: `deltaferry stack up` first")
+    names = [s.name for s in services]
+    if name not in names:
+        raise StackError(f"the stack has no service {name!r} (its services: "
+                         f"{', '.join(names)})")
+    return state, services, names.index(name)
+
+
+def stop_service(name: str, stack_dir: Path | None = None) -> str:
+    """Stop one service of the running stack (SIGTERM, then SIGKILL after the grace), keeping
+    its data, ports and credentials for `start_service`; a line saying what was done."""
+    folder = resolve_stack_dir(stack_dir)
+    with _locked(folder):
+        _, services, index = _recorded(folder, name)
+        service = services[index]
+        how = stop(service.process, grace=STOP_GRACE_S)  # its data is kept: a clean stop
+    if how == "not running":
+        return f"{service.title} (pid {service.process.pid}) was not running"
+    return (f"stopped {service.title} (pid {service.process.pid}; {how}); its data is kept: "
+            f"`deltaferry stack start {name}` starts it again")
+
+
+def start_service(name: str, stack_dir: Path | None = None) -> str:
+    """Start a stopped service of the stack again in place (same data, ports and credentials)
+    and wait until it is ready; a line saying what was done."""
+    folder = resolve_stack_dir(stack_dir)
+    module = {m.NAME: m for m in SERVICES}.get(name)
+    with _locked(folder):
+        state, services, index = _recorded(folder, name)
+        if is_alive(services[index].process):
+            return f"{services[index].title} (pid {services[index].process.pid}) already runs"
+        if module is None:
+            raise StackError(f"cannot start {name!r} in place: only "
+                             f"{', '.join(m.NAME for m in SERVICES)} can be")
+        for attempt in (1, 2):
+            services[index] = module.relaunch(folder, services[index])
+            write_state(folder, make_state(services, ready=True))  # `down` finds the new pid
+            try:
+                seconds = module.await_ready(services[index])
+                break
+            except StackError as exc:  # await_ready stopped it; one more start, then give up
+                if attempt == 2:
+                    raise
+                print(f"{services[index].title} did not get ready ({exc.args[0].splitlines()[0]}"
+                      "); starting it once more", file=sys.stderr)
+    return (f"started {services[index].title} again (pid {services[index].process.pid}), "
+            f"ready in {seconds:.1f} s")
