@@ -298,6 +298,8 @@ class AvroKeyDecoder:
     `<topic>-key`, into one typed column per key field; the quarantine keeps the key's bytes."""
 
     quarantine_columns: tuple[str, ...] = (RAW_KEY,)
+    requires_key = True
+    tombstone_reason: str | None = None
 
     def __init__(self, spark: SparkSession, topic: TopicConfig):
         self.registry = RegistrySettings.from_env()
@@ -318,6 +320,9 @@ class AvroKeyDecoder:
                .distinct().collect()]
         writers = {int(i): self.writers.get(int(i)) for i in ids}
         return decode_key(raw, writers, self.reader.schema)
+
+    def payload_problem(self, decoded: DataFrame) -> None:
+        return None
 
 
 class AvroDecoder:

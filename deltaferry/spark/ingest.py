@@ -1,6 +1,7 @@
 """Ingest: a Structured Streaming query (availableNow trigger, checkpointed) that parses each
 micro-batch with the cached schema, quarantines what does not parse, keeps the latest record per
-key and MERGEs it into the topic's Delta table.
+key and MERGEs it into the topic's Delta table (mode upsert), or appends every record (mode
+append).
 
 Exactly once: the checkpoint records which offsets each micro-batch covered; the Delta writes of
 a batch are tagged with (query id, batch id), so a batch replayed after a crash is not applied
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import Settings, TopicConfig
+from deltaferry.config import Mode, Settings, TopicConfig
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
@@ -52,6 +53,9 @@ class IngestReport:
     topic: str
     messages_read: int = 0
     batches: int = 0
+    #: The topic's mode: upsert (inserted/updated/deleted count) or append (appended counts).
+    mode: str = "upsert"
+    appended: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
@@ -73,7 +77,7 @@ class IngestReport:
         read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
         return (
             f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
-            f"{self.inserted} inserted, {self.updated} updated, {self.deleted} deleted, "
+            f"{describe_counts(self.mode, asdict(self))}, "
             f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
@@ -102,6 +106,13 @@ class Phases:
     def add(self, name: str, seconds: float) -> None:
         """Add `seconds` measured elsewhere (say, by Spark) to phase `name`."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def describe_counts(mode: str, counts: dict) -> str:
+    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert)."""
+    if mode == Mode.APPEND:
+        return f"{counts.get('appended', 0)} appended"
+    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
 
 
 def describe_phases(phases: dict[str, float]) -> str:
@@ -157,7 +168,9 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
 
     data_type = parsed.schema["data"].dataType
     assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
-    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS)
+    # key columns a key decoder added (avro keys); a merge_key's are payload fields
+    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS
+                  and k in parsed.columns)
     payload = [
         F.col("data").getField(f).alias(column_name(f, extra))
         for f in data_type.fieldNames() if f != CORRUPT
@@ -171,7 +184,7 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
 def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
     """`raw` (the decoders' raw columns) decoded: key and value, and each record's `reason`
     for the quarantine (null for a usable record)."""
-    return with_reason(decoder.decode(keys.decode(raw)))
+    return with_reason(decoder.decode(keys.decode(raw)), keys)
 
 
 #: Why a value larger than the topic's max_value_bytes was not parsed.
@@ -194,25 +207,44 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
         return parsed
     reason = F.format_string(REASON_TOO_LARGE.replace("{size}", "%d")
                              .replace("{limit}", str(max_bytes)), size)
-    large = with_reason(keys.decode(large).withColumn("problem", reason))
+    large = with_reason(keys.decode(large).withColumn("problem", reason), keys)
     return parsed.unionByName(large, allowMissingColumns=True)
+
+
+def usable_rows(parsed: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """The usable records of `parsed` as table rows: latest per key on the key columns `keys`,
+    every record where there are none (mode append)."""
+    from pyspark.sql import functions as F
+
+    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys)
+    return latest_per_key(rows, keys) if keys else rows
 
 
 def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
                keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
-    """The usable records of `parsed` as table rows, latest per key, with the table at `path`
-    grown first (new top-level columns, numeric widening); (rows, columns widened)."""
-    from pyspark.sql import functions as F
-
-    rows = latest_per_key(to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys)
+    """`usable_rows`, with the table at `path` grown first (new top-level columns, numeric
+    widening); (rows, columns widened)."""
+    rows = usable_rows(parsed, keys)
     delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
+
+
+def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
+               app_id: str, version: int, only_newer: bool = False) -> dict[str, int]:
+    """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
+    is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
+    append); the counts of what changed (zeros if skipped)."""
+    tag = delta_table.commit_tag(app_id, version)
+    if not keys:
+        return delta_table.append(spark, path, rows, tag, app_id, version)
+    with delta_table.idempotent_writes(spark, app_id, version, tag):
+        return delta_table.upsert(spark, path, rows, tag, keys, only_newer=only_newer)
 
 
 class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder and key decoder, what cannot be used into the quarantine, the rest MERGEd
-    into the table on the key columns."""
+    into the table on the key columns (appended where the key decoder has none)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
                  report: IngestReport, keys: KeyDecoder | None = None):
@@ -246,9 +278,7 @@ class BatchWriter:
             raise
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Decode, quarantine and MERGE one micro-batch, timing each phase."""
-        from pyspark.sql import functions as F
-
+        """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
         started = time.monotonic()
         batch = Phases()
         keys = self.keys.columns
@@ -262,9 +292,8 @@ class BatchWriter:
                 parsed.count()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            with batch("latest per key"):
-                rows = latest_per_key(
-                    to_table_rows(parsed.where(F.col("reason").isNull()), keys), keys).persist()
+            with batch("latest per key" if keys else "table rows"):
+                rows = usable_rows(parsed, keys).persist()
                 rows.count()
             with batch("schema evolution"):
                 delta_table.add_new_columns(
@@ -279,9 +308,8 @@ class BatchWriter:
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
                     self.paths.quarantine, app_id, batch_id)
             faults.point("quarantine-written")
-            tag = delta_table.commit_tag(app_id, batch_id)
-            with batch("merge"), delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
-                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag, keys)
+            with batch("merge" if keys else "append"):
+                counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id)
             faults.point("batch-written")  # Spark commits the checkpoint after we return
             rows.unpersist()
             parsed.unpersist()
@@ -291,14 +319,12 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
-        self.report.inserted += counts["inserted"]
-        self.report.updated += counts["updated"]
-        self.report.deleted += counts["deleted"]
+        for name, value in counts.items():
+            setattr(self.report, name, getattr(self.report, name) + value)
         log.info(
-            "ingest %s batch %d: %d messages, %d inserted, %d updated, %d deleted, "
-            "%d quarantined, %.1f s (%s)", self.topic.name, batch_id, count,
-            counts["inserted"], counts["updated"], counts["deleted"], quarantined,
-            time.monotonic() - started, describe_phases(batch.seconds),
+            "ingest %s batch %d: %d messages, %s, %d quarantined, %.1f s (%s)",
+            self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
+            quarantined, time.monotonic() - started, describe_phases(batch.seconds),
         )
 
 
@@ -346,7 +372,7 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
                                    topic.name).offsets
     check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
                     paths.root)
-    report = IngestReport(topic.name)
+    report = IngestReport(topic.name, mode=topic.mode)
     decoder = decoder_for(spark, topic, store)
     report.schema_version = decoder.schema_version
     writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
