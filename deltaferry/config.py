@@ -160,6 +160,11 @@ class TopicConfig:
         """Whether every valid message is appended as a row (mode append) instead of MERGEd."""
         return self.mode == Mode.APPEND
 
+    @property
+    def by_kafka_key(self) -> bool:
+        """Whether rows are identified by the Kafka key (mode upsert without merge_key)."""
+        return not self.appends and not self.merge_key
+
 
 def trigger_seconds(text: str) -> float:
     """A trigger interval ("30 seconds", "1 minute", "500 milliseconds") in seconds;

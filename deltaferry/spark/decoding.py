@@ -169,7 +169,7 @@ class JsonDecoder:
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
-        fresh = json_objects(uncovered(raw, self.store.covered()))
+        fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
         if fresh.isEmpty():
             return version
         ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
