@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import Mode, Settings, TopicConfig
+from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
@@ -241,6 +242,10 @@ def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str,
         return delta_table.upsert(spark, path, rows, tag, keys, only_newer=only_newer)
 
 
+class StreamStopped(Exception):
+    """A micro-batch that started after a stream's stop request, refused before it wrote."""
+
+
 class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder and key decoder, what cannot be used into the quarantine, the rest MERGEd
@@ -258,6 +263,12 @@ class BatchWriter:
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
         self.failure: DeltaferryError | None = None
+        #: Set when a stream is to stop (`stream_topic`): a batch started after it is refused.
+        self.stop: threading.Event | None = None
+        #: The id of the batch refused so (its offsets are read again by the next run).
+        self.refused: int | None = None
+        self._busy = False
+        self._gate = threading.Lock()
 
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
@@ -271,11 +282,24 @@ class BatchWriter:
         return self._app_id
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        with self._gate:
+            if self.stop is not None and self.stop.is_set():
+                self.refused = batch_id
+                raise StreamStopped(f"batch {batch_id} refused: the stream is stopping")
+            self._busy = True
         try:
             self.write(batch_df, batch_id)
         except DeltaferryError as exc:
             self.failure = exc
             raise
+        finally:
+            with self._gate:
+                self._busy = False
+
+    def idle(self) -> bool:
+        """Whether no micro-batch is being written now."""
+        with self._gate:
+            return not self._busy
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
         """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
@@ -363,55 +387,145 @@ def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -
     return limit
 
 
-def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
-                 store: SchemaStore) -> IngestReport:
-    """Run the availableNow streaming query for `topic` until everything available is in."""
-    started = time.monotonic()
-    current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
-    checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
-                                   topic.name).offsets
-    check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
-                    paths.root)
-    report = IngestReport(topic.name, mode=topic.mode)
-    decoder = decoder_for(spark, topic, store)
-    report.schema_version = decoder.schema_version
-    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic))
-    delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
-    quarantine.ensure_layout(spark, paths.quarantine)
-    limit = batch_limit(topic, settings, current, checkpointed)
-    reader = (
-        spark.readStream.format("kafka").options(**kafka_options(settings))
-        .option("subscribe", topic.name)
-        .option("startingOffsets", topic.starting_offsets)
-        .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
-        .option("includeHeaders", "true")  # the quarantine keeps them
-    )
-    stream = (reader.option("maxOffsetsPerTrigger", limit) if limit else reader).load()
-    query = (
-        stream.writeStream.foreachBatch(writer)
-        .option("checkpointLocation", paths.checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+class IngestStream:
+    """The ingest query of a topic, opened once: its report, its foreachBatch writer and the
+    Kafka stream. `start` starts the query with a trigger: availableNow (`ingest_topic`) or a
+    processing-time trigger (`stream_topic`)."""
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig, settings: Settings,
+                 paths: TopicPaths, store: SchemaStore):
+        self.started = time.monotonic()
+        self.spark, self.topic, self.settings, self.paths = spark, topic, settings, paths
+        current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
+        checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
+                                       topic.name).offsets
+        check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
+                        paths.root)
+        self.report = IngestReport(topic.name, mode=topic.mode)
+        decoder = decoder_for(spark, topic, store)
+        self.report.schema_version = decoder.schema_version
+        self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
+                                  key_decoder_for(spark, topic))
+        delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
+        quarantine.ensure_layout(spark, paths.quarantine)
+        self.limit = batch_limit(topic, settings, current, checkpointed)
+
+    def start(self, **trigger):
+        """Start the query with `trigger` (DataStreamWriter.trigger's keywords)."""
+        reader = (
+            self.spark.readStream.format("kafka").options(**kafka_options(self.settings))
+            .option("subscribe", self.topic.name)
+            .option("startingOffsets", self.topic.starting_offsets)
+            .option("failOnDataLoss", str(self.topic.fail_on_data_loss).lower())
+            .option("includeHeaders", "true")  # the quarantine keeps them
+        )
+        stream = (reader.option("maxOffsetsPerTrigger", self.limit) if self.limit
+                  else reader).load()
+        return (
+            stream.writeStream.foreachBatch(self.writer)
+            .option("checkpointLocation", self.paths.checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    def checkpoint(self):
+        """The checkpoint's newest batch (deltaferry.plan.CheckpointState)."""
+        return read_checkpoint(storage_for(self.paths.checkpoint), self.paths.checkpoint,
+                               self.topic.name)
+
+    def finish(self, progress: list[dict]) -> IngestReport:
+        """The report, completed with the batches' `progress`, the offsets read to and the
+        lag; its summary logged."""
+        report, topic, settings = self.report, self.topic, self.settings
+        report.progress = progress
+        phases = Phases(report.phases)
+        for batch in progress:
+            phases.add("offsets + checkpoint", batch["checkpoint_ms"] / 1000)
+        report.messages_read = sum(b["input_rows"] for b in progress)
+        report.batches = len(progress)
+        state = self.checkpoint()
+        read_to = state.offsets
+        if not state.committed and progress:  # a stream's last batch was refused: not read
+            read_to = {int(p): o for p, o in progress[-1]["offsets"].items()}
+        report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
+        report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name,
+                                       settings.kafka_options), read_to)
+        report.seconds = time.monotonic() - self.started
+        log.info(report.summary())
+        return report
+
+
+def await_query(query, writer: BatchWriter, timeout: float | None = None) -> bool:
+    """`query.awaitTermination(timeout)`: whether it ended. A batch's DeltaferryError is raised
+    as itself instead of Spark's wrapped StreamingQueryException."""
     try:
-        query.awaitTermination()
+        return bool(query.awaitTermination(timeout) if timeout is not None
+                    else query.awaitTermination())
     except Exception:  # Spark's StreamingQueryException around what a batch raised
         if writer.failure is not None:
             raise writer.failure from None
         raise
-    report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
-                       if p.get("numInputRows", 0) > 0]
-    for batch in report.progress:
+
+
+def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+                 store: SchemaStore) -> IngestReport:
+    """Run the availableNow streaming query for `topic` until everything available is in."""
+    ingest = IngestStream(spark, topic, settings, paths, store)
+    query = ingest.start(availableNow=True)
+    await_query(query, ingest.writer)
+    progress = [batch_progress(p, topic.name) for p in query.recentProgress
+                if p.get("numInputRows", 0) > 0]
+    for batch in progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
-    phases = Phases(report.phases)
-    for batch in report.progress:
-        phases.add("offsets + checkpoint", batch["checkpoint_ms"] / 1000)
-    report.messages_read = sum(b["input_rows"] for b in report.progress)
-    report.batches = len(report.progress)
-    read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
-    report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
-    report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),
-                     read_to)
-    report.seconds = time.monotonic() - started
-    log.info(report.summary())
+    return ingest.finish(progress)
+
+
+def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+                 store: SchemaStore, stop: threading.Event, poll: float = 0.5) -> IngestReport:
+    """Run `topic`'s ingest query with a processing-time trigger (a micro-batch every
+    `trigger_interval` when there are new messages) until `stop` is set, then stop it between
+    two micro-batches: when no batch is being written and the checkpoint's newest batch is
+    committed (checked every `poll` seconds, every 50 ms once stopping). A batch Spark starts
+    after `stop` was set, before such a moment came, is refused before it writes anything
+    (Spark logs the query's end as an error; the next start reads the batch again). Each batch
+    is logged as it ends; the report covers the whole run."""
+    ingest = IngestStream(spark, topic, settings, paths, store)
+    writer = ingest.writer
+    writer.stop = stop
+    interval = trigger_seconds(topic.trigger_interval)
+    if stop.is_set():
+        return ingest.finish([])
+    query = ingest.start(processingTime=f"{round(interval * 1000)} milliseconds")
+    log.info("stream %s: started, a micro-batch every %s when there are new messages; stop "
+             "with SIGTERM or Ctrl-C (the current micro-batch ends first)", topic.name,
+             topic.trigger_interval)
+    progress: dict[int, dict] = {}
+    try:
+        while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
+            for batch in new_batches(query.recentProgress, topic.name, progress):
+                log.info("stream %s %s", topic.name, describe_progress(batch))
+            if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
+                log.info("stream %s: stopping between micro-batches", topic.name)
+                query.stop()
+    except Exception:
+        if writer.refused is None:
+            raise
+    for batch in new_batches(query.recentProgress, topic.name, progress):
+        log.info("stream %s %s", topic.name, describe_progress(batch))
+    if writer.refused is not None:
+        log.info("stream %s: batch %d was started after the stop request and refused before "
+                 "writing anything; the next run reads it", topic.name, writer.refused)
+    report = ingest.finish(sorted(progress.values(), key=lambda b: b["batch_id"]))
+    if not stop.is_set():
+        raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
+
+
+def new_batches(recent: list[dict], topic: str, seen: dict[int, dict]) -> list[dict]:
+    """The progress of the micro-batches in `recent` that read messages and are not in `seen`
+    (batch id -> progress) yet; added to `seen`."""
+    batches = [batch_progress(p, topic) for p in recent if p.get("numInputRows", 0) > 0
+               and p.get("batchId") not in seen]
+    for batch in batches:
+        seen[batch["batch_id"]] = batch
+    return batches
