@@ -1,0 +1,35 @@
+"""`deltaferry stream`'s pieces that need no cluster: signals turned into a stop request, and
+the per-batch progress lines (each batch logged once, idle triggers not at all)."""
+
+import os
+import signal
+import threading
+
+from deltaferry.pipeline import stop_on_signals
+from deltaferry.spark.ingest import new_batches
+
+
+def test_sigterm_and_sigint_set_the_stop_event_instead_of_ending_the_process():
+    before = signal.getsignal(signal.SIGTERM)
+    for number in (signal.SIGTERM, signal.SIGINT):
+        stop = threading.Event()
+        with stop_on_signals(stop):
+            os.kill(os.getpid(), number)  # a real signal to this process
+            assert stop.wait(5)
+    assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
+
+
+def progress(batch_id: int, rows: int, end: dict) -> dict:
+    return {"batchId": batch_id, "numInputRows": rows, "sources": [{"endOffset": end}],
+            "durationMs": {"triggerExecution": 1200}}
+
+
+def test_new_batches_are_the_batches_with_messages_not_logged_yet():
+    seen: dict[int, dict] = {}
+    first = [progress(0, 10, {"t": {"0": 10}}), progress(1, 0, {"t": {"0": 10}})]
+    assert [b["batch_id"] for b in new_batches(first, "t", seen)] == [0]
+    later = [*first, progress(1, 5, {"t": {"0": 15, "1": 3}})]
+    (batch,) = new_batches(later, "t", seen)
+    assert (batch["batch_id"], batch["input_rows"], batch["offsets"]) == (1, 5, {"0": 15, "1": 3})
+    assert new_batches(later, "t", seen) == []
+    assert sorted(seen) == [0, 1]
