@@ -147,3 +147,56 @@ def test_stream_runs_until_sigterm_and_restarts_without_loss_or_duplicates(
     # `colour` appeared mid-stream (after the schema was inferred): a column, every value in
     assert [r["seq"] for r in rows if r["colour"] is not None] == list(range(100, total))
     assert all(r["colour"] == f"c{r['seq'] % 3}" for r in rows if r["seq"] >= 100)
+
+
+def test_a_stream_of_an_avro_topic_follows_a_version_registered_while_it_runs(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    """The stream (in this process, stopped by its event) reads with the latest version: one
+    registered after it started adds its column, no restart."""
+    from deltaferry.pipeline import run_step
+    from deltaferry.producer import DynamicSchemaProducer
+    from deltaferry.spark.ingest import stream_topic
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("stream-avro", partitions=1)
+    producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
+                                     schema_registry_url, topic)
+    for n in range(3):
+        producer.produce({"id": n, "name": f"n{n}"}, key=f"k{n}")        # version 1
+    producer.flush(30)
+    ctx = context(topic, tmp_path, kafka_bootstrap, format="avro", trigger_interval="1 second")
+    run_step("infer", ctx, spark)
+    stop, result = threading.Event(), {}
+
+    def run() -> None:
+        result["report"] = stream_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store,
+                                        stop)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        def rows(columns: str) -> list[dict]:
+            from deltaferry.lake import is_delta_table, open_table
+
+            fields = [f.name for f in open_table(ctx.paths.table).schema().fields] \
+                if is_delta_table(ctx.paths.table) else []
+            if not all(c.strip() in fields for c in columns.split(",")):
+                return []
+            return delta_rs_rows(ctx.paths.table, columns, "id")
+
+        deadline = time.monotonic() + 180
+        while len(rows("id, name")) < 3:
+            assert thread.is_alive() and time.monotonic() < deadline, result
+            time.sleep(1)
+        for n in (3, 1):
+            producer.produce({"id": n, "name": f"n{n}", "qty": 10 * n}, key=f"k{n}")  # version 2
+        producer.flush(30)
+        while [r["qty"] for r in rows("id, qty")] != [None, 10, None, 30]:
+            assert thread.is_alive() and time.monotonic() < deadline, rows("id, qty")
+            time.sleep(1)
+    finally:
+        stop.set()
+        thread.join(120)
+    assert not thread.is_alive()
+    report = result["report"]
+    assert (report.schema_version, report.inserted, report.updated) == (2, 4, 1)
