@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -433,16 +434,17 @@ class IngestStream:
         return read_checkpoint(storage_for(self.paths.checkpoint), self.paths.checkpoint,
                                self.topic.name)
 
-    def finish(self, progress: list[dict]) -> IngestReport:
-        """The report, completed with the batches' `progress`, the offsets read to and the
-        lag; its summary logged."""
+    def finish(self, progress: list[dict], totals: StreamProgress | None = None
+               ) -> IngestReport:
+        """The report, completed with the batches' `progress` (or a stream's `totals`, where
+        `progress` is its latest batches), the offsets read to and the lag; its summary
+        logged."""
         report, topic, settings = self.report, self.topic, self.settings
         report.progress = progress
-        phases = Phases(report.phases)
-        for batch in progress:
-            phases.add("offsets + checkpoint", batch["checkpoint_ms"] / 1000)
-        report.messages_read = sum(b["input_rows"] for b in progress)
-        report.batches = len(progress)
+        totals = totals or StreamProgress(topic.name, progress)
+        if totals.batches:
+            Phases(report.phases).add("offsets + checkpoint", totals.checkpoint_ms / 1000)
+        report.messages_read, report.batches = totals.messages, totals.batches
         state = self.checkpoint()
         read_to = state.offsets
         if not state.committed and progress:  # a stream's last batch was refused: not read
@@ -499,10 +501,10 @@ def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     log.info("stream %s: started, a micro-batch every %s when there are new messages; stop "
              "with SIGTERM or Ctrl-C (the current micro-batch ends first)", topic.name,
              topic.trigger_interval)
-    progress: dict[int, dict] = {}
+    progress = StreamProgress(topic.name)
     try:
         while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
-            for batch in new_batches(query.recentProgress, topic.name, progress):
+            for batch in progress.add(query.recentProgress):
                 log.info("stream %s %s", topic.name, describe_progress(batch))
             if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
                 log.info("stream %s: stopping between micro-batches", topic.name)
@@ -510,22 +512,40 @@ def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     except Exception:
         if writer.refused is None:
             raise
-    for batch in new_batches(query.recentProgress, topic.name, progress):
+    for batch in progress.add(query.recentProgress):
         log.info("stream %s %s", topic.name, describe_progress(batch))
     if writer.refused is not None:
         log.info("stream %s: batch %d was started after the stop request and refused before "
                  "writing anything; the next run reads it", topic.name, writer.refused)
-    report = ingest.finish(sorted(progress.values(), key=lambda b: b["batch_id"]))
+    report = ingest.finish(list(progress.latest), progress)
     if not stop.is_set():
         raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
 
 
-def new_batches(recent: list[dict], topic: str, seen: dict[int, dict]) -> list[dict]:
-    """The progress of the micro-batches in `recent` that read messages and are not in `seen`
-    (batch id -> progress) yet; added to `seen`."""
-    batches = [batch_progress(p, topic) for p in recent if p.get("numInputRows", 0) > 0
-               and p.get("batchId") not in seen]
-    for batch in batches:
-        seen[batch["batch_id"]] = batch
-    return batches
+class StreamProgress:
+    """The micro-batches of a query as Spark reports them: each batch that read messages taken
+    once (`add`), totals over all of them, and the latest `keep` (a stream runs for days)."""
+
+    def __init__(self, topic: str, batches: list[dict] | None = None, keep: int = 100):
+        self.topic = topic
+        self.latest: deque[dict] = deque(maxlen=keep)
+        self.last_id = -1
+        self.messages = self.batches = self.checkpoint_ms = 0
+        self._count(batches or [])
+
+    def add(self, recent: list[dict]) -> list[dict]:
+        """The batches of Spark's `recent` progress that read messages and were not added yet
+        (idle triggers repeat the next batch's id with no rows), now added."""
+        new = [batch_progress(p, self.topic) for p in recent
+               if p.get("numInputRows", 0) > 0 and p.get("batchId", -1) > self.last_id]
+        self._count(new)
+        return new
+
+    def _count(self, batches: list[dict]) -> None:
+        for batch in batches:
+            self.last_id = max(self.last_id, batch["batch_id"])
+            self.latest.append(batch)
+            self.messages += batch["input_rows"]
+            self.batches += 1
+            self.checkpoint_ms += batch["checkpoint_ms"]

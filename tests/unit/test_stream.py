@@ -6,7 +6,7 @@ import signal
 import threading
 
 from deltaferry.pipeline import stop_on_signals
-from deltaferry.spark.ingest import new_batches
+from deltaferry.spark.ingest import StreamProgress
 
 
 def test_sigterm_and_sigint_set_the_stop_event_instead_of_ending_the_process():
@@ -24,12 +24,14 @@ def progress(batch_id: int, rows: int, end: dict) -> dict:
             "durationMs": {"triggerExecution": 1200}}
 
 
-def test_new_batches_are_the_batches_with_messages_not_logged_yet():
-    seen: dict[int, dict] = {}
-    first = [progress(0, 10, {"t": {"0": 10}}), progress(1, 0, {"t": {"0": 10}})]
-    assert [b["batch_id"] for b in new_batches(first, "t", seen)] == [0]
+def test_each_batch_with_messages_is_taken_once_and_counted():
+    batches = StreamProgress("t", keep=2)
+    first = [progress(0, 10, {"t": {"0": 10}}), progress(1, 0, {"t": {"0": 10}})]  # 1: idle
+    assert [b["batch_id"] for b in batches.add(first)] == [0]
     later = [*first, progress(1, 5, {"t": {"0": 15, "1": 3}})]
-    (batch,) = new_batches(later, "t", seen)
+    (batch,) = batches.add(later)
     assert (batch["batch_id"], batch["input_rows"], batch["offsets"]) == (1, 5, {"0": 15, "1": 3})
-    assert new_batches(later, "t", seen) == []
-    assert sorted(seen) == [0, 1]
+    assert batches.add(later) == []
+    batches.add([progress(2, 7, {"t": {"0": 22, "1": 3}})])
+    assert (batches.messages, batches.batches) == (22, 3)
+    assert [b["batch_id"] for b in batches.latest] == [1, 2]  # only the latest `keep`
