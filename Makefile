@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
 	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
+	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -88,6 +89,10 @@ bench-merge: setup
 # Protobuf: decode rate per core, and a protobuf topic's ingest next to a JSON one of the same content.
 bench-protobuf: setup
 	$(BIN)/python bench/bench_protobuf.py $(if $(N),--messages $(N))
+
+# The same backlog on local[2] and on the stack's two-worker Spark standalone cluster.
+bench-cluster: setup
+	$(BIN)/python bench/bench_cluster.py $(if $(N),--messages $(N))
 
 # What an hourly DAG run costs through a real Airflow scheduler: the demo's run, an idle run.
 bench-airflow: setup

@@ -30,7 +30,10 @@ def _local_service(what: str, action: str, up, down, status) -> int:
 def _stack(args: argparse.Namespace) -> int:
     from deltaferry.dev import stack
 
-    return _local_service("stack", args.action, stack.up, stack.down, stack.status)
+    def up() -> dict[str, str]:
+        return stack.up(cluster=args.cluster)
+
+    return _local_service("stack", args.action, up, stack.down, stack.status)
 
 
 def _airflow(args: argparse.Namespace) -> int:
@@ -95,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="up: start in the background and print shell assignments; down: stop everything; "
         "status: print the assignments of a running stack",
     )
+    p_stack.add_argument(
+        "--cluster", action="store_true",
+        help="with up: also a Spark standalone cluster (a master and two workers on 127.0.0.1; "
+        "prints DELTAFERRY_SPARK_MASTER=spark://...), added to a running stack if need be")
     p_stack.set_defaults(func=_stack)
 
     p_airflow = sub.add_parser(

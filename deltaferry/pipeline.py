@@ -72,8 +72,24 @@ def needs_spark(step: str, topic: TopicConfig) -> bool:
     return not (step == "infer" and topic.format != Format.JSON)
 
 
+def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
+    """A warning when executors of a cluster would write the tables to their own disks: the
+    warehouse is a local folder and the master is not local. None when all is well."""
+    from deltaferry.spark.shipping import is_local
+
+    if is_local(master) or "://" in warehouse:
+        return None
+    return (f"the warehouse {warehouse} is a local folder but Spark runs on {master}: executors "
+            "on other machines would write table files to their own disks; use a warehouse "
+            "every executor reaches (s3://bucket/prefix)")
+
+
 def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
     """Run one single step (infer, ingest, optimize or vacuum); its report."""
+    if spark is not None:
+        problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
+        if problem:
+            log.warning("%s", problem)
     if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
         from deltaferry.spark.avro import registry_version
 

@@ -77,17 +77,25 @@ def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = F
 def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
                env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Spark properties for the submit: quiet logs, and the small-machine tuning for local masters
-    (as `get_spark` applies in-process); `user_conf` (the operator's `conf`) wins."""
-    from deltaferry.spark.session import LOCAL_DEFAULTS, driver_java_options
+    (as `get_spark` applies in-process), then DELTAFERRY_SPARK_CONF; `user_conf` (the
+    operator's `conf`) wins."""
+    from deltaferry.spark.session import (
+        LOCAL_DEFAULTS,
+        QUIET_CONF,
+        driver_java_options,
+        extra_spark_conf,
+    )
 
     env = os.environ if env is None else env
-    conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN")}
+    conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"),
+                            **QUIET_CONF}
     java_options = driver_java_options(env)
     if java_options:  # the driver runs here (client mode), on any master
         conf["spark.driver.extraJavaOptions"] = java_options
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
         conf["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
+    conf.update(extra_spark_conf(env))
     conf.update(user_conf or {})
     return conf
 
@@ -98,7 +106,9 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     """The environment of the spark-submit process: `base` plus the Kafka and storage
     settings, this
     Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
-    (and, on a local master, the executors') interpreter."""
+    (and, on a local master, the executors') interpreter (`worker_python`)."""
+    from deltaferry.spark.session import worker_python
+
     env = dict(base)
     env.update(kafka.child_env())
     env.update(storage.env if storage else {})
@@ -106,8 +116,9 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
+    python = worker_python(master, env)
+    if python:
+        env.setdefault("PYSPARK_PYTHON", python)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the task log as they happen
     return env
 
@@ -140,6 +151,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk.log import mask_secret
 
         from deltaferry.spark.session import spark_jars_csv
+        from deltaferry.spark.shipping import is_local, package_zip
 
         params = context.get("params") or {}
         reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
@@ -161,6 +173,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                                                 self.topics_file)
         self.conf = spark_conf(master, self.conf)
         self.jars = self.jars or spark_jars_csv()
+        if not is_local(master):  # the executors import the driver's deltaferry (UDFs)
+            self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))
         self._define_master(master)
         self._refuse_cluster_mode()
         with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:

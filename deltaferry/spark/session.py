@@ -10,12 +10,15 @@ region and path-style settings go to the builder. Spark's default redaction stay
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from deltaferry.errors import ConfigError
 from deltaferry.jvm import jars_in
+from deltaferry.spark.shipping import is_local, package_zip
 from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
 
 if TYPE_CHECKING:
@@ -28,8 +31,50 @@ LOCAL_DEFAULTS = {
     # Delta's VACUUM lists files with this many tasks (default 10000): minutes on 2 cores.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.databricks.delta.snapshotPartitions": "4",
-    "spark.ui.showConsoleProgress": "false",
 }
+
+#: Spark settings of every session, on any master: no console progress bars (they fill task
+#: logs with thousands of carriage-return lines; deltaferry logs its own progress).
+QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
+
+#: Spark settings for every session deltaferry starts, as a JSON object (e.g. a cluster's
+#: ``{"spark.sql.shuffle.partitions": "16", "spark.executor.memory": "4g"}``); they win over
+#: deltaferry's own.
+SPARK_CONF_VAR = "DELTAFERRY_SPARK_CONF"
+
+
+def extra_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of DELTAFERRY_SPARK_CONF; a ConfigError naming it if it is not a JSON
+    object, or if it holds S3 credentials (Spark settings can end on a command line: the
+    credentials belong in AWS_* or the storage connection)."""
+    env = os.environ if env is None else env
+    text = env.get(SPARK_CONF_VAR, "").strip()
+    if not text:
+        return {}
+    try:
+        conf = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(SPARK_CONF_VAR, f"not valid JSON ({exc.msg} at character {exc.pos}); "
+                          "expected an object of Spark settings") from None
+    if not isinstance(conf, dict):
+        raise ConfigError(SPARK_CONF_VAR, "must be a JSON object of Spark settings, not "
+                          f"{type(conf).__name__}")
+    secret = [k for k in conf if str(k).endswith(S3A_CREDENTIAL_KEYS)]
+    if secret:
+        raise ConfigError(SPARK_CONF_VAR, f"sets {', '.join(secret)}: Spark settings can reach "
+                          "a command line; give S3 credentials as AWS_ACCESS_KEY_ID / "
+                          "AWS_SECRET_ACCESS_KEY or the storage connection instead")
+    return {str(k): str(v) for k, v in conf.items()}
+
+
+def worker_python(master: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The interpreter of the Python workers (UDFs: protobuf decoding): PYSPARK_PYTHON, else on
+    a local master this interpreter (it has deltaferry's requirements); None on a cluster
+    without PYSPARK_PYTHON (Spark's default `python3` of each executor's machine)."""
+    env = os.environ if env is None else env
+    if env.get("PYSPARK_PYTHON"):
+        return env["PYSPARK_PYTHON"]
+    return sys.executable if is_local(master) else None
 
 #: JVM options of a driver deltaferry starts: C1 compilation only. A run is short and the machine
 #: small: C2's compiler threads cost more CPU than its faster code saves (an hourly run of
@@ -78,7 +123,7 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     the driver JVM itself they become ``--conf`` arguments of its command line: no credential is
     among them (`configure_s3a` sets those once the JVM runs)."""
     env = os.environ if env is None else env
-    settings = {**COMMON_CONF, **s3a_spark_conf(env)}
+    settings = {**COMMON_CONF, **QUIET_CONF, **s3a_spark_conf(env)}
     if not submitted:
         settings["spark.jars"] = spark_jars_csv()
         settings["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
@@ -87,14 +132,15 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
             settings["spark.driver.extraJavaOptions"] = java_options
         if (master or "").startswith("local"):
             settings.update(LOCAL_DEFAULTS)
-    return {**settings, **(conf or {})}
+    return {**settings, **extra_spark_conf(env), **(conf or {})}
 
 
 def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
     """The active SparkSession, or a new one with Delta and the Kafka connector.
 
-    Under spark-submit the master and jars come from the submit command; otherwise `master`
-    (else DELTAFERRY_SPARK_MASTER, else local[*]) and the jars resolved by `make setup`.
+    Under spark-submit the master, jars and py-files come from the submit command; otherwise
+    `master` (else DELTAFERRY_SPARK_MASTER, else local[*]) and the jars resolved by `make
+    setup`, and on a cluster deltaferry's own code shipped to the executors (`package_zip`).
     Either way the S3 credentials are set inside the running JVM (`configure_s3a`).
     """
     from pyspark.sql import SparkSession
@@ -109,12 +155,16 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     if not submitted:
         master = master or os.environ.get("DELTAFERRY_SPARK_MASTER") or "local[*]"
         builder = builder.master(master)
-        # Python workers (UDFs: protobuf decoding) run this interpreter, which has deltaferry
-        # and pyarrow, unless PYSPARK_PYTHON names another (PySpark reads only the variable).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Python workers (UDFs: protobuf decoding) run this interpreter on a local master, as
+        # PySpark reads only the variable; on a cluster PYSPARK_PYTHON names the executors' own.
+        python = worker_python(master)
+        if python:
+            os.environ.setdefault("PYSPARK_PYTHON", python)
     for key, value in builder_settings(master, submitted, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     configure_s3a(spark)  # the credentials: inside the JVM, before any s3a path is touched
+    if not submitted and not is_local(master):
+        spark.sparkContext.addPyFile(str(package_zip()))  # the executors import this deltaferry
     spark.sparkContext.setLogLevel(os.environ.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"))
     return spark

@@ -24,12 +24,17 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
-def stack_env(tmp_path_factory) -> dict[str, str]:
+def stack_dir(tmp_path_factory):
+    """The folder of the session's local stack (`stack_env`)."""
+    return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="session")
+def stack_env(stack_dir) -> dict[str, str]:
     """The assignments of a local stack (broker, S3 server, Schema Registry) running for the
     whole session."""
     from deltaferry.dev import stack
 
-    stack_dir = tmp_path_factory.mktemp("stack")
     try:
         yield stack.up(stack_dir)
     finally:

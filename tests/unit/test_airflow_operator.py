@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -202,6 +203,39 @@ echo '[{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "in
     assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
     assert report == {"topic": "orders", "step": "infer", "schema_version": 2,
                       "summary": "infer orders: v2"}  # one dict, not a one-item list
+
+
+def test_operator_on_a_spark_master_ships_deltaferry_and_the_jars(tmp_path, monkeypatch):
+    """A spark:// master from the spark_default connection: --master is it, --jars the
+    resolved jars, --py-files the zip of deltaferry (the executors import it from there)."""
+    record = tmp_path / "record.json"
+    script = tmp_path / "spark-submit"
+    script.write_text(f"""#!/bin/sh
+python3 - "$@" <<'PY'
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "python": os.environ.get("PYSPARK_PYTHON")}},
+          open({str(record)!r}, "w"))
+PY
+echo '[{{"topic": "orders", "step": "infer", "summary": "infer orders"}}]' > "$DELTAFERRY_REPORT_FILE"
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
+        {"conn_type": "generic", "extra": {"bootstrap.servers": "k:9092"}}))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
+                                            spark_binary=str(script))
+    task.execute({"params": {"reinfer": True}})
+    argv = json.loads(record.read_text())["argv"]
+    assert argv[argv.index("--master") + 1] == "spark://10.0.0.5:7077"
+    py_files = argv[argv.index("--py-files") + 1]
+    assert Path(py_files).name.startswith("deltaferry-") and Path(py_files).is_file()
+    assert "delta-spark" in argv[argv.index("--jars") + 1]
+    assert json.loads(record.read_text())["python"] is None  # the executors' own python3
 
 
 # --- object storage ---------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def fake_service(name: str, delay: float = 0.0, fails: bool = False, seen_env=No
         return process.wait_ready(svc.process, lambda: process.port_accepts("127.0.0.1", svc.ports["main"]),
                                   what=svc.title, deadline_s=10, interval=0.05)
 
-    return SimpleNamespace(launch=launch, await_ready=await_ready,
+    return SimpleNamespace(NAME=name, launch=launch, await_ready=await_ready,
                            data_dir=lambda d: d / name / "data")
 
 
@@ -235,6 +235,24 @@ def test_up_up_status_down(monkeypatch, tmp_path):
                    for p in pids)
     assert stack.status(tmp_path) == {}
     assert not (tmp_path / "one" / "data").exists()
+
+
+def test_up_with_more_services_adds_them_to_the_running_stack(monkeypatch, tmp_path):
+    """`stack up --cluster` on a running stack starts only the cluster's services."""
+    seen = []
+    monkeypatch.setattr(stack, "SERVICES", (fake_service("one"),))
+    monkeypatch.setattr(stack, "CLUSTER", (fake_service("extra", seen_env=seen),))
+    first = stack.up(tmp_path)
+    (one,) = stack.services_of(stack.read_state(tmp_path))
+    both = stack.up(tmp_path, cluster=True)
+    assert list(both) == ["FAKE_ONE", "FAKE_EXTRA"] and both["FAKE_ONE"] == first["FAKE_ONE"]
+    assert seen == [first]  # the added service sees the running stack's assignments
+    running = stack.services_of(stack.read_state(tmp_path))
+    assert [s.name for s in running] == ["one", "extra"]
+    assert running[0].process.pid == one.process.pid  # the broker etc. kept running
+    assert stack.up(tmp_path, cluster=True) == both and len(seen) == 1
+    assert [ln.split(" (")[0] for ln in stack.down(tmp_path)] == ["stopped fake extra",
+                                                                   "stopped fake one"]
 
 
 def test_up_replaces_a_stack_whose_process_died(monkeypatch, tmp_path):

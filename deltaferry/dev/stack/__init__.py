@@ -1,8 +1,9 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
 whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Schema Registry
-(Apicurio, built by `make setup`), started in that order; more services join by adding to
-SERVICES a module with `launch(stack_dir, env) -> Service` (start the process, return at once;
-`env` holds the assignments of the services started before it),
+(Apicurio, built by `make setup`), started in that order, and on request (`up(cluster=True)`,
+`stack up --cluster`) a Spark standalone master with two workers. More services join by adding
+to SERVICES a module (or object) with a `NAME`, `launch(stack_dir, env) -> Service` (start the
+process, return at once; `env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
 (StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
 
@@ -27,15 +28,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from deltaferry.dev.stack import kafka, registry, s3
+from deltaferry.dev.stack import kafka, registry, s3, spark
 from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 from deltaferry.jvm import REPO_ROOT
 
 __all__ = ["up", "down", "status", "resolve_stack_dir"]
 
 #: Started in this order, stopped in the reverse order.
-SERVICES = (kafka, s3, registry)
+SERVICES: tuple[Any, ...] = (kafka, s3, registry)
+#: Started after SERVICES by `up(cluster=True)`: a Spark standalone master and its workers.
+CLUSTER: tuple[Any, ...] = spark.CLUSTER
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -135,33 +139,57 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     return lines
 
 
-def up(stack_dir: Path | None = None) -> dict[str, str]:
-    """Start the stack unless it already runs; the shell assignments (NAME -> value) either way."""
+def up(stack_dir: Path | None = None, cluster: bool = False) -> dict[str, str]:
+    """Start the stack unless it already runs; the shell assignments (NAME -> value) either way.
+
+    With `cluster`, a Spark standalone cluster too (`deltaferry.dev.stack.spark`), also added
+    to a stack that already runs without one."""
     folder = resolve_stack_dir(stack_dir)
+    wanted = SERVICES + (CLUSTER if cluster else ())
     with _locked(folder):
         state = read_state(folder)
-        if state is not None and is_live(state):
-            pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in services_of(state))
-            print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
-            return dict(state["assignments"])
-        if state is not None or state_path(folder).exists():
-            print(f"stack state in {folder} is stale; cleaning it up", file=sys.stderr)
-            _stop_all(folder, services_of(state))
         started: list[Service] = []
         env: dict[str, str] = {}
+        if state is not None and is_live(state):
+            started = services_of(state)
+            env = dict(state["assignments"])
+            have = {s.name for s in started}
+            if all(module.NAME in have for module in wanted):
+                pids = ", ".join(f"{s.title} pid {s.process.pid}" for s in started)
+                print(f"stack already running ({pids}) in {folder}", file=sys.stderr)
+                return env
+            wanted = tuple(m for m in wanted if m.NAME not in have)
+        else:
+            if state is not None or state_path(folder).exists():
+                print(f"stack state in {folder} is stale; cleaning it up", file=sys.stderr)
+                _stop_all(folder, services_of(state))
+        before = len(started)
         try:
-            for module in SERVICES:
+            for module in wanted:
                 service = module.launch(folder, dict(env))
                 started.append(service)
                 write_state(folder, make_state(started, ready=False))  # `down` can find it
                 module.await_ready(service)
                 env.update(service.assignments)
         except BaseException:
-            _stop_all(folder, started)
+            if before:
+                _stop_added(folder, started, before)
+            else:
+                _stop_all(folder, started)
             raise
         state = make_state(started, ready=True)
         write_state(folder, state)
         return dict(state["assignments"])
+
+
+def _stop_added(folder: Path, services: list[Service], before: int) -> None:
+    """Stop the services an `up` added to a running stack after one of them failed; the
+    running stack's state is written back as it was."""
+    for service in reversed(services[before:]):
+        stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        for path in service.paths:
+            shutil.rmtree(path, ignore_errors=True)
+    write_state(folder, make_state(services[:before], ready=True))
 
 
 def down(stack_dir: Path | None = None) -> list[str]:
@@ -174,7 +202,7 @@ def down(stack_dir: Path | None = None) -> list[str]:
         services = services_of(state)
         if not services:
             state_path(folder).unlink(missing_ok=True)
-            for module in SERVICES:  # leftovers of a run whose state was lost
+            for module in SERVICES + CLUSTER:  # leftovers of a run whose state was lost
                 shutil.rmtree(module.data_dir(folder), ignore_errors=True)
             return [f"stack: not running (no state in {folder})"]
         return _stop_all(folder, services)
