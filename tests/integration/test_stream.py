@@ -1,4 +1,5 @@
-"""`deltaferry stream TOPIC` as a real process against a real broker: rows arrive while it runs,
+"""`deltaferry stream TOPIC` as a real process against a real broker: started on an empty topic
+it waits for the first message (and infers the schema from it); rows arrive while it runs,
 a field that appears mid-stream lands as a column, SIGTERM stops it cleanly (exit 0, lock
 released) while messages keep coming, and a restart lands the rest: every message exactly once
 (an append topic, so a duplicate would be a second row of its (partition, offset))."""
@@ -93,7 +94,6 @@ def stop(process: subprocess.Popen, log_path) -> str:
 def test_stream_runs_until_sigterm_and_restarts_without_loss_or_duplicates(
         kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("stream", partitions=2)
-    produce(kafka_bootstrap, topic, [(None, {"seq": s, "kind": "view"}) for s in range(20)])
     warehouse = tmp_path / "wh"
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    mode: append\n"
@@ -104,8 +104,11 @@ def test_stream_runs_until_sigterm_and_restarts_without_loss_or_duplicates(
     ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
     first_log, second_log = tmp_path / "stream1.log", tmp_path / "stream2.log"
 
-    process = start(env, topic, first_log)
+    process = start(env, topic, first_log)  # on an empty topic: it waits for a first message
     try:
+        wait_for(lambda: "waiting for its first message" in first_log.read_text(),
+                 "the wait for a first message", process, first_log)
+        produce(kafka_bootstrap, topic, [(None, {"seq": s, "kind": "view"}) for s in range(20)])
         wait_for(lambda: len(table_seqs(ctx.paths.table)) >= 20, "the first rows", process,
                  first_log)
         # the lock is held while streaming: a run of the same topic is refused, naming it
