@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
+	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -51,13 +52,15 @@ test: setup lint test-unit test-integration
 
 # ruff (style, imports, bugbear) and mypy over the library, the tests, the benchmarks, the DAGs.
 lint: setup
-	$(BIN)/ruff check deltaferry tests bench dags
+	$(BIN)/ruff check deltaferry tests bench dags plugins
 	$(BIN)/mypy deltaferry
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q
 
+# The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
 test-integration: setup
+	scripts/ensure-browser.sh
 	$(BIN)/pytest tests/integration -q -m integration
 
 demo: setup
@@ -97,6 +100,10 @@ bench-cluster: setup
 # What an hourly DAG run costs through a real Airflow scheduler: the demo's run, an idle run.
 bench-airflow: setup
 	$(BIN)/python bench/bench_airflow.py
+
+# Each deltaferry page of the Airflow UI on the demo data (a running local Airflow, else in-process).
+bench-ui: setup
+	$(BIN)/python bench/bench_ui.py
 
 # The local Schema Registry: Apicurio Registry 2.4.2.Final built as a Quarkus app from Maven
 # Central (jvm/registry/pom.xml): registry-runner.jar and its lib/ into .deps/registry, which

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from deltaferry.errors import DeltaferryError
 
+#: The local stack's services, as `deltaferry stack stop|start` names them.
+SERVICE_NAMES = ("kafka", "s3", "registry")
+
 
 def _local_service(what: str, action: str, up, down, status) -> int:
     """`deltaferry stack|airflow up|down|status`: `up` and `status` print shell assignments
@@ -29,6 +32,14 @@ def _local_service(what: str, action: str, up, down, status) -> int:
 
 def _stack(args: argparse.Namespace) -> int:
     from deltaferry.dev import stack
+
+    if args.action in ("stop", "start"):
+        if not args.service:
+            raise DeltaferryError(f"stack {args.action}: name the service "
+                                  f"({', '.join(SERVICE_NAMES)})")
+        act = stack.stop_service if args.action == "stop" else stack.start_service
+        print(act(args.service), file=sys.stderr)
+        return 0
 
     def up() -> dict[str, str]:
         return stack.up(cluster=args.cluster)
@@ -94,10 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         "stack", help="start or stop the local stack (Kafka broker, S3 server, Schema Registry)")
     p_stack.add_argument(
         "action",
-        choices=["up", "down", "status"],
-        help="up: start in the background and print shell assignments; down: stop everything; "
-        "status: print the assignments of a running stack",
+        choices=["up", "down", "status", "stop", "start"],
+        help="up: start in the background and print shell assignments; down: stop everything "
+        "and delete its data; status: print the assignments of a running stack; stop SERVICE: "
+        "stop one service, keeping its data and ports; start SERVICE: start it again in place",
     )
+    p_stack.add_argument("service", nargs="?", choices=SERVICE_NAMES,
+                         help="stop and start: the service (kafka, s3 or registry)")
     p_stack.add_argument(
         "--cluster", action="store_true",
         help="with up: also a Spark standalone cluster (a master and two workers on 127.0.0.1; "

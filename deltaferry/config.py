@@ -18,6 +18,10 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
         vacuum_interval_hours: 24  # VACUUM at most this often (once files can be that old)
         optimize_min_files: 16     # OPTIMIZE only when a table has this many small files
         fail_on_data_loss: true    # fail when offsets expired before they were read
+        keep_headers: false        # true: the table gets kafka_headers, the Kafka headers of
+                                   # each key's latest message (array<struct<key, value>>)
+        kafka_timeout_seconds: 30  # a broker that stops answering while Spark reads fails the
+                                   # run after about this long (each wait on it: half)
         retries: 2                 # Airflow retries of each task, with exponential back-off
         retry_delay_minutes: 2     # the first retry's delay (doubling up to 60 minutes)
         format: json               # json | avro | protobuf (Confluent wire format through the
@@ -137,6 +141,8 @@ class TopicConfig:
     vacuum_interval_hours: float = 24.0
     optimize_min_files: int = 16
     fail_on_data_loss: bool = True
+    keep_headers: bool = False
+    kafka_timeout_seconds: float = 30.0
     retries: int = 2
     retry_delay_minutes: float = 2.0
     subject_strategy: str = "topic_name"
@@ -226,6 +232,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"must be a whole number >= 2 (OPTIMIZE merges two files or more), "
                        f"got {value!r}")
         return value
+    if key == "kafka_timeout_seconds":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+            raise fail(f"must be a number of seconds >= 1, got {value!r}")
+        return float(value)
     if key == "retries":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise fail(f"must be a whole number >= 0, got {value!r}")
@@ -276,7 +286,7 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         except ValueError as exc:
             raise fail(f"{exc} (say \"30 seconds\" or \"1 minute\")") from None
         return value.strip()
-    if key in ("fail_on_data_loss", "deletion_vectors"):
+    if key in ("fail_on_data_loss", "deletion_vectors", "keep_headers"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
         return value

@@ -4,8 +4,10 @@ Unset in every real run: `point` then returns at once. With DELTAFERRY_CRASH_POI
 run reaching the point NAME writes NAME to the file DELTAFERRY_CRASH_MARK and stops there (it
 sleeps until killed); NAME@N stops the (N+1)-th time the process reaches it (the third batch for
 @2); NAME:continue writes the file and goes on (to be killed somewhere inside the work that
-follows). `tests/integration/test_crash.py` kills a run at each point and
-checks the table and the quarantine after the next runs.
+follows); NAME:pause writes the file and waits until it is deleted, then goes on (the outage
+tests stop a service of the stack meanwhile). `tests/integration/test_crash.py` kills a run at
+each point and checks the table and the quarantine after the next runs;
+`tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 
 POINT_VAR = "DELTAFERRY_CRASH_POINT"
 MARK_VAR = "DELTAFERRY_CRASH_MARK"
+#: How often a paused run looks whether its mark is gone (seconds).
+PAUSE_POLL_S = 0.1
 #: The points, in the order a run reaches them.
 POINTS = ("quarantine-written", "batch-written", "optimized-table", "optimized-quarantine")
 _reached: dict[str, int] = {}
@@ -32,7 +36,12 @@ def point(name: str) -> None:
     times = _reached[name] = _reached.get(name, 0) + 1
     if times <= int(nth or 0):
         return
-    with open(os.environ[MARK_VAR], "w", encoding="utf-8") as handle:
+    mark = os.environ[MARK_VAR]
+    with open(mark, "w", encoding="utf-8") as handle:
         handle.write(name)
+    if mode == "pause":
+        while os.path.exists(mark):
+            time.sleep(PAUSE_POLL_S)
+        return
     while mode != "continue":
         time.sleep(60)

@@ -247,9 +247,17 @@ class TopicLock:
 
     @contextmanager
     def hold(self, wait: float = 0.0) -> Iterator[TopicLock]:
-        """Hold the lock (acquired with `wait`) for the block."""
+        """Hold the lock (acquired with `wait`) for the block. A release the storage refuses (an
+        S3 server that went down with the run, say) is logged, never raised over the run's own
+        outcome: the next run takes the lock over, its holder being gone."""
         self.acquire(wait)
         try:
             yield self
         finally:
-            self.release()
+            try:
+                self.release()
+            except Exception as exc:
+                log.warning("topic %s: could not release the lock %s (%s); the next run takes "
+                            "it over (on this host at once, elsewhere after %.0f s)",
+                            self.topic, self.folder, exc, self.lease)
+                self.generation = self.holder = None

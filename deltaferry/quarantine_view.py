@@ -43,13 +43,16 @@ class QuarantineView:
         return out
 
 
-def describe_bytes(data: bytes | None, text: str | None) -> str:
-    """Bytes as a short text: the text (quoted, cut) where valid UTF-8, else size and hex."""
+def describe_bytes(data: bytes | None, text: str | None, width: int = TEXT_WIDTH,
+                   hex_bytes: int = 12) -> str:
+    """Bytes as a short text: the text (quoted with control characters escaped, cut after
+    `width` characters) where valid UTF-8, else the size and the first `hex_bytes` in hex."""
     if data is None:
         return "null"
     if text is not None:
-        return repr(text if len(text) <= TEXT_WIDTH else text[:TEXT_WIDTH] + "...")
-    return f"<{len(data)} bytes, not UTF-8: {data[:12].hex(' ')}{' ...' if len(data) > 12 else ''}>"
+        return repr(text if len(text) <= width else text[:width] + "...")
+    more = " ..." if len(data) > hex_bytes else ""
+    return f"<{len(data)} bytes, not UTF-8: {data[:hex_bytes].hex(' ')}{more}>"
 
 
 def describe_key(row: Mapping) -> str:

@@ -54,6 +54,21 @@ class RegistryError(DeltaferryError):
         super().__init__(f"{where}: {problem}")
 
 
+#: What a registry that stops answering during ingest means for the micro-batch that needed it.
+BATCH_NOT_COMMITTED = ("is it running? Nothing of the micro-batch that needed it was committed: "
+                       "the next run reads it again")
+
+
+def unanswered(url: str, what: str, exc: Exception, subject: str | None = None,
+               then: str = "is it running?") -> RegistryError:
+    """The error of a request the registry never answered (connection refused or reset, a
+    timeout: the HTTP client's own errors, raised once its retries are spent) while reading
+    `what` (``schema id 7``), followed by `then`; `url` without credentials."""
+    reason = str(exc) or "no answer"
+    return RegistryError(url, f"did not answer while reading {what} ({type(exc).__name__}: "
+                         f"{reason}); {then}", subject)
+
+
 def without_credentials(url: str) -> str:
     """`url` with any user:password@ removed (for messages and logs)."""
     parts = urlsplit(url)

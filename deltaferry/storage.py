@@ -11,6 +11,10 @@ S3 settings come from the environment, validated once into `S3Settings`:
   which local servers need.
 * ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``: unset means the AWS SDKs' default chain.
 * ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``): default ``us-east-1``.
+* ``DELTAFERRY_S3_RETRIES``: how often Spark's S3A retries a request that failed (a server that
+  does not answer), default 3: an S3 outage then fails a run's step within about 15 s, and
+  Airflow's retries with back-off take over. Hadoop's own defaults wait about 5 minutes per
+  request; throttling (503 Slow Down) keeps S3A's separate, longer retries.
 
 The secret never appears in a repr, a log line, an error message or a command line: Spark gets it
 as Hadoop configuration set inside the running driver (`s3a_hadoop_conf`, the keys in
@@ -29,7 +33,10 @@ from deltaferry.errors import ConfigError, WarehouseError
 
 S3_SCHEMES = ("s3://", "s3a://")
 ENDPOINT_VAR = "DELTAFERRY_S3_ENDPOINT"
+RETRIES_VAR = "DELTAFERRY_S3_RETRIES"
 DEFAULT_REGION = "us-east-1"
+#: S3A's retries of a failed request (see the module docstring).
+DEFAULT_RETRIES = 3
 #: The S3A properties that carry credentials: never Spark configuration, which can reach a
 #: command line; set on the running session's Hadoop configuration instead.
 S3A_CREDENTIAL_KEYS = ("fs.s3a.aws.credentials.provider", "fs.s3a.access.key",
@@ -70,10 +77,12 @@ class S3Settings:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     region: str = DEFAULT_REGION
+    retries: int = DEFAULT_RETRIES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
-        """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION."""
+        """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and
+        DELTAFERRY_S3_RETRIES."""
         env = os.environ if env is None else env
         endpoint = (env.get(ENDPOINT_VAR) or "").strip().rstrip("/") or None
         if endpoint and not endpoint.startswith(("http://", "https://")):
@@ -84,7 +93,10 @@ class S3Settings:
             raise ConfigError("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
                               "set both the access key id and the secret key, or neither")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-        return cls(endpoint, access, secret, region)
+        retries = (env.get(RETRIES_VAR) or "").strip() or str(DEFAULT_RETRIES)
+        if not retries.isdigit():
+            raise ConfigError(RETRIES_VAR, f"must be a whole number >= 0, got {retries!r}")
+        return cls(endpoint, access, secret, region, int(retries))
 
     def client(self):
         """A boto3 S3 client for these settings (path-style addressing for custom endpoints)."""
@@ -108,8 +120,12 @@ class S3Settings:
 
 
 def s3a_hadoop_conf(settings: S3Settings) -> dict[str, str]:
-    """Hadoop S3A properties (without the ``spark.hadoop.`` prefix) for `settings`."""
-    conf = {"fs.s3a.endpoint.region": settings.region}
+    """Hadoop S3A properties (without the ``spark.hadoop.`` prefix) for `settings`: endpoint,
+    region, credentials, and the retries of a failed request (S3A's and the AWS SDK's own
+    attempts, see DELTAFERRY_S3_RETRIES)."""
+    conf = {"fs.s3a.endpoint.region": settings.region,
+            "fs.s3a.retry.limit": str(settings.retries),
+            "fs.s3a.attempts.maximum": str(max(1, settings.retries))}
     if settings.endpoint:
         conf["fs.s3a.endpoint"] = settings.endpoint
         conf["fs.s3a.path.style.access"] = "true"

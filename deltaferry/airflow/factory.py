@@ -186,6 +186,8 @@ class Built:
 
     dags: dict = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: the bad entries' errors (entry-level, each naming its topic where it has a name)
+    broken: list[ConfigError] = field(default_factory=list)
 
 
 def build(topics_file: str | None = None, warehouse: str | None = None,
@@ -222,6 +224,7 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
             ))
             continue
         result.dags[dag.dag_id] = dag
+    result.broken = broken
     for error in broken:
         result.errors.append(str(error))
         if error.topic and f"ingest_{error.topic}" not in result.dags:

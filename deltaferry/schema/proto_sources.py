@@ -32,7 +32,13 @@ from pathlib import Path
 
 from deltaferry.config import TopicConfig
 from deltaferry.errors import ConfigError, DeltaferryError, VersionConflictError
-from deltaferry.registry import RegistryError, RegistrySettings, subject_name
+from deltaferry.registry import (
+    BATCH_NOT_COMMITTED,
+    RegistryError,
+    RegistrySettings,
+    subject_name,
+    unanswered,
+)
 from deltaferry.schema.merge import describe, describe_conflict, merge_schemas
 from deltaferry.schema.protobuf import (
     REASON_CLASH,
@@ -184,6 +190,9 @@ class RegistrySchemas:
             except SchemaRegistryError as exc:
                 raise self._fail(f"reference {ref.name!r} (subject {ref.subject!r} version "
                                  f"{ref.version}) of {what}", exc) from None
+            except Exception as exc:  # the HTTP client's: the registry did not answer at all
+                raise unanswered(self.url, f"reference {ref.name!r} of {what}", exc,
+                                 self.subject) from None
             files = self._resolve(found.schema, ref.name, f"reference {ref.name!r}", depth + 1)
             imported.extend(files)
             if _as_descriptor(found.schema.schema_str) is None:
@@ -221,6 +230,9 @@ class RegistrySchemas:
                             schema_id, self.url)
                 self._files[schema_id] = None
                 return None
+            except Exception as exc:  # the HTTP client's: the registry did not answer at all
+                raise unanswered(self.url, f"schema id {schema_id} of topic {self.topic.name!r}",
+                                 exc, self.subject, then=BATCH_NOT_COMMITTED) from None
             files = self._resolve(schema, f"schema-{schema_id}.proto", f"schema id {schema_id}")
             self._files[schema_id] = WriterFile(files[-1].name, descriptor_set(files),
                                                 f"schema id {schema_id}")

@@ -29,7 +29,13 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
-from deltaferry.registry import RegistryError, RegistrySettings, subject_name
+from deltaferry.registry import (
+    BATCH_NOT_COMMITTED,
+    RegistryError,
+    RegistrySettings,
+    subject_name,
+    unanswered,
+)
 from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
@@ -132,6 +138,9 @@ class WriterSchemas:
                 log.warning("schema id %d is unknown to %s; its messages go to quarantine",
                             schema_id, self.url)
                 self._known[schema_id] = None
+            except Exception as exc:  # the HTTP client's: the registry did not answer at all
+                raise unanswered(self.url, f"schema id {schema_id}", exc,
+                                 then=BATCH_NOT_COMMITTED) from None
         return self._known[schema_id]
 
     def known(self, schema_id: int) -> bool:

@@ -160,7 +160,8 @@ def infer_schema(
         "infer %s: reading %d offsets (%s)", topic.name, scanned,
         ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
     )
-    records = inference_records(read_ranges(spark, settings, topic.name, ranges), topic)
+    records = inference_records(read_ranges(spark, settings, topic.name, ranges,
+                                            topic.kafka_timeout_seconds), topic)
     inferred = infer_from_records(spark, records, cached.schema if cached else None)
     if cached is None and not inferred.get("fields"):
         raise NoSchemaError(

@@ -36,8 +36,9 @@ from deltaferry.spark.decoding import (
     key_decoder_for,
     with_reason,
 )
+from deltaferry.spark.failures import run_failure
 from deltaferry.spark.infer import CORRUPT
-from deltaferry.spark.kafka_source import kafka_options, latest_per_key
+from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
 from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
@@ -162,9 +163,11 @@ def describe_progress(batch: dict) -> str:
             f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
 
 
-def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
+def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
+                  headers: bool = False) -> DataFrame:
     """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
-    payload columns, and the tombstone marker."""
+    the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
+    and the tombstone marker."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -173,12 +176,13 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
     # key columns a key decoder added (avro keys); a merge_key's are payload fields
     extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS
                   and k in parsed.columns)
+    kafka_headers = (HEADERS,) if headers else ()
     payload = [
-        F.col("data").getField(f).alias(column_name(f, extra))
+        F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
         for f in data_type.fieldNames() if f != CORRUPT
     ]
     return parsed.select(
-        *delta_table.METADATA_COLUMNS, *extra, *payload,
+        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
         F.col("raw_value").isNull().alias(delta_table.DELETED),
     )
 
@@ -213,20 +217,20 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
     return parsed.unionByName(large, allowMissingColumns=True)
 
 
-def usable_rows(parsed: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """The usable records of `parsed` as table rows: latest per key on the key columns `keys`,
-    every record where there are none (mode append)."""
+def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
+    """The usable records of `parsed` as table rows (with their headers if `headers`): latest
+    per key on the key columns `keys`, every record where there are none (mode append)."""
     from pyspark.sql import functions as F
 
-    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys)
+    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers)
     return latest_per_key(rows, keys) if keys else rows
 
 
-def table_rows(spark: SparkSession, path: str, parsed: DataFrame,
-               keys: tuple[str, ...]) -> tuple[DataFrame, list[str]]:
+def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
+               headers: bool = False) -> tuple[DataFrame, list[str]]:
     """`usable_rows`, with the table at `path` grown first (new top-level columns, numeric
     widening); (rows, columns widened)."""
-    rows = usable_rows(parsed, keys)
+    rows = usable_rows(parsed, keys, headers)
     delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
 
@@ -253,8 +257,11 @@ class BatchWriter:
     into the table on the key columns (appended where the key decoder has none)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
-                 report: IngestReport, keys: KeyDecoder | None = None):
+                 report: IngestReport, keys: KeyDecoder | None = None, *,
+                 settings: Settings):
         self.spark = spark
+        #: Where the brokers and the warehouse are, for the message when one fails.
+        self.settings = settings
         self.topic = topic
         self.paths = paths
         self.decoder = decoder
@@ -293,6 +300,9 @@ class BatchWriter:
         except DeltaferryError as exc:
             self.failure = exc
             raise
+        except Exception as exc:  # Spark's, around what the Kafka client (or Delta...) said
+            self.failure = run_failure(self.topic, self.settings, str(exc), batch_id)
+            raise
         finally:
             with self._gate:
                 self._busy = False
@@ -318,7 +328,7 @@ class BatchWriter:
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch("latest per key" if keys else "table rows"):
-                rows = usable_rows(parsed, keys).persist()
+                rows = usable_rows(parsed, keys, self.topic.keep_headers).persist()
                 rows.count()
             with batch("schema evolution"):
                 delta_table.add_new_columns(
@@ -406,7 +416,7 @@ class IngestStream:
         decoder = decoder_for(spark, topic, store)
         self.report.schema_version = decoder.schema_version
         self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
-                                  key_decoder_for(spark, topic))
+                                  key_decoder_for(spark, topic), settings=settings)
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
@@ -414,7 +424,8 @@ class IngestStream:
     def start(self, **trigger):
         """Start the query with `trigger` (DataStreamWriter.trigger's keywords)."""
         reader = (
-            self.spark.readStream.format("kafka").options(**kafka_options(self.settings))
+            self.spark.readStream.format("kafka")
+            .options(**kafka_options(self.settings, self.topic.kafka_timeout_seconds))
             .option("subscribe", self.topic.name)
             .option("startingOffsets", self.topic.starting_offsets)
             .option("failOnDataLoss", str(self.topic.fail_on_data_loss).lower())
@@ -458,14 +469,18 @@ class IngestStream:
 
 
 def await_query(query, writer: BatchWriter, timeout: float | None = None) -> bool:
-    """`query.awaitTermination(timeout)`: whether it ended. A batch's DeltaferryError is raised
-    as itself instead of Spark's wrapped StreamingQueryException."""
+    """`query.awaitTermination(timeout)`: whether it ended. A batch the writer refused because
+    its stream is stopping ends it cleanly; a batch's failure is raised as deltaferry's one-line
+    error (`run_failure`) instead of Spark's wrapped StreamingQueryException."""
     try:
         return bool(query.awaitTermination(timeout) if timeout is not None
                     else query.awaitTermination())
-    except Exception:  # Spark's StreamingQueryException around what a batch raised
-        if writer.failure is not None:
-            raise writer.failure from None
+    except Exception as exc:  # Spark's StreamingQueryException around what a batch raised
+        if writer.refused is not None:
+            return True
+        failure = writer.failure or run_failure(writer.topic, writer.settings, str(exc))
+        if failure is not None:
+            raise failure from None
         raise
 
 
@@ -502,16 +517,12 @@ def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
              "with SIGTERM or Ctrl-C (the current micro-batch ends first)", topic.name,
              topic.trigger_interval)
     progress = StreamProgress(topic.name)
-    try:
-        while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
-            for batch in progress.add(query.recentProgress):
-                log.info("stream %s %s", topic.name, describe_progress(batch))
-            if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
-                log.info("stream %s: stopping between micro-batches", topic.name)
-                query.stop()
-    except Exception:
-        if writer.refused is None:
-            raise
+    while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
+        for batch in progress.add(query.recentProgress):
+            log.info("stream %s %s", topic.name, describe_progress(batch))
+        if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
+            log.info("stream %s: stopping between micro-batches", topic.name)
+            query.stop()
     for batch in progress.add(query.recentProgress):
         log.info("stream %s %s", topic.name, describe_progress(batch))
     if writer.refused is not None:

@@ -25,14 +25,31 @@ HEADERS_DDL = "array<struct<key:string,value:binary>>"
 STRING_KEY = ("kafka_key",)
 
 
-def kafka_options(settings: Settings) -> dict[str, str]:
+def kafka_options(settings: Settings, timeout_s: float | None = None) -> dict[str, str]:
     """Spark Kafka source options for the brokers and any client (security) settings, in the
-    Java client's form. They reach the JVM as reader options through py4j, never on a command
+    Java client's form, with every wait on the brokers bounded by `timeout_s` when given
+    (`timeout_options`). They reach the JVM as reader options through py4j, never on a command
     line; Spark redacts option values that mention a password when it shows a plan."""
     options = {"kafka.bootstrap.servers": settings.kafka_bootstrap}
+    if timeout_s is not None:
+        options.update(timeout_options(timeout_s))
     client = java_client_options(settings.kafka_options)
     options.update({f"kafka.{k}": v for k, v in client.items()})
     return options
+
+
+def timeout_options(seconds: float) -> dict[str, str]:
+    """Kafka source options under which a broker that stops answering fails the micro-batch
+    reading it after about `seconds` (a topic's kafka_timeout_seconds), instead of after Spark's
+    and the Java client's defaults (a few minutes). Each wait gets half of it: the executors'
+    poll for a batch's records (``kafkaConsumer.pollTimeoutMs``, default 120 s) and then the
+    partition's position, and each of the driver's two attempts (``fetchOffset.numRetries``,
+    default 3) at listing partitions and offsets, which a batch does before it reads
+    (``request.timeout.ms`` 30 s and ``default.api.timeout.ms`` 60 s by default). Client
+    properties in DELTAFERRY_KAFKA_OPTIONS still override the last two."""
+    half = str(max(1, round(seconds * 500)))
+    return {"kafkaConsumer.pollTimeoutMs": half, "fetchOffset.numRetries": "2",
+            "kafka.request.timeout.ms": half, "kafka.default.api.timeout.ms": half}
 
 
 def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
@@ -61,9 +78,11 @@ def with_raw_columns(df: DataFrame, value_as_text: bool = True) -> DataFrame:
 
 
 def read_ranges(spark: SparkSession, settings: Settings, topic: str,
-                ranges: dict[int, tuple[int, int]]) -> DataFrame:
-    """A batch DataFrame of the raw records in [start, end) of each partition in `ranges`."""
-    reader = spark.read.format("kafka").options(**kafka_options(settings))
+                ranges: dict[int, tuple[int, int]], timeout_s: float | None = None
+                ) -> DataFrame:
+    """A batch DataFrame of the raw records in [start, end) of each partition in `ranges`
+    (each wait on the brokers bounded by `timeout_s`, see `timeout_options`)."""
+    reader = spark.read.format("kafka").options(**kafka_options(settings, timeout_s))
     return with_raw_columns(
         reader.option("assign", json.dumps({topic: sorted(ranges)}))
         .option("startingOffsets", offsets_json(topic, {p: s for p, (s, _) in ranges.items()}))

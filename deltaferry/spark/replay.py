@@ -148,7 +148,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
     parsed = decoded(claimed, topic, decoder, keys).persist()
     try:
         count = parsed.count()
-        rows, _ = table_rows(spark, paths.table, parsed, keys.columns)
+        rows, _ = table_rows(spark, paths.table, parsed, keys.columns, topic.keep_headers)
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
         counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True)
         report.landed += parsed.where(F.col("reason").isNull()).count()

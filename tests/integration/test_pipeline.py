@@ -246,7 +246,7 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     delta_table.ensure_table(spark, ctx.paths.table)
     report = IngestReport(topic)
     writer = BatchWriter(spark, ctx.topic, ctx.paths, decoder_for(spark, ctx.topic, ctx.store),
-                         report)
+                         report, settings=ctx.settings)
     writer(batch, 0)
     assert (report.inserted, report.quarantined) == (2, 1)
     version = table_version(spark, ctx)

@@ -26,7 +26,7 @@ MESSAGES = [
     (b"\xfe\xff-key", b'{"n": 5}', None),            # a key that is not UTF-8
     (None, b'{"n": 6}', None),                       # no key
     ("é".encode(), b'{"n": 7}', None),               # UTF-8 key beyond ASCII: fine
-    (b"a", b'{"n": 8}', None),
+    (b"a", b'{"n": 8}', [("trace", b"t-8"), ("bin", b"\x00\xff")]),  # kept (keep_headers)
 ]
 
 
@@ -58,18 +58,24 @@ def test_binary_keys_values_and_headers_are_kept_and_readable_by_delta_rs(
         spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("binary", partitions=1)
     send(kafka_bootstrap, topic, MESSAGES)
-    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, keep_headers=True)
     run_step("infer", ctx, spark)
     report = run_step("ingest", ctx, spark)
     assert (report.messages_read, report.quarantined) == (len(MESSAGES), 5)
 
     # the table holds only valid text: delta-rs reads it (through its SQL engine: the table is
-    # column-mapped); the UTF-8 key beyond ASCII is there
+    # column-mapped); the UTF-8 key beyond ASCII is there, and with keep_headers each key's
+    # latest headers, as bytes
     table = table_rows(ctx.paths.table)
     assert {r["kafka_key"]: r["n"] for r in table} == {"a": 8, "é": 7}
+    assert {r["kafka_key"]: [(h["key"], h["value"]) for h in r["kafka_headers"] or []]
+            for r in table} == {"a": MESSAGES[7][2], "é": []}
 
-    rows = {r["kafka_offset"]: r for r in open_table(ctx.paths.quarantine)
-            .to_pyarrow_table().to_pylist()}
+    quarantine = open_table(ctx.paths.quarantine)
+    # a plain table (no column mapping): delta-rs' to_pyarrow_table reads a column-mapped
+    # table's columns as nulls, which would make the byte-for-byte check below meaningless
+    assert quarantine.metadata().configuration.get("delta.columnMapping.mode", "none") == "none"
+    rows = {r["kafka_offset"]: r for r in quarantine.to_pyarrow_table().to_pylist()}
     assert set(rows) == {1, 2, 3, 4, 5}
     for offset, row in rows.items():
         key, value, headers = MESSAGES[offset]
@@ -125,6 +131,8 @@ def test_a_first_layout_quarantine_is_migrated_every_byte_kept(
     ]
     properties = open_table(ctx.paths.quarantine).metadata().configuration
     assert properties.get("deltaferry.quarantine.layout") == "2"
+    # without keep_headers (the default) the table has no headers column
+    assert "kafka_headers" not in spark.read.format("delta").load(ctx.paths.table).columns
 
 
 def test_a_foreign_quarantine_table_is_refused_with_its_path(

@@ -50,6 +50,7 @@ topics:
     task = bag.dags["ingest_clicks.v2"].get_task("infer_schema")
     assert (task.retries, task.retry_delay, task.retry_exponential_backoff) == (
         4, timedelta(minutes=1), True)
+    assert task.max_retry_delay == timedelta(minutes=60)  # the back-off's ceiling
     assert dag.get_task("vacuum").retries == 2  # the default
 
 

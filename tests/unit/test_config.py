@@ -212,3 +212,16 @@ def test_trigger_seconds(text, seconds):
     from deltaferry.config import trigger_seconds
 
     assert trigger_seconds(text) == seconds
+
+
+def test_keep_headers_and_kafka_timeout_seconds_are_validated():
+    from deltaferry.config import parse_topic
+
+    topic = parse_topic({"name": "t", "keep_headers": True, "kafka_timeout_seconds": 12}, 0)
+    assert (topic.keep_headers, topic.kafka_timeout_seconds) == (True, 12.0)
+    default = parse_topic({"name": "t"}, 0)
+    assert (default.keep_headers, default.kafka_timeout_seconds) == (False, 30.0)
+    with pytest.raises(ConfigError, match="keep_headers: must be true or false, got 'yes'"):
+        parse_topic({"name": "t", "keep_headers": "yes"}, 0)
+    with pytest.raises(ConfigError, match="kafka_timeout_seconds: must be a number of seconds"):
+        parse_topic({"name": "t", "kafka_timeout_seconds": 0}, 0)

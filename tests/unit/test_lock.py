@@ -5,6 +5,7 @@ racing takers of one dead holder never both win."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -129,3 +130,26 @@ def test_old_generations_are_pruned(tmp_path):
         with lock(tmp_path).hold():
             pass
     assert len(list(tmp_path.iterdir())) <= 8
+
+
+class RefusingStorage(LocalStorage):
+    """A folder whose writes fail once `down` is set, as an S3 server that stopped."""
+
+    down = False
+
+    def put_if_absent(self, uri, data):
+        if self.down:
+            raise ConnectionError("Could not connect to the endpoint URL")
+        return super().put_if_absent(uri, data)
+
+
+def test_a_release_the_storage_refuses_never_hides_the_runs_own_error(tmp_path, caplog):
+    storage = RefusingStorage()
+    held = TopicLock(storage, str(tmp_path), "orders", "test run", heartbeat=3600)
+    with pytest.raises(RuntimeError, match="the run's own failure"):
+        with held.hold():
+            storage.down = True
+            raise RuntimeError("the run's own failure")
+    assert "could not release the lock" in caplog.text and "takes it over" in caplog.text
+    storage.down = False  # the lock still names this (living) process: a later run of
+    assert lock(tmp_path).try_acquire().pid == os.getpid()  # another process takes it over

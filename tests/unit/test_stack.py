@@ -215,7 +215,12 @@ def fake_service(name: str, delay: float = 0.0, fails: bool = False, seen_env=No
         return process.wait_ready(svc.process, lambda: process.port_accepts("127.0.0.1", svc.ports["main"]),
                                   what=svc.title, deadline_s=10, interval=0.05)
 
-    return SimpleNamespace(NAME=name, launch=launch, await_ready=await_ready,
+    def relaunch(stack_dir: Path, svc: Service) -> Service:
+        argv = [sys.executable, "-c", LISTENER, str(svc.ports["main"]), "0"]
+        proc = process.start_detached(argv, stack_dir / name / "out.log", append=True)
+        return Service(**{**svc.__dict__, "process": proc})
+
+    return SimpleNamespace(NAME=name, launch=launch, await_ready=await_ready, relaunch=relaunch,
                            data_dir=lambda d: d / name / "data")
 
 
@@ -310,3 +315,32 @@ def test_detached_process_has_its_own_session(tmp_path):
         assert process.is_alive(proc)
     finally:
         process.stop(proc)
+
+
+def test_a_service_stopped_and_started_in_place_keeps_its_data_port_and_assignments(
+        monkeypatch, tmp_path):
+    monkeypatch.setattr(stack, "SERVICES", (fake_service("one"), fake_service("two")))
+    env = stack.up(tmp_path)
+    (tmp_path / "two" / "data" / "kept").write_text("still here")
+    _, old = stack.services_of(stack.read_state(tmp_path))
+    assert stack.stop_service("two", tmp_path).startswith("stopped fake two")
+    assert not process.is_alive(old.process) and stack.status(tmp_path) == {}
+    assert "starts it again" not in stack.stop_service("two", tmp_path)  # was not running
+    assert stack.start_service("two", tmp_path).startswith("started fake two again")
+    _, new = stack.services_of(stack.read_state(tmp_path))
+    assert new.process.pid != old.process.pid and new.ports == old.ports
+    assert stack.status(tmp_path) == env  # the same assignments: clients still work
+    assert (tmp_path / "two" / "data" / "kept").read_text() == "still here"
+    assert "already runs" in stack.start_service("two", tmp_path)
+    with pytest.raises(StackError, match="no service 'three'.*one, two"):
+        stack.stop_service("three", tmp_path)
+    stack.down(tmp_path)
+    with pytest.raises(StackError, match="no stack started"):
+        stack.start_service("two", tmp_path)
+
+
+def test_the_cli_names_the_stacks_services():
+    from deltaferry.cli import SERVICE_NAMES
+    from deltaferry.dev.stack import SERVICES
+
+    assert SERVICE_NAMES == tuple(m.NAME for m in SERVICES)

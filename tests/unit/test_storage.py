@@ -70,7 +70,15 @@ def test_s3a_conf_for_a_local_server_is_path_style_with_the_credentials():
 
 def test_s3a_conf_on_aws_leaves_endpoint_and_credentials_to_the_sdk():
     conf = s3a_hadoop_conf(S3Settings.from_env({"AWS_REGION": "eu-west-1"}))
-    assert conf == {"fs.s3a.endpoint.region": "eu-west-1"}
+    assert conf == {"fs.s3a.endpoint.region": "eu-west-1", "fs.s3a.retry.limit": "3",
+                    "fs.s3a.attempts.maximum": "3"}
+
+
+def test_s3_retries_bound_how_long_an_outage_is_retried():
+    conf = s3a_hadoop_conf(S3Settings.from_env({"DELTAFERRY_S3_RETRIES": "0"}))
+    assert (conf["fs.s3a.retry.limit"], conf["fs.s3a.attempts.maximum"]) == ("0", "1")
+    with pytest.raises(ConfigError, match="DELTAFERRY_S3_RETRIES: must be a whole number"):
+        S3Settings.from_env({"DELTAFERRY_S3_RETRIES": "many"})
 
 
 def test_storage_for_picks_the_backend():

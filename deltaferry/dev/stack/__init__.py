@@ -5,7 +5,13 @@ whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Sc
 to SERVICES a module (or object) with a `NAME`, `launch(stack_dir, env) -> Service` (start the
 process, return at once; `env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
-(StackError, process stopped, if it never gets ready) and `data_dir(stack_dir) -> Path`.
+(StackError, process stopped, if it never gets ready), `data_dir(stack_dir) -> Path` and
+`relaunch(stack_dir, service) -> Service` (start a stopped service again on its data and ports).
+
+`stop_service(NAME)` and `start_service(NAME)` (``deltaferry stack stop|start NAME``) stop one
+service and start it again *in place*: same data folder, same ports, same credentials, so the
+clients of the stack (and the printed assignments) still work; the outage tests
+(tests/integration/test_outages.py) stop the broker, the S3 server and the registry mid-run so.
 
 The stack lives in a folder, ``DELTAFERRY_STACK_DIR`` or ``<repo root>/.stack``, holding
 ``state.json`` (each service's pid, start time, ports and shell assignments) and each service's
@@ -32,9 +38,10 @@ from typing import Any
 
 from deltaferry.dev.stack import kafka, registry, s3, spark
 from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
+from deltaferry.errors import StackError
 from deltaferry.jvm import REPO_ROOT
 
-__all__ = ["up", "down", "status", "resolve_stack_dir"]
+__all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
 #: Started in this order, stopped in the reverse order.
 SERVICES: tuple[Any, ...] = (kafka, s3, registry)
@@ -212,3 +219,58 @@ def status(stack_dir: Path | None = None) -> dict[str, str]:
     """The shell assignments of the running stack; {} if it does not run."""
     state = read_state(resolve_stack_dir(stack_dir))
     return dict(state["assignments"]) if state is not None and is_live(state) else {}
+
+
+def _recorded(folder: Path, name: str) -> tuple[dict, list[Service], int]:
+    """The state of the stack in `folder`, its services and the index of service `name`;
+    StackError if no stack was started there or it has no such service."""
+    state = read_state(folder)
+    services = services_of(state)
+    if state is None or not state.get("ready") or not services:
+        raise StackError(f"no stack started in {folder}: `deltaferry stack up` first")
+    names = [s.name for s in services]
+    if name not in names:
+        raise StackError(f"the stack has no service {name!r} (its services: "
+                         f"{', '.join(names)})")
+    return state, services, names.index(name)
+
+
+def stop_service(name: str, stack_dir: Path | None = None) -> str:
+    """Stop one service of the running stack (SIGTERM, then SIGKILL after the grace), keeping
+    its data, ports and credentials for `start_service`; a line saying what was done."""
+    folder = resolve_stack_dir(stack_dir)
+    with _locked(folder):
+        _, services, index = _recorded(folder, name)
+        service = services[index]
+        how = stop(service.process, grace=STOP_GRACE_S)  # its data is kept: a clean stop
+    if how == "not running":
+        return f"{service.title} (pid {service.process.pid}) was not running"
+    return (f"stopped {service.title} (pid {service.process.pid}; {how}); its data is kept: "
+            f"`deltaferry stack start {name}` starts it again")
+
+
+def start_service(name: str, stack_dir: Path | None = None) -> str:
+    """Start a stopped service of the stack again in place (same data, ports and credentials)
+    and wait until it is ready; a line saying what was done."""
+    folder = resolve_stack_dir(stack_dir)
+    module = {m.NAME: m for m in SERVICES}.get(name)
+    with _locked(folder):
+        state, services, index = _recorded(folder, name)
+        if is_alive(services[index].process):
+            return f"{services[index].title} (pid {services[index].process.pid}) already runs"
+        if module is None:
+            raise StackError(f"cannot start {name!r} in place: only "
+                             f"{', '.join(m.NAME for m in SERVICES)} can be")
+        for attempt in (1, 2):
+            services[index] = module.relaunch(folder, services[index])
+            write_state(folder, make_state(services, ready=True))  # `down` finds the new pid
+            try:
+                seconds = module.await_ready(services[index])
+                break
+            except StackError as exc:  # await_ready stopped it; one more start, then give up
+                if attempt == 2:
+                    raise
+                print(f"{services[index].title} did not get ready ({exc.args[0].splitlines()[0]}"
+                      "); starting it once more", file=sys.stderr)
+    return (f"started {services[index].title} again (pid {services[index].process.pid}), "
+            f"ready in {seconds:.1f} s")

@@ -3,6 +3,8 @@
 Layout under ``<stack dir>/kafka/``: ``server.properties`` and ``log4j2.properties`` (written at
 every start), ``data/`` (log.dirs, formatted with a random cluster id; removed by `stack down`),
 ``logs/`` (kafka.logs.dir), ``format.log`` and ``broker.log`` (the JVM's stdout and stderr).
+`relaunch` starts a stopped broker again on that same ``data/`` and the same ports, without
+formatting (``deltaferry stack stop kafka`` / ``stack start kafka``): topics and offsets stay.
 
 The quorum is a single-node *dynamic* quorum (KIP-853), the form Kafka 4.x ships in its own
 config/server.properties: ``controller.quorum.bootstrap.servers`` in the config and
@@ -25,10 +27,12 @@ import shutil
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from deltaferry.dev.stack.process import (
+    ManagedProcess,
     Service,
     free_ports,
     port_accepts,
@@ -246,11 +250,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     print(f"starting {TITLE} on {HOST}:{broker_port} ...", file=sys.stderr)
     cluster_id = random_cluster_id()
     format_storage(format_command(java, cp, properties, log4j, cluster_id), folder / "format.log")
-    proc = start_detached(
-        broker_command(java, cp, properties, log4j, folder / "logs"),
-        folder / "broker.log",
-        cwd=folder,
-    )
+    proc = start_broker(stack_dir)
     return Service(
         name=NAME,
         title=TITLE,
@@ -267,6 +267,26 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         paths=[str(data_dir(stack_dir)), str(folder / "logs")],
         extra={"cluster_id": cluster_id},
     )
+
+
+def start_broker(stack_dir: Path, append: bool = False) -> ManagedProcess:
+    """Start the broker JVM on the config and data of `stack_dir` (written and formatted by
+    `launch`); its output into broker.log (after the earlier output if `append`)."""
+    folder = home(stack_dir)
+    command = broker_command(java_executable(), classpath(), folder / "server.properties",
+                             folder / "log4j2.properties", folder / "logs")
+    return start_detached(command, folder / "broker.log", cwd=folder, append=append)
+
+
+def relaunch(stack_dir: Path, service: Service) -> Service:
+    """Start a stopped broker again in place: its formatted ``data/``, its ports, its SASL
+    user's password (await_ready sets it again); returns at once."""
+    if not (data_dir(stack_dir) / "meta.properties").is_file():
+        raise StackError(f"cannot start the {TITLE} in place: {data_dir(stack_dir)} holds no "
+                         "formatted storage; `deltaferry stack up` starts a new stack")
+    print(f"starting {TITLE} again on {service.assignments[BOOTSTRAP_VAR]} ...",
+          file=sys.stderr)
+    return replace(service, process=start_broker(stack_dir, append=True))
 
 
 def new_password() -> str:

@@ -110,11 +110,13 @@ def start_detached(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    append: bool = False,
 ) -> ManagedProcess:
-    """Start `argv` in a new session (its own process group) with stdout+stderr into `log`."""
+    """Start `argv` in a new session (its own process group) with stdout+stderr into `log`
+    (after what it holds already if `append`: a service started again in place)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(log, "wb") as out:
+        with open(log, "ab" if append else "wb") as out:
             popen = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,

@@ -1,5 +1,6 @@
 """The Schema Registry of the local stack: Apicurio Registry 2.4.2.Final (its Confluent-compatible
-API under ``/apis/ccompat/v7``), in-memory H2 storage, on a free port of 127.0.0.1.
+API under ``/apis/ccompat/v7``), H2 storage in a file of the stack folder, on a free port of
+127.0.0.1.
 
 The runnable application (``registry-runner.jar`` and its ``lib/``: the app asks Quarkus for the
 legacy-jar layout) is built from Maven Central's `apicurio-registry-app` by ``make setup``
@@ -7,19 +8,32 @@ legacy-jar layout) is built from Maven Central's `apicurio-registry-app` by ``ma
 and the S3 server, and prints
 ``DELTAFERRY_SCHEMA_REGISTRY_URL=http://127.0.0.1:PORT/apis/ccompat/v7``.
 
-Layout under ``<stack dir>/registry/``: ``registry.log`` (the JVM's output). Storage is in
-memory: `stack down` loses every schema, as it loses the broker's topics.
+Layout under ``<stack dir>/registry/``: ``registry.log`` (the JVM's output) and ``data/`` (the
+H2 database, ``REGISTRY_DATASOURCE_URL``, Apicurio's own setting). The database is a file, not
+Apicurio's default in-memory H2, so that a registry stopped and started again in place
+(``deltaferry stack stop registry`` / ``stack start registry``, `relaunch`) still knows every
+schema and its id, as a production registry does after a restart: the messages in the topics
+name those ids. `stack down` deletes it, as it deletes the broker's topics.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 from deltaferry.dev.stack.kafka import java_executable
-from deltaferry.dev.stack.process import Service, free_ports, start_detached, wait_ready
-from deltaferry.errors import SetupError
+from deltaferry.dev.stack.process import (
+    ManagedProcess,
+    Service,
+    free_ports,
+    start_detached,
+    wait_ready,
+)
+from deltaferry.errors import SetupError, StackError
 from deltaferry.jvm import deps_dir
 
 NAME = "registry"
@@ -32,8 +46,10 @@ JVM_OPTIONS = ("-Xmx384m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLeve
                "-Djava.awt.headless=true")
 URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
 CCOMPAT_PATH = "/apis/ccompat/v7"
-#: Nothing to flush (in-memory storage): a short grace, then SIGKILL.
+#: `stack down` deletes the database anyway: a short grace, then SIGKILL.
 STOP_GRACE_S = 10.0
+#: Apicurio's variable for its SQL storage's JDBC URL (default: in-memory H2).
+DATASOURCE_VAR = "REGISTRY_DATASOURCE_URL"
 
 
 def app_jar() -> Path:
@@ -47,12 +63,19 @@ def home(stack_dir: Path) -> Path:
 
 
 def data_dir(stack_dir: Path) -> Path:
-    """What `stack down` deletes (storage is in memory; only the log is here)."""
+    """What `stack down` deletes: the registry's folder (its database and log)."""
     return home(stack_dir)
 
 
+def database_url(stack_dir: Path) -> str:
+    """The JDBC URL of the registry's H2 database in `stack_dir` (a file, kept across a
+    restart in place)."""
+    return f"jdbc:h2:file:{home(stack_dir) / 'data' / 'registry'}"
+
+
 def registry_command(java: str, jar: Path, port: int, host: str = HOST) -> list[str]:
-    """The JVM command line of the registry: in-memory storage, HTTP on host:port only."""
+    """The JVM command line of the registry: HTTP on host:port only (the database's URL is in
+    its environment, `start_registry`)."""
     return [
         java, *JVM_OPTIONS,
         f"-Dquarkus.http.host={host}", f"-Dquarkus.http.port={port}",
@@ -79,18 +102,41 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     """Start the registry JVM; returns at once."""
     if not app_jar().is_file():
         raise SetupError(f"no Schema Registry in {app_jar().parent}: run `make setup`")
-    java = java_executable()
+    java_executable()  # a clear error before anything starts
     folder = home(stack_dir)
+    shutil.rmtree(folder / "data", ignore_errors=True)  # always start clean
     folder.mkdir(parents=True, exist_ok=True)
     (port,) = free_ports(1, HOST)
     print(f"starting {TITLE} on {HOST}:{port} ...", file=sys.stderr)
-    proc = start_detached(registry_command(java, app_jar(), port), folder / "registry.log",
-                          cwd=folder)
+    proc = start_registry(stack_dir, port)
     return Service(
         name=NAME, title=TITLE, process=proc, host=HOST, ports={"http": port},
         assignments={URL_VAR: registry_url(port)}, paths=[str(folder)],
         extra={"stop_grace_s": str(STOP_GRACE_S)},
     )
+
+
+def start_registry(stack_dir: Path, port: int, append: bool = False) -> ManagedProcess:
+    """Start the registry JVM on `port` with its database in `stack_dir`; its output into
+    registry.log (after the earlier output if `append`). The JDBC URL travels in the child's
+    environment, as Apicurio documents it."""
+    folder = home(stack_dir)
+    env = {**os.environ, DATASOURCE_VAR: database_url(stack_dir)}
+    return start_detached(registry_command(java_executable(), app_jar(), port),
+                          folder / "registry.log", cwd=folder, env=env, append=append)
+
+
+def relaunch(stack_dir: Path, service: Service) -> Service:
+    """Start a stopped registry again in place: the same database (every schema and id) and
+    port; returns at once."""
+    if not app_jar().is_file():
+        raise SetupError(f"no Schema Registry in {app_jar().parent}: run `make setup`")
+    if not (home(stack_dir) / "data").is_dir():
+        raise StackError(f"cannot start the {TITLE} in place: no database in "
+                         f"{home(stack_dir) / 'data'}; `deltaferry stack up` starts a new stack")
+    print(f"starting {TITLE} again on {service.assignments[URL_VAR]} ...", file=sys.stderr)
+    return replace(service, process=start_registry(stack_dir, service.ports["http"],
+                                                   append=True))
 
 
 def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:

@@ -5,6 +5,8 @@ Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an acce
 secret generated at every start, readable by the owner only), ``data/`` (everything stored;
 removed by `stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry
 is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
+`relaunch` starts a stopped server again on the same ``data/``, identity and ports
+(``deltaferry stack stop s3`` / ``stack start s3``): buckets and objects stay.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import secrets
 import shutil
 import sys
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 from deltaferry.dev.stack.process import (
+    ManagedProcess,
     Service,
     free_ports,
     port_accepts,
@@ -40,6 +44,8 @@ PORT_NAMES = ("s3", "master", "master_grpc", "volume", "volume_grpc", "filer", "
 #: `stack down` deletes the data anyway, and the filer's graceful stop waits 15 s for its
 #: clients; a short grace, then SIGKILL.
 STOP_GRACE_S = 3.0
+#: Variables `weed` would make an S3 identity of, beside the config file's.
+AWS_ENV_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 #: A small volume size: SeaweedFS grows several volumes per bucket (default 30 GB each).
 VOLUME_SIZE_MB = 64
 
@@ -108,8 +114,7 @@ def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
 
 def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     """Write a fresh identity and start `weed server`; returns at once."""
-    weed = weed_executable()
-    folder = home(stack_dir)
+    weed_executable()  # a clear error before anything is written
     shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
     data_dir(stack_dir).mkdir(parents=True)
     access_key, secret_key = new_credentials()
@@ -119,8 +124,7 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
     endpoint = f"http://{HOST}:{ports['s3']}"
     print(f"starting {TITLE} on {endpoint} ...", file=sys.stderr)
-    proc = start_detached(server_command(weed, ports, data_dir(stack_dir), config),
-                          folder / "server.log", cwd=folder)
+    proc = start_server(stack_dir, ports)
     return Service(
         name=NAME,
         title=TITLE,
@@ -131,6 +135,28 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         paths=[str(data_dir(stack_dir)), str(identity_dir(stack_dir))],
         extra={"stop_grace_s": str(STOP_GRACE_S)},
     )
+
+
+def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False
+                 ) -> ManagedProcess:
+    """Start `weed server` on the data and identity of `stack_dir` and `ports`; its output into
+    server.log (after the earlier output if `append`)."""
+    config = identity_dir(stack_dir) / "s3.json"
+    command = server_command(weed_executable(), ports, data_dir(stack_dir), config)
+    # the identity is the config file's alone: `weed` would add one more from AWS_* variables
+    env = {k: v for k, v in os.environ.items() if k not in AWS_ENV_VARS}
+    return start_detached(command, home(stack_dir) / "server.log", cwd=home(stack_dir),
+                          env=env, append=append)
+
+
+def relaunch(stack_dir: Path, service: Service) -> Service:
+    """Start a stopped S3 server again in place: same data, identity and ports; returns at
+    once."""
+    if not (identity_dir(stack_dir) / "s3.json").is_file():
+        raise StackError(f"cannot start the {TITLE} in place: no identity in "
+                         f"{identity_dir(stack_dir)}; `deltaferry stack up` starts a new stack")
+    print(f"starting {TITLE} again on {service.assignments[ENDPOINT_VAR]} ...", file=sys.stderr)
+    return replace(service, process=start_server(stack_dir, service.ports, append=True))
 
 
 def s3_answers(service: Service) -> bool:

@@ -1,0 +1,126 @@
+"""What the UI plugin (``plugins/deltaferry_ui.py``) needs from the Airflow it runs in: the
+signed-in user (Airflow's own dependency), whether that user may read a topic's DAG, the last
+run of each topic DAG with its ingest report, and the settings the tasks get (connections
+resolved as the operator resolves them). Runs inside the api-server only."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from deltaferry import steps
+from deltaferry.config import TopicsFile, load_topics
+from deltaferry.errors import ConfigError
+from deltaferry.ui.topics import LastRun, report_of
+
+#: How long the resolved settings are reused (seconds): connections are looked up again after.
+ENV_TTL_S = 30.0
+_env_cache: tuple[float, dict[str, str]] | None = None
+#: The checked topics file, by (path, modification time, size): building the DAGs to find the
+#: entries Airflow refuses is done once per version of the file.
+_topics_cache: dict[tuple, TopicsFile] = {}
+
+
+def user_dependency():
+    """Airflow's FastAPI dependency for the signed-in user: the bearer token of the REST API,
+    else the UI session's ``_token`` cookie; 401 without one, 403 for an invalid one."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return get_user
+
+
+def may_read_dag(user, dag_id: str) -> bool:
+    """Whether `user` may read the DAG `dag_id` (Airflow's auth manager decides)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    return get_auth_manager().is_authorized_dag(method="GET", user=user,
+                                                details=DagDetails(id=dag_id))
+
+
+def _when(run) -> str:
+    moment = run.end_date or run.start_date or run.run_after
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+
+
+def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
+    """The latest run (by run_after) of each DAG of `dag_ids`, with its ingest task's XCom."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import and_, func, select
+
+    if not dag_ids:
+        return {}
+    ingest_task = steps.get("ingest").task_id
+    with create_session() as session:
+        newest = (select(DagRun.dag_id, func.max(DagRun.run_after).label("run_after"))
+                  .where(DagRun.dag_id.in_(dag_ids)).group_by(DagRun.dag_id).subquery())
+        runs = session.scalars(select(DagRun).join(newest, and_(
+            DagRun.dag_id == newest.c.dag_id, DagRun.run_after == newest.c.run_after))).all()
+        if not runs:
+            return {}
+        xcoms = session.scalars(select(XComModel).where(
+            XComModel.dag_id.in_(dag_ids), XComModel.run_id.in_([r.run_id for r in runs]),
+            XComModel.task_id == ingest_task, XComModel.key == "return_value")).all()
+        reports = {(x.dag_id, x.run_id): report_of(XComModel.deserialize_value(x)) for x in xcoms}
+        return {r.dag_id: LastRun(r.run_id, str(r.state), _when(r), reports.get((r.dag_id,
+                                                                                  r.run_id)))
+                for r in runs}
+
+
+def checked_topics(topics_file: str | None = None) -> TopicsFile:
+    """The topics file as the DAG files see it: the entries Airflow schedules, and as bad
+    entries every problem `dags/deltaferry_config_errors.py` reports (an entry can be valid
+    YAML and still be refused by Airflow, say for its schedule)."""
+    from deltaferry.airflow.factory import build
+
+    path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
+    loaded = load_topics(path)
+    try:
+        stat = os.stat(loaded.path)
+        key = (loaded.path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    cached = _topics_cache.get(key) if key else None
+    if cached is not None:
+        return cached
+    broken = build(path, log_errors=False).broken
+    bad = {error.topic for error in broken}
+    checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
+    if key:
+        _topics_cache.clear()  # one file, its latest content
+        _topics_cache[key] = checked
+    return checked
+
+
+def connection_or_none(conn_id: str):
+    """The Airflow connection `conn_id` from the api-server's secrets backends, else None."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.models.connection import Connection
+
+    try:
+        return Connection.get_connection_from_secrets(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def resolved_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default os.environ) with the Kafka, object-storage and registry settings of
+    Airflow's connections, as the operator gives them to its tasks (reused for ENV_TTL_S)."""
+    from deltaferry.airflow.connections import kafka_access, registry_access, storage_access
+
+    global _env_cache
+    if base is None and _env_cache is not None and time.monotonic() - _env_cache[0] < ENV_TTL_S:
+        return _env_cache[1]
+    env = dict(os.environ if base is None else base)
+    try:
+        env.update(kafka_access(connection_or_none, env).child_env())
+    except ConfigError:
+        pass  # no brokers configured: the topics page says so instead of a lag
+    env.update(storage_access(connection_or_none, env).env)
+    env.update(registry_access(connection_or_none, env).env)
+    if base is None:
+        _env_cache = (time.monotonic(), env)
+    return env

@@ -1,0 +1,163 @@
+"""The pages' Jinja2 templates (autoescaped: every value from a topic, a message or a schema is
+HTML-escaped). Plain HTML and inline CSS: no script, no build step, and they render inside
+Airflow's sandboxed iframes."""
+
+from __future__ import annotations
+
+BASE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{% block title %}deltaferry{% endblock %}</title>
+<style>
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 16px 20px;
+       color: #1a202c; background: #fff; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 22px 0 6px; }
+.sub { color: #5a6473; margin: 0 0 12px; }
+nav.tabs { margin: 6px 0 14px; border-bottom: 1px solid #d7dce3; }
+nav.tabs a { display: inline-block; padding: 6px 12px; color: #2b6cb0; text-decoration: none; }
+nav.tabs a.on { border-bottom: 2px solid #2b6cb0; font-weight: 600; color: #1a202c; }
+table { border-collapse: collapse; margin: 4px 0 10px; }
+th, td { border-bottom: 1px solid #e5e8ee; padding: 5px 10px; text-align: left; vertical-align: top; }
+th { background: #f4f6f9; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+code, .mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12.5px; }
+.preview { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 520px; }
+.state-success { color: #276749; } .state-failed { color: #c53030; } .state-running { color: #2b6cb0; }
+.note { color: #9c4221; } .muted { color: #718096; }
+.bad { background: #fff5f5; border: 1px solid #feb2b2; padding: 8px 12px; margin: 8px 0; }
+.tree div { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12.5px; }
+.tree .type { color: #6b46c1; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: 4px 16px; margin: 4px 0 12px; }
+dl.facts dt { color: #5a6473; } dl.facts dd { margin: 0; }
+</style></head>
+<body>
+{% block body %}{% endblock %}
+</body></html>
+"""
+
+TOPIC_TABS = """{% if show_tabs %}<nav class="tabs">
+<a href="{{ root }}/">All topics</a>
+{% for key, label in pages %}<a href="{{ root }}/topics/{{ topic | urlencode }}/{{ key }}"
+  {% if key == page %}class="on"{% endif %}>{{ label }}</a>{% endfor %}
+</nav>{% endif %}"""
+
+TOPICS = """{% extends "base.html" %}
+{% block title %}deltaferry topics{% endblock %}
+{% block body %}
+<h1>deltaferry topics</h1>
+<p class="sub">Topics file <code>{{ page.topics_file }}</code>, warehouse <code>{{ page.warehouse }}</code>.
+Lag: messages on the topic not yet in the table (broker watermarks against the streaming checkpoint).</p>
+{% if page.bad_entries %}<div class="bad"><strong>Bad entries of the topics file</strong> (no DAG runs them):
+<ul>{% for problem in page.bad_entries %}<li class="bad-entry">{{ problem }}</li>{% endfor %}</ul></div>{% endif %}
+<table id="topics">
+<tr><th>topic</th><th>format</th><th>last run</th><th>result</th><th class="num">rows</th>
+<th class="num">lag</th><th class="num">quarantined<br>last run</th><th class="num">quarantined<br>total</th>
+<th>schema</th><th>pages</th></tr>
+{% for row in page.rows %}
+<tr data-topic="{{ row.name }}">
+<td><strong>{{ row.name }}</strong><div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
+<td>{{ row.format }}</td>
+<td>{% if row.last_run %}<span class="state-{{ row.last_run.state }}">{{ row.last_run.state }}</span>
+  <div class="muted">{{ row.last_run.at }}</div>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
+<td class="mono" style="max-width:380px">{% if row.last_run %}{{ row.last_run.result }}{% endif %}</td>
+<td class="num rows">{{ row.rows | count_text }}</td>
+<td class="num lag">{{ row.lag | count_text }}</td>
+<td class="num">{% if row.last_run %}{{ row.last_run.quarantined | count_text }}{% else %}–{% endif %}</td>
+<td class="num">{{ row.quarantined_total | count_text }}</td>
+<td>{{ row.schema_version or "–" }}</td>
+<td><a href="{{ root }}/topics/{{ row.name | urlencode }}/schema">schema history</a><br>
+<a href="{{ root }}/topics/{{ row.name | urlencode }}/quarantine">quarantine</a><br>
+<a href="{{ root }}/topics/{{ row.name | urlencode }}/health">table health</a></td>
+</tr>
+{% if row.notes %}<tr><td></td><td colspan="9" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
+{% else %}<tr><td colspan="10" class="muted">The topics file lists no valid topic.</td></tr>
+{% endfor %}
+</table>
+{% endblock %}
+"""
+
+SCHEMA = """{% extends "base.html" %}
+{% block title %}{{ topic }}: schema history{% endblock %}
+{% block body %}
+<h1>{{ topic }}: schema history</h1>
+{% include "tabs.html" %}
+<p class="sub">Format {{ h.format }}; schema cache <code>{{ h.location }}</code>.</p>
+<h2>Versions of the schema cache</h2>
+{% if h.versions %}<table id="versions">
+<tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
+{% for v in h.versions %}<tr><td class="num">v{{ v.version }}</td><td>{{ v.created_at }}</td>
+<td class="mono">{{ v.offsets }}</td><td class="changes">{{ v.changes }}</td></tr>{% endfor %}
+</table>{% else %}<p class="muted">No schema stored yet{% if h.format == "avro" %} (avro topics read the registry's versions){% endif %}.</p>{% endif %}
+{% if h.subject %}<h2>Schema Registry: subject <code>{{ h.subject }}</code></h2>
+{% if h.registry_url %}<p class="sub">Registry <code>{{ h.registry_url }}</code></p>{% endif %}
+{% if h.registry_problem %}<p class="note">{{ h.registry_problem }}</p>{% endif %}
+{% if h.registry %}<table id="registry">
+<tr><th class="num">version</th><th class="num">schema id</th><th>type</th><th>change from the previous version</th></tr>
+{% for r in h.registry %}<tr><td class="num">{{ r.version }}</td><td class="num">{{ r.schema_id }}</td>
+<td>{{ r.schema_type }}</td><td class="changes">{{ r.changes }}</td></tr>{% endfor %}
+</table>{% endif %}{% endif %}
+<h2>Current schema{% if h.tree_source %} <span class="muted">({{ h.tree_source }})</span>{% endif %}</h2>
+{% if h.tree %}<div class="tree" id="tree">
+{% for f in h.tree %}<div style="padding-left: {{ f.depth * 22 }}px">{{ f.name }} <span class="type">{{ f.type }}</span></div>
+{% endfor %}</div>{% else %}<p class="muted">No schema yet.</p>{% endif %}
+{% endblock %}
+"""
+
+QUARANTINE = """{% extends "base.html" %}
+{% block title %}{{ topic }}: quarantine{% endblock %}
+{% block body %}
+<h1>{{ topic }}: quarantine</h1>
+{% include "tabs.html" %}
+<p class="sub">Delta table <code>{{ q.location }}</code>: {{ q.total | count_text }} message(s), {{ q.waiting | count_text }} not replayed
+(<code>deltaferry quarantine replay {{ topic }}</code> lands what now parses).</p>
+{% if q.problem %}<p class="note">{{ q.problem }}</p>{% endif %}
+{% if q.reasons %}<h2>Messages per reason</h2>
+<table id="reasons"><tr><th class="num">messages</th><th class="num">not replayed</th><th>reason</th></tr>
+{% for reason, counts in q.reasons.items() %}<tr><td class="num">{{ counts[0] }}</td><td class="num">{{ counts[1] }}</td>
+<td class="reason">{{ reason }}</td></tr>{% endfor %}</table>
+<h2>Latest {{ q.latest | length }}</h2>
+<table id="messages"><tr><th>partition@offset</th><th>key</th><th>value (preview)</th><th>reason</th>
+<th class="num">schema</th><th>quarantined</th></tr>
+{% for m in q.latest %}<tr><td class="mono">p{{ m.partition }}@{{ m.offset }}</td><td class="mono preview">{{ m.key }}</td>
+<td class="mono preview">{{ m.value }}{% if m.value_bytes is not none %}<div class="muted">{{ m.value_bytes }} bytes</div>{% endif %}</td>
+<td class="reason">{{ m.reason }}{% if m.replayed %} <span class="muted">[replayed]</span>{% endif %}</td>
+<td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% endif %}</td>
+<td>{{ m.quarantined_at }}</td></tr>{% endfor %}</table>
+{% elif q.exists and not q.problem %}<p class="muted">The quarantine is empty.</p>
+{% else %}<p class="muted">Nothing quarantined: no quarantine table yet.</p>{% endif %}
+{% endblock %}
+"""
+
+HEALTH = """{% extends "base.html" %}
+{% block title %}{{ topic }}: table health{% endblock %}
+{% block body %}
+<h1>{{ topic }}: table health</h1>
+{% include "tabs.html" %}
+{% for t in tables %}
+<h2>{{ t.name }} <span class="muted mono">{{ t.location }}</span></h2>
+{% if not t.exists %}<p class="muted">No Delta table here yet.</p>{% else %}
+<dl class="facts" id="facts-{{ t.name }}">
+<dt>Delta version</dt><dd class="version">{{ t.version }}</dd>
+<dt>rows</dt><dd class="rows">{{ t.rows | count_text }}</dd>
+<dt>files</dt><dd>{{ t.files | count_text }} ({{ t.bytes | bytes_text }})</dd>
+<dt>small files</dt><dd>{{ t.small_files | count_text }} below {{ small_file_bytes | bytes_text }}; OPTIMIZE compacts from {{ optimize_min_files }} on (optimize_min_files)</dd>
+<dt>last OPTIMIZE</dt><dd>{{ t.last_optimize or "never" }}</dd>
+<dt>last VACUUM</dt><dd>{{ t.last_vacuum or "never" }}</dd>
+{% if t.column_mapping %}<dt>column mapping</dt><dd>{{ t.column_mapping }}</dd>{% endif %}
+</dl>
+<table class="history"><tr><th class="num">version</th><th>when</th><th>operation</th><th>metrics</th><th>engine</th></tr>
+{% for c in t.commits %}<tr><td class="num">{{ c.version }}</td><td>{{ c.at }}</td><td>{{ c.operation }}</td>
+<td class="mono">{{ c.metrics }}</td><td class="muted">{{ c.engine }}</td></tr>{% endfor %}</table>
+{% endif %}{% endfor %}
+{% endblock %}
+"""
+
+ERROR = """{% extends "base.html" %}
+{% block title %}deltaferry: {{ status }}{% endblock %}
+{% block body %}<h1>{{ title }}</h1><p>{{ message }}</p>
+{% if show_tabs %}<p><a href="{{ root }}/">All topics</a></p>{% endif %}{% endblock %}
+"""
+
+TEMPLATES = {"base.html": BASE, "tabs.html": TOPIC_TABS, "topics.html": TOPICS,
+             "schema.html": SCHEMA, "quarantine.html": QUARANTINE, "health.html": HEALTH,
+             "error.html": ERROR}

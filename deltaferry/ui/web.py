@@ -1,0 +1,236 @@
+"""The pages as a FastAPI app: ``/`` (topics), ``/topics/<topic>/schema|quarantine|health`` and
+the same pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page.
+
+Nothing here imports Airflow: `create_app` is given the user dependency (the plugin passes
+Airflow's own, which accepts the UI's session cookie and the REST API's bearer token and answers
+401/403 otherwise), a check of whether that user may read a DAG, where the last runs come from
+and the environment (the settings the tasks get, connections resolved). Every route depends on
+the user, so no page answers without one.
+
+Topic names from the URL must be topics of the topics file (names Kafka allows, which
+`deltaferry.config` validated), so no URL reaches outside the topic's folders; anything else is
+404. Pages are autoescaped HTML; known secret values of the environment are blanked out of every
+page as a last guard, and the answers forbid caching, sniffing, scripts and foreign framing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse
+
+from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
+from deltaferry.errors import ConfigError
+
+log = logging.getLogger(__name__)
+PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"))
+#: Environment variables whose names say they hold secrets (their values never reach a page).
+_SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|CREDENTIAL|PRIVATE|FERNET", re.I)
+#: Values shorter than this are not blanked (they would match ordinary words).
+_MIN_SECRET_LEN = 6
+HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                               "frame-ancestors 'self'; base-uri 'none'; form-action 'self'",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """The values of `env` that are secrets: variables named like one, and the secret
+    properties inside DELTAFERRY_KAFKA_OPTIONS (longest first, for blanking)."""
+    from deltaferry.airflow.connections import is_secret_property
+    from deltaferry.config import parse_kafka_options
+
+    found = {v for k, v in env.items() if _SECRET_NAME.search(k) and v}
+    try:
+        options = parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
+    except ConfigError:
+        options = {}
+    found |= {v for k, v in options.items() if is_secret_property(k) and v}
+    for value in list(found):  # a JAAS line's password, as it would be quoted
+        found |= set(re.findall(r'password\s*=\s*"((?:[^"\\]|\\.)*)"', value))
+    return sorted((v for v in found if len(v) >= _MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def count_text(value) -> str:
+    """A count with thousands separators; an en dash when unknown."""
+    return "–" if value is None else f"{int(value):,}"
+
+
+def bytes_text(value) -> str:
+    """A size in B, KiB, MiB, GiB."""
+    size = float(value or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def environment() -> Mapping[str, str]:
+    """The default environment: this process's."""
+    return os.environ
+
+
+def find_topic(topics: TopicsFile, name: str) -> TopicConfig | None:
+    """The valid topic called `name`, None for any other name (illegal, unknown, bad entry)."""
+    try:
+        validate_topic_name(name)
+    except ConfigError:
+        return None
+    return next((t for t in topics.topics if t.name == name), None)
+
+
+def find_dag_topic(topics: TopicsFile, dag_id: str) -> TopicConfig | None:
+    """The valid topic whose DAG is `dag_id`, None if no topic has that DAG."""
+    return next((t for t in topics.topics if t.dag_id == dag_id), None)
+
+
+def create_app(user: Callable[..., Any],
+               authorize: Callable[[Any, str], bool] = lambda _user, _dag_id: True,
+               runs: Callable[[list[str]], Mapping] = lambda _dag_ids: {},
+               env: Callable[[], Mapping[str, str]] = environment,
+               topics_file: str | None = None,
+               load: Callable[[str | None], TopicsFile] = load_topics):
+    """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
+    raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
+    DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`); `env()`
+    the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
+    topics file with its bad entries (the plugin's also has those Airflow refuses)."""
+    from jinja2 import DictLoader, Environment, select_autoescape
+
+    from deltaferry.ui.templates import TEMPLATES
+
+    jinja = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
+    jinja.filters["count_text"] = count_text
+    jinja.filters["bytes_text"] = bytes_text
+    app = FastAPI(title="deltaferry", dependencies=[Depends(user)], docs_url=None,
+                  redoc_url=None, openapi_url=None)
+
+    def html(request: Request, template: str, status_code: int = 200, **values) -> HTMLResponse:
+        values.setdefault("show_tabs", True)
+        text = jinja.get_template(template).render(root=request.scope.get("root_path", ""),
+                                                   pages=PAGES, **values)
+        return HTMLResponse(redact(text, secret_values(env())), status_code=status_code,
+                            headers=HEADERS)
+
+    def refuse(request: Request, status: int, title: str, message: str,
+               show_tabs: bool = True) -> HTMLResponse:
+        return html(request, "error.html", status, status=status, title=title, message=message,
+                    show_tabs=show_tabs)
+
+    def topic_page(request: Request, who, topic: TopicConfig | None, page: str,
+                   show_tabs: bool, what: str) -> HTMLResponse:
+        if topic is None:
+            return refuse(request, 404, "Not a deltaferry topic",
+                          f"{what} is not a topic of the topics file.", show_tabs)
+        if not authorize(who, topic.dag_id):
+            return refuse(request, 403, "Not allowed",
+                          f"You may not read the DAG {topic.dag_id}.", show_tabs)
+        context = dict(topic=topic.name, page=page, show_tabs=show_tabs)
+        try:
+            return render_topic_page(request, topic, page, context)
+        except Exception as exc:  # a system that does not answer: say which, not a traceback
+            from deltaferry.ui.topics import problem_text
+
+            problem = redact(problem_text(exc), secret_values(env()))
+            log.warning("deltaferry %s page of %s: %s: %s", page, topic.name,
+                        type(exc).__name__, problem)
+            return refuse(request, 503, "Cannot read it now", problem, show_tabs)
+
+    def render_topic_page(request: Request, topic: TopicConfig, page: str,
+                          context: dict) -> HTMLResponse:
+        settings = env()
+        show_tabs = context["show_tabs"]
+        if page == "schema":
+            return html(request, "schema.html", h=schema_of(topic, settings), **context)
+        if page == "quarantine":
+            latest = request.query_params.get("latest", "")
+            return html(request, "quarantine.html",
+                        q=quarantine_of(topic, settings, int(latest) if latest.isdigit() else None),
+                        **context)
+        if page == "health":
+            from deltaferry.plan import SMALL_FILE_BYTES
+
+            return html(request, "health.html", tables=health_of(topic, settings),
+                        small_file_bytes=SMALL_FILE_BYTES,
+                        optimize_min_files=topic.optimize_min_files, **context)
+        return refuse(request, 404, "No such page",
+                      f"There is no page {page!r}; the pages are "
+                      f"{', '.join(key for key, _ in PAGES)}.", show_tabs)
+
+    @app.get("/", response_class=HTMLResponse)
+    def topics_index(request: Request, who=Depends(user)):
+        from deltaferry.ui.topics import topics_page
+
+        try:
+            topics = load(topics_file)
+        except ConfigError as exc:  # the file itself is unreadable: say so, as the DAGs do
+            topics = TopicsFile(str(topics_file or os.environ.get("DELTAFERRY_TOPICS", "")),
+                                errors=[exc])
+        allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
+        names = {t.name for t in allowed}
+        page = topics_page(topics, env(), runs([t.dag_id for t in allowed]),
+                           visible=lambda t: t.name in names)
+        return html(request, "topics.html", page=page)
+
+    @app.get("/topics/{topic}/{page}", response_class=HTMLResponse)
+    def by_topic(request: Request, topic: str, page: str, who=Depends(user)):
+        return topic_page(request, who, find_topic(load(topics_file), topic), page, True,
+                          "This")
+
+    @app.get("/dags/{dag_id}/{page}", response_class=HTMLResponse)
+    def by_dag(request: Request, dag_id: str, page: str, who=Depends(user)):
+        return topic_page(request, who, find_dag_topic(load(topics_file), dag_id), page,
+                          False, "The DAG's topic")
+
+    def schema_of(topic: TopicConfig, settings: Mapping[str, str]):
+        from deltaferry.schema.store import SchemaStore
+        from deltaferry.storage import storage_for
+        from deltaferry.ui.schema_history import schema_history
+
+        paths = paths_of(topic, settings)
+        return schema_history(topic, SchemaStore(paths.schema, storage_for(paths.schema,
+                                                                           settings)), settings)
+
+    def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], latest: int | None):
+        from deltaferry.ui.quarantine import clamp_latest, quarantine_page
+
+        return quarantine_page(paths_of(topic, settings).quarantine, clamp_latest(latest),
+                               settings)
+
+    def health_of(topic: TopicConfig, settings: Mapping[str, str]):
+        from deltaferry.plan import maintenance_record
+        from deltaferry.storage import storage_for
+        from deltaferry.ui.health import table_health
+
+        paths = paths_of(topic, settings)
+        vacuumed = maintenance_record(storage_for(paths.root, settings), paths.root).get(
+            "last_vacuum")
+        return [table_health("table", paths.table, settings,
+                             f"{vacuumed} (deltaferry's record)" if vacuumed else None),
+                table_health("quarantine", paths.quarantine, settings)]
+
+    return app
+
+
+def paths_of(topic: TopicConfig, settings: Mapping[str, str]):
+    """The topic's locations under the warehouse `settings` name."""
+    from deltaferry.config import warehouse_from_env
+    from deltaferry.paths import TopicPaths
+
+    return TopicPaths.for_topic(warehouse_from_env(settings), topic.name)

@@ -1,0 +1,260 @@
+"""deltaferry's pages in the Airflow UI, in a real browser against a real Airflow.
+
+One Airflow (the project's launcher: api-server, scheduler, dag-processor, triggerer) runs a JSON
+topic whose warehouse is a bucket of the stack's S3 server and whose broker is read through its
+SASL listener, so the api-server's environment holds a real S3 secret and SASL password. The
+scheduler runs the topic's DAG twice on real messages: the second batch brings a new field
+(schema v2) and more bad messages. Then headless chromium (Debian's, through chromium-driver)
+logs in on Airflow's login page and opens every page, as a person would: the plugin's entry in
+the navigation, the topics table, the schema diff, the quarantine's reasons and escaped
+previews, the table's health, and a tab on the DAG's own page. Requests without credentials or
+with a bad token are refused; unknown or illegal topic names are 404; no page holds a secret.
+Screenshots go to artifacts/ui/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deltaferry.dev.airflow import services
+from deltaferry.dev.airflow.rest import follow, wait_until
+from deltaferry.dev.stack.process import free_ports
+from deltaferry.jvm import REPO_ROOT
+from deltaferry.kafka import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = REPO_ROOT / "artifacts" / "ui"
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+BAD_ENTRY = "bad_entry_schedule"
+XSS = "<script>document.title='pwned'</script>"
+
+
+def first_batch():
+    for i in range(5):
+        yield f"k{i}", {"id": i, "status": "new"}
+    yield "k1", {"id": 1, "status": "paid"}
+    yield "xss", XSS.encode()                      # not JSON: quarantined, shown escaped
+    yield "bin", b"\xff\xfe\x00<b>binary"          # not UTF-8: quarantined, shown as hex
+
+
+def second_batch():
+    for i in (5, 6, 0):
+        yield f"k{i}", {"id": i, "status": "new", "coupon": "SPRING"}
+    yield "late", b"{not json"
+
+
+@pytest.fixture(scope="module")
+def ui_airflow(stack_env, tmp_path_factory):
+    """A running local Airflow whose tasks and api-server reach the topic through the SASL
+    listener and the warehouse in a bucket; its topics file holds the topic and a bad entry."""
+    from deltaferry.storage import S3Settings
+
+    folder = tmp_path_factory.mktemp("ui")
+    topic = f"ui-{uuid.uuid4().hex[:8]}"
+    create_topic(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=2)
+    bucket = f"ui-{uuid.uuid4().hex[:10]}"
+    S3Settings.from_env(stack_env).client().create_bucket(Bucket=bucket)
+    topics_file = folder / "topics.yaml"
+    topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n"
+                           f"  - name: {BAD_ENTRY}\n    schedule: every hour\n")
+    (port,) = free_ports(1)
+    username = stack_env["DELTAFERRY_KAFKA_SASL_USERNAME"]
+    password = stack_env["DELTAFERRY_KAFKA_SASL_PASSWORD"]
+    env = {**os.environ, **stack_env,
+           "DELTAFERRY_KAFKA_BOOTSTRAP": stack_env["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"],
+           "DELTAFERRY_KAFKA_OPTIONS": json.dumps({
+               "security.protocol": "SASL_PLAINTEXT",
+               "sasl.mechanism": stack_env["DELTAFERRY_KAFKA_SASL_MECHANISM"],
+               "sasl.jaas.config": f'{SCRAM} required username="{username}" '
+                                   f'password="{password}";'}),
+           "DELTAFERRY_TOPICS": str(topics_file),
+           "DELTAFERRY_WAREHOUSE": f"s3://{bucket}/warehouse",
+           "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port)}
+    running = services.up(folder / "home", env=env)
+    try:
+        yield running, topic
+    finally:
+        services.down(folder / "home")
+
+
+def run_to_success(client, dag_id, run_id) -> dict:
+    run = follow(client, dag_id, run_id, tell=print)
+    if run["state"] != "success":
+        tasks = client.tasks(dag_id, run_id)
+        logs = "\n".join(f"--- {t}\n{client.log(dag_id, run_id, t)[-3000:]}" for t in tasks)
+        pytest.fail(f"run {run_id} {run['state']}:\n{logs}")
+    return run
+
+
+@pytest.fixture(scope="module")
+def two_runs(ui_airflow, stack_env):
+    """The topic's DAG run by the scheduler on the first batch, then triggered on the second."""
+    running, topic = ui_airflow
+    client = running.client()
+    dag_id = f"ingest_{topic}"
+    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    produce(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, list(first_batch()))
+    client.set_paused(dag_id, False)
+    scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
+                           what="a scheduled run")[0]
+    run_to_success(client, dag_id, scheduled["dag_run_id"])
+    produce(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, list(second_batch()))
+    run = run_to_success(client, dag_id, client.trigger(dag_id)["dag_run_id"])
+    return running, topic, run
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium through Debian's chromium-driver (no driver download)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "run scripts/ensure-browser.sh (make test does)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    session.set_page_load_timeout(60)
+    yield session
+    session.quit()
+
+
+def secrets(stack_env) -> dict[str, str]:
+    return {name: stack_env[name] for name in ("AWS_SECRET_ACCESS_KEY",
+                                               "DELTAFERRY_KAFKA_SASL_PASSWORD")}
+
+
+def shot(browser, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    browser.save_screenshot(str(path))
+    return path
+
+
+def text_of(browser, css: str, timeout: float = 30.0) -> str:
+    """The visible text of the first element matching `css`, once it is there."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout).until(
+        ec.visibility_of_element_located((By.CSS_SELECTOR, css))).text
+
+
+def test_requests_without_a_valid_airflow_login_are_refused(ui_airflow):
+    running, topic = ui_airflow
+    base = f"{running.url}/deltaferry"
+    for path in ("/", f"/topics/{topic}/schema", f"/topics/{topic}/quarantine",
+                 f"/topics/{topic}/health", f"/dags/ingest_{topic}/health"):
+        assert httpx.get(base + path).status_code == 401, path
+        bad = httpx.get(base + path, headers={"Authorization": "Bearer not-a-token"})
+        assert bad.status_code in (401, 403), (path, bad.status_code)
+        forged = httpx.get(base + path, cookies={"_token": "eyJhbGciOiJIUzUxMiJ9.e30.x"})
+        assert forged.status_code in (401, 403), (path, forged.status_code)
+        assert topic not in bad.text and topic not in forged.text
+
+
+def test_pages_in_a_real_browser(two_runs, browser, stack_env):
+    from selenium.webdriver.common.by import By
+
+    running, topic, last_run = two_runs
+    client = running.client()
+
+    # The REST API's bearer token opens the pages too; names are checked; no page has a secret.
+    token = {"Authorization": f"Bearer {client._headers()['Authorization'].split()[1]}"}
+    base = f"{running.url}/deltaferry"
+    pages = {path: httpx.get(base + path, headers=token, timeout=60) for path in (
+        "/", f"/topics/{topic}/schema", f"/topics/{topic}/quarantine", f"/topics/{topic}/health",
+        f"/dags/ingest_{topic}/schema")}
+    for path, answer in pages.items():
+        assert answer.status_code == 200, (path, answer.text[:500])
+        for name, value in secrets(stack_env).items():
+            assert value not in answer.text, f"{name} on {path}"
+    for path in ("/topics/no_such_topic/schema", f"/topics/{BAD_ENTRY}/schema",
+                 "/topics/..%2F..%2Fetc/schema", "/topics/a%20b/health", "/dags/other_dag/health",
+                 f"/topics/{topic}/..%2F_lock"):
+        assert httpx.get(base + path, headers=token).status_code == 404, path
+
+    # Log in on Airflow's own login page.
+    browser.get(running.url + "/")
+    text_of(browser, "input[name=username]")
+    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(services.USER)
+    browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(running.password())
+    shot(browser, "0-login")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), 30,
+               interval=0.5, what="the login's session cookie")
+
+    # The plugin's entry is in the navigation; it shows the topics page in the UI.
+    entry = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
+                                                     "a[href$='plugin/deltaferry']"), 60,
+                       interval=0.5, what="the deltaferry entry in the navigation")
+    entry[0].click()
+    frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "iframe[title=deltaferry]"),
+                       30, interval=0.5, what="the topics page's frame")[0]
+    browser.switch_to.frame(frame)
+    row = f"tr[data-topic='{topic}']"
+    assert text_of(browser, f"{row} td.rows") == "7"       # k0..k6, from the Delta log
+    assert text_of(browser, f"{row} td.lag") == "0"        # watermarks vs the checkpoint
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
+    assert cells[1] == "json" and "success" in cells[2]
+    assert cells[6] == "1" and cells[7] == "3"             # quarantined: last run, total
+    assert cells[8] == "v2"
+    assert f"ingest {topic}: 4 messages" in cells[3]       # the last run's ingest summary
+    assert BAD_ENTRY in text_of(browser, "li.bad-entry")
+    assert "every hour" in text_of(browser, "li.bad-entry")
+    browser.switch_to.default_content()
+    shot(browser, "1-topics")
+
+    # Schema history: both versions, the added field in the infer step's words, the tree.
+    browser.get(f"{base}/topics/{topic}/schema")
+    versions = text_of(browser, "table#versions")
+    assert "v2" in versions and "v1" in versions
+    changes = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#versions td.changes")]
+    assert changes[0] == "added: coupon"
+    assert changes[1].startswith("initial schema, 2 fields: ")
+    assert "coupon string" in text_of(browser, "#tree")
+    shot(browser, "2-schema")
+
+    # Quarantine: counts per reason, the reason text, the bad value escaped, binary as hex.
+    browser.get(f"{base}/topics/{topic}/quarantine")
+    reasons = text_of(browser, "table#reasons")
+    assert "value is not valid JSON" in reasons
+    assert "value is not valid UTF-8 text" in reasons
+    messages = text_of(browser, "table#messages")
+    assert XSS in messages                                 # shown as text...
+    assert browser.find_elements(By.TAG_NAME, "script") == []  # ...never run
+    assert browser.title != "pwned"
+    assert "not UTF-8: ff fe 00 3c 62 3e" in messages
+    assert "p" in messages and "late" in messages
+    shot(browser, "3-quarantine")
+
+    # Table health: the Delta version, the rows, the history.
+    browser.get(f"{base}/topics/{topic}/health")
+    assert text_of(browser, "#facts-table dd.rows") == "7"
+    assert int(text_of(browser, "#facts-table dd.version")) >= 2
+    assert "MERGE" in text_of(browser, "table.history")
+    shot(browser, "4-health")
+
+    # The tab on the DAG's own page: its sandboxed frame loads the page with the session.
+    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-quarantine")
+    frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "iframe[title=Quarantine]"),
+                       30, interval=0.5, what="the DAG page's quarantine tab")[0]
+    browser.switch_to.frame(frame)
+    assert "value is not valid JSON" in text_of(browser, "table#reasons")
+    browser.switch_to.default_content()
+    shot(browser, "5-dag-tab")
+    for name, value in secrets(stack_env).items():
+        assert value not in browser.page_source, name
+    assert last_run["state"] == "success"
