@@ -1,4 +1,5 @@
-"""The `deltaferry` command line: `stack up|down|status` and `run TOPIC`."""
+"""The `deltaferry` command line: `stack up|down|status`, `airflow up|down|status`, `run TOPIC`,
+`stream TOPIC` and `quarantine show|replay TOPIC`."""
 
 from __future__ import annotations
 
@@ -67,6 +68,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps([r.as_dict() for r in reports], indent=2),
                                      encoding="utf-8")
+    return 0
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from deltaferry.pipeline import configure_logging, stream_topic
+
+    configure_logging()
+    stream_topic(args.topic, wait=args.wait)
     return 0
 
 
@@ -145,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
         "finish (default: refuse at once, naming it)",
     )
     p_run.set_defaults(func=_run)
+
+    p_stream = sub.add_parser(
+        "stream", help="ingest continuously: a micro-batch every trigger_interval (topic entry) "
+        "until SIGTERM or Ctrl-C, which stop it after the current micro-batch")
+    p_stream.add_argument("topic", help="a topic listed in the topics file (DELTAFERRY_TOPICS)")
+    p_stream.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS",
+        help="wait up to this long for another run of the topic to finish (default: refuse at "
+        "once, naming it); the stream holds the topic's lock until it stops")
+    p_stream.set_defaults(func=_stream)
 
     p_quarantine = sub.add_parser(
         "quarantine", help="show a topic's quarantined messages, or replay them into its table")

@@ -40,6 +40,12 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
                                    # {amount: "decimal(18,2)", created: timestamp}
         schema_hints_file: null    # json: the same as a YAML file, relative to the topics file
                                    # (schemas/<topic>.yaml); not with schema_hints
+        mode: upsert               # upsert: the table holds the latest value per key (MERGE);
+                                   # append: every valid message is a row, once (no key needed)
+        merge_key: null            # upsert by these top-level payload fields instead of the
+                                   # Kafka key, e.g. [tenant, id] (a compound or encoded key)
+        trigger_interval: 30 seconds     # `deltaferry stream`: how often a micro-batch starts
+                                   # (<number> milliseconds|seconds|minutes|hours)
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -84,6 +90,22 @@ class KeyFormat(StrEnum):
 
 
 KEY_FORMATS = tuple(f.value for f in KeyFormat)
+
+
+class Mode(StrEnum):
+    """How a topic's messages land: the latest value per key, or every message as a row."""
+
+    UPSERT = "upsert"
+    APPEND = "append"
+
+
+MODES = tuple(m.value for m in Mode)
+#: Columns deltaferry adds to every table (a merge_key names payload fields, not these).
+KAFKA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
+#: A trigger interval: a number and a unit, as Spark's processing-time trigger reads it.
+TRIGGER_INTERVAL_RE = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|seconds?|minutes?|hours?)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
@@ -138,11 +160,36 @@ class TopicConfig:
     #: Schema hints of a JSON topic (`deltaferry.schema.hints`), from schema_hints or the file.
     schema_hints: tuple[Hint, ...] = ()
     schema_hints_file: str | None = None
+    mode: str = "upsert"
+    merge_key: tuple[str, ...] | None = None
+    trigger_interval: str = "30 seconds"
 
     @property
     def dag_id(self) -> str:
         """The Airflow DAG id of this topic."""
         return f"ingest_{self.name}"
+
+    @property
+    def appends(self) -> bool:
+        """Whether every valid message is appended as a row (mode append) instead of MERGEd."""
+        return self.mode == Mode.APPEND
+
+    @property
+    def by_kafka_key(self) -> bool:
+        """Whether rows are identified by the Kafka key (mode upsert without merge_key)."""
+        return not self.appends and not self.merge_key
+
+
+def trigger_seconds(text: str) -> float:
+    """A trigger interval ("30 seconds", "1 minute", "500 milliseconds") in seconds;
+    ValueError if it is not one (a number > 0 and a unit)."""
+    match = TRIGGER_INTERVAL_RE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"{text!r} is not <number> milliseconds|seconds|minutes|hours")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower().rstrip("s")]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not longer than zero")
+    return seconds
 
 
 _KEYS = {f.name: f for f in fields(TopicConfig)}
@@ -247,11 +294,44 @@ def _check_value(key: str, value: Any, where: str) -> Any:
             raise fail(f"must be the path of a YAML file (schemas/<topic>.yaml) or null, "
                        f"got {value!r}")
         return value
+    if key == "mode":
+        if value not in MODES:
+            raise fail(f"{value!r} is not a mode (upsert: latest value per key; append: every "
+                       "message a row)")
+        return value
+    if key == "merge_key":
+        return _check_merge_key(value, fail)
+    if key == "trigger_interval":
+        try:
+            trigger_seconds(value)
+        except ValueError as exc:
+            raise fail(f"{exc} (say \"30 seconds\" or \"1 minute\")") from None
+        return value.strip()
     if key in ("fail_on_data_loss", "deletion_vectors", "keep_headers"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
         return value
     raise fail("unknown key")  # pragma: no cover - guarded by the caller
+
+
+def _check_merge_key(value: Any, fail) -> tuple[str, ...] | None:
+    """`merge_key`: null, or a non-empty list of distinct top-level payload field names (one
+    name alone may be given as a string)."""
+    if value is None:
+        return None
+    fields_ = [value] if isinstance(value, str) else value
+    if not isinstance(fields_, list) or not fields_:
+        raise fail(f"must be a list of payload field names, e.g. [tenant, id], got {value!r}")
+    for name in fields_:
+        if not isinstance(name, str) or not name.strip():
+            raise fail(f"each entry must be a payload field's name, got {name!r}")
+        if name.lower() in KAFKA_COLUMNS:
+            raise fail(f"{name!r} is a column deltaferry adds, not a payload field (leave "
+                       "merge_key out to upsert by the Kafka key)")
+    repeated = sorted({n for n in fields_ if fields_.count(n) > 1})
+    if repeated:
+        raise fail(f"names {', '.join(repeated)} more than once")
+    return tuple(fields_)
 
 
 def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None,
@@ -279,7 +359,15 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     if topic.key_format == KeyFormat.AVRO and topic.format != Format.AVRO:
         raise ConfigError(where, f"key_format avro needs format avro (keys and values read "
                           f"through the Schema Registry), got format {topic.format}")
+    if topic.merge_key and topic.appends:
+        raise ConfigError(where, "merge_key is for mode upsert (mode append MERGEs nothing: "
+                          "every message is a row)")
+    if (topic.merge_key or topic.appends) and topic.key_format != KeyFormat.STRING:
+        what = "merge_key" if topic.merge_key else "mode append"
+        raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
+                          "does not use; leave key_format out (the key is kept as text)")
     return _check_hints(_check_protobuf(topic, where, base_dir), where, base_dir)
+
 
 
 def _check_hints(topic: TopicConfig, where: str,

@@ -1,17 +1,21 @@
-"""The three steps of a topic, as one library call each, and `run_topic` that chains them.
+"""The three steps of a topic, as one library call each, `run_topic` that chains them, and
+`stream_topic` that keeps ingesting until stopped.
 
-`deltaferry run`, the `deltaferry/spark_jobs/` entry points and the Airflow tasks call these.
+`deltaferry run`, `deltaferry stream`, the `deltaferry/spark_jobs/` entry points and the Airflow
+tasks call these.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from contextlib import nullcontext
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from deltaferry import steps
-from deltaferry.config import Format, Settings, TopicConfig, load_topics
+from deltaferry.config import Format, Settings, TopicConfig, load_topics, trigger_seconds
 from deltaferry.errors import EmptyTopicError
 from deltaferry.lock import TopicLock
 from deltaferry.paths import TopicPaths
@@ -169,5 +173,66 @@ def replay_topic(name: str, reason: str | None = None, wait: float = 0.0, spark=
     with topic_lock(ctx, f"deltaferry quarantine replay {name}").hold(wait):
         spark = spark or get_spark(f"deltaferry-replay-{name}", ctx.settings.spark_master)
         report = replay_quarantine(spark, ctx.topic, ctx.paths, ctx.store, reason)
+    print(report.summary())
+    return report
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event,
+                    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT set `stop` (and say so) instead of ending the process;
+    the previous handlers are put back after. Main thread only (Python's rule for signals)."""
+    def handle(number: int, _frame) -> None:
+        if not stop.is_set():
+            log.info("%s received: stopping after the current micro-batch",
+                     signal.Signals(number).name)
+        stop.set()
+
+    previous = {number: signal.signal(number, handle) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def first_schema(ctx: TopicContext, spark, stop: threading.Event) -> bool:
+    """Make sure the topic has a schema before a stream starts: infer it if there are messages
+    nobody inferred from; on an empty topic, wait (one check per trigger interval) for its
+    first message. False if `stop` was set before there was one."""
+    from deltaferry.plan import decide
+
+    said = False
+    while not stop.is_set():
+        try:
+            if decide("infer", ctx) is None:
+                print(run_single("infer", ctx, spark).summary())
+            return True
+        except EmptyTopicError as exc:
+            if not said:
+                log.info("%s; waiting for its first message", exc)
+                said = True
+            stop.wait(trigger_seconds(ctx.topic.trigger_interval))
+    return False
+
+
+def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event | None = None):
+    """Ingest `name` continuously (deltaferry.spark.ingest.stream_topic: a micro-batch every
+    trigger_interval) until SIGTERM or SIGINT (or `stop`), holding the topic's lock the whole
+    time; infers the schema first where there is none. The report of the whole run."""
+    from deltaferry.spark.ingest import stream_topic as run_stream
+    from deltaferry.spark.session import get_spark
+
+    ctx = TopicContext.load(name)
+    check_before_spark(ctx)
+    stop = stop or threading.Event()
+    with topic_lock(ctx, f"deltaferry stream {name}").hold(wait):
+        spark = spark or get_spark(f"deltaferry-stream-{name}", ctx.settings.spark_master)
+        with stop_on_signals(stop):  # after Spark started: pyspark sets its own SIGINT handler
+            if not first_schema(ctx, spark, stop):
+                log.info("stream %s: stopped before its first message", name)
+                return None
+            report = run_stream(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store, stop)
+    log.info("stream %s: stopped cleanly; lock released", name)
     print(report.summary())
     return report

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 MAX_RETRY_DELAY = timedelta(minutes=60)
 TAG = "deltaferry"
+#: Airflow's schedule for a DAG run that starts as soon as the previous one ended: for a topic,
+#: back-to-back availableNow runs (not one never-ending task; see README "Continuous mode").
+CONTINUOUS = "@continuous"
 
 
 def table_asset_uri(table_path: str) -> str:
@@ -83,12 +86,31 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
 
 Tasks: **infer_schema** (reuses the cached schema; ingest grows it from new messages) → **ingest**
-(availableNow stream, latest value per key MERGEd by the Kafka key) → **optimize** → **vacuum**.
+(availableNow stream, {landing(topic)}) → **optimize** → **vacuum**.
+{continuous_note(topic)}
 Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
 
 Trigger with **reinfer** to re-read the whole topic for the schema; **debug** writes to
 `_debug/` locations instead. Configured in the topics file; edit it, not this DAG.
 """
+
+
+def landing(topic: TopicConfig) -> str:
+    """How the ingest task lands messages, in words (the entry's mode and merge_key)."""
+    if topic.appends:
+        return "every valid message appended as a row, once"
+    if topic.merge_key:
+        return f"latest value per key MERGEd by the payload fields {', '.join(topic.merge_key)}"
+    return "latest value per key MERGEd by the Kafka key"
+
+
+def continuous_note(topic: TopicConfig) -> str:
+    """What `schedule: "@continuous"` means for this DAG (nothing for other schedules)."""
+    if topic.schedule != CONTINUOUS:
+        return ""
+    return ("\nSchedule **@continuous**: each run starts when the last one ended (one at a time), "
+            "so the table trails the topic by about one run; a run with nothing new skips "
+            "its Spark steps.\n")
 
 
 def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None):

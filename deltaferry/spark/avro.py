@@ -143,6 +143,10 @@ class WriterSchemas:
                                  then=BATCH_NOT_COMMITTED) from None
         return self._known[schema_id]
 
+    def known(self, schema_id: int) -> bool:
+        """Whether `schema_id` was looked up in this run already."""
+        return schema_id in self._known
+
 
 def wire_parts(column: str, prefix: str = "") -> list:
     """The Confluent wire format's parts of the bytes in `column`: `<prefix>wire_ok` (magic
@@ -307,6 +311,8 @@ class AvroKeyDecoder:
     `<topic>-key`, into one typed column per key field; the quarantine keeps the key's bytes."""
 
     quarantine_columns: tuple[str, ...] = (RAW_KEY,)
+    requires_key = True
+    tombstone_reason: str | None = None
 
     def __init__(self, spark: SparkSession, topic: TopicConfig):
         self.registry = RegistrySettings.from_env()
@@ -328,14 +334,18 @@ class AvroKeyDecoder:
         writers = {int(i): self.writers.get(int(i)) for i in ids}
         return decode_key(raw, writers, self.reader.schema)
 
+    def payload_problem(self, decoded: DataFrame) -> None:
+        return None
+
 
 class AvroDecoder:
     """The decoder of an avro topic (deltaferry.spark.decoding): records decoded from the wire
     format with their writer schemas, resolved into the run's reader schema."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store=None):
-        self.registry, client, self.reader = registry_for_run(topic)
-        self.writers = WriterSchemas(client, self.registry.safe_url)
+        self.topic = topic
+        self.registry, self.client, self.reader = registry_for_run(topic)
+        self.writers = WriterSchemas(self.client, self.registry.safe_url)
         self.schema_version = self.reader.version
         log.info("ingest %s: reader schema %s version %d (id %d) from %s", topic.name,
                  self.reader.subject, self.reader.version, self.reader.schema_id,
@@ -346,5 +356,21 @@ class AvroDecoder:
 
     def decode(self, raw: DataFrame):
         ids = [r[0] for r in raw.where("wire_ok").select("schema_id").distinct().collect()]
+        if any(not self.writers.known(int(i)) for i in ids):
+            self.follow_latest()
         writers = {int(i): self.writers.get(int(i)) for i in ids}
         return decode(raw, writers, self.reader.schema)
+
+    def follow_latest(self) -> None:
+        """Read the subject's latest version again (unless a version is pinned): a batch holds
+        a schema id this run has not seen, maybe a version registered since the reader was
+        read, and a long-running query (`deltaferry stream`) must not wait for a restart."""
+        if self.topic.schema_version is not None:
+            return
+        self.client.clear_latest_caches()  # the client keeps `latest` forever otherwise
+        latest = reader_schema(self.client, self.topic, self.registry.safe_url)
+        if latest.version != self.reader.version:
+            log.info("ingest %s: reader schema now %s version %d (id %d)", self.topic.name,
+                     latest.subject, latest.version, latest.schema_id)
+            self.reader = latest
+            self.schema_version = latest.version

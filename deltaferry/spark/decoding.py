@@ -12,6 +12,9 @@ format and lives in `deltaferry.spark.ingest.BatchWriter`: the reasons every for
 the quarantine, the rest is kept latest per key and MERGEd on the key columns.
 
 A new format is one class with these methods and one entry in `DECODERS` (or `KEY_DECODERS`).
+A topic whose rows are not identified by the Kafka key gets a key decoder of its own whatever
+its key format: `PayloadKeys` (`merge_key`: the key columns are payload fields) or `AppendKeys`
+(`mode: append`: no key columns, every message a row).
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in 
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
 REASON_HINTS = "value does not fit the topic's schema hints: "
+REASON_TOMBSTONE_APPEND = ("tombstone (null value) on a topic with mode append: no value to "
+                           "append, and rows are not deleted by key")
+REASON_TOMBSTONE_MERGE_KEY = ("tombstone (null value) on a topic with merge_key: the merge key "
+                              "is in the value, so a tombstone names no row to delete")
+REASON_MERGE_KEY_NULL = "merge key field {field!r} is missing or null"
+REASON_MERGE_KEY_UNKNOWN = ("merge key field {field!r} is missing (no message read so far has "
+                            "it, so the schema has no such field)")
 
 
 class Decoder(Protocol):
@@ -71,6 +81,10 @@ class KeyDecoder(Protocol):
     columns: tuple[str, ...]
     #: Raw columns the quarantine keeps besides the common ones (say, the key's bytes).
     quarantine_columns: tuple[str, ...]
+    #: Whether a message without a Kafka key is quarantined (REASON_NO_KEY).
+    requires_key: bool
+    #: Why a tombstone (null value) is quarantined, or None: it deletes its key's row.
+    tombstone_reason: str | None
 
     def raw_columns(self, raw: DataFrame) -> Any:
         """`raw` (a value decoder's raw columns) plus any columns `decode` needs."""
@@ -79,18 +93,27 @@ class KeyDecoder(Protocol):
         """`raw` plus the key `columns` and `key_problem` (why the key cannot be used, or
         null)."""
 
+    def payload_problem(self, decoded: DataFrame) -> Any:
+        """Why a decoded value (`data`) cannot be used as this key decoder needs it (a merge
+        key field missing, say), as a column; None if values need nothing."""
 
-def with_reason(decoded: DataFrame) -> DataFrame:
+
+def with_reason(decoded: DataFrame, keys: KeyDecoder | None = None) -> DataFrame:
     """`decoded` with the record's `reason` for the quarantine (null for a usable record): no
-    key first, then the key decoder's `key_problem` (if the key was decoded), then no reason
-    for a tombstone, then the format's own problem."""
+    key first (if `keys` requires one; default StringKeys), then the key decoder's
+    `key_problem` (if the key was decoded), then a tombstone's reason (none where a tombstone
+    deletes), then the format's own problem, then the key decoder's problem with the value."""
     from pyspark.sql import functions as F
 
-    reason = F.when(F.col(RAW_KEY).isNull(), REASON_NO_KEY)
+    keys = keys or StringKeys()
+    reason = F.when(F.col(RAW_KEY).isNull() & F.lit(keys.requires_key), REASON_NO_KEY)
     if "key_problem" in decoded.columns:
         reason = reason.when(F.col("key_problem").isNotNull(), F.col("key_problem"))
-    reason = reason.when(F.col("raw_value").isNull(), None).otherwise(F.col("problem"))
-    return decoded.withColumn("reason", reason).drop("problem", "key_problem")
+    reason = reason.when(F.col("raw_value").isNull(),
+                         F.lit(keys.tombstone_reason).cast("string"))
+    payload = keys.payload_problem(decoded)
+    problem = F.col("problem") if payload is None else F.coalesce(F.col("problem"), payload)
+    return decoded.withColumn("reason", reason.otherwise(problem)).drop("problem", "key_problem")
 
 
 def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
@@ -189,7 +212,7 @@ class JsonDecoder:
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
-        fresh = json_objects(uncovered(raw, self.store.covered()))
+        fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
         if fresh.isEmpty():
             return version
         ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
@@ -215,6 +238,8 @@ class StringKeys:
 
     columns: tuple[str, ...] = STRING_KEY
     quarantine_columns: tuple[str, ...] = ()
+    requires_key = True
+    tombstone_reason: str | None = None
 
     def __init__(self, spark: SparkSession | None = None, topic: TopicConfig | None = None):
         pass
@@ -227,6 +252,64 @@ class StringKeys:
 
         return raw.withColumn("key_problem", F.when(~F.is_valid_utf8(F.col("kafka_key")),
                                                     F.lit(REASON_KEY_NOT_UTF8)))
+
+    def payload_problem(self, decoded: DataFrame) -> Any:
+        return None
+
+
+class AppendKeys:
+    """`mode: append`: rows are not identified by a key, so none is needed. A message without
+    a key is a row with a null `kafka_key`; a key that is not UTF-8 text is kept as null in
+    `kafka_key` (a string column holding other bytes makes a table other engines cannot read);
+    a tombstone has nothing to append and is quarantined (REASON_TOMBSTONE_APPEND)."""
+
+    columns: tuple[str, ...] = ()
+    quarantine_columns: tuple[str, ...] = ()
+    requires_key = False
+    tombstone_reason: str | None = REASON_TOMBSTONE_APPEND
+
+    def __init__(self, spark: SparkSession | None = None, topic: TopicConfig | None = None):
+        pass
+
+    def raw_columns(self, raw: DataFrame) -> Any:
+        return raw
+
+    def decode(self, raw: DataFrame) -> Any:
+        from pyspark.sql import functions as F
+
+        key = F.col("kafka_key")
+        return raw.withColumns({"kafka_key": F.when(F.is_valid_utf8(key), key),
+                                "key_problem": F.lit(None).cast("string")})
+
+    def payload_problem(self, decoded: DataFrame) -> Any:
+        return None
+
+
+class PayloadKeys(AppendKeys):
+    """`merge_key: [field, ...]`: rows are upserted by these top-level payload fields instead
+    of the Kafka key (a compound key; a Kafka key encoded as JSON or Avro whose fields the value
+    repeats). The Kafka key is kept as `AppendKeys` keeps it. A value whose merge key field is
+    missing or null is quarantined naming the field (REASON_MERGE_KEY_NULL); a tombstone, whose
+    key is in no value, is quarantined too (REASON_TOMBSTONE_MERGE_KEY)."""
+
+    tombstone_reason: str | None = REASON_TOMBSTONE_MERGE_KEY
+
+    def __init__(self, spark: SparkSession | None = None, topic: TopicConfig | None = None):
+        assert topic is not None and topic.merge_key  # chosen by key_decoder_for for these
+        self.columns: tuple[str, ...] = topic.merge_key
+
+    def payload_problem(self, decoded: DataFrame) -> Any:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        data_type = decoded.schema["data"].dataType if "data" in decoded.columns else None
+        if not isinstance(data_type, StructType):  # not decoded (a value too large)
+            return None
+        known = set(data_type.fieldNames())
+        return F.coalesce(*[
+            F.when(F.col("data").getField(f).isNull(), REASON_MERGE_KEY_NULL.format(field=f))
+            if f in known else F.lit(REASON_MERGE_KEY_UNKNOWN.format(field=f))
+            for f in self.columns])
 
 
 #: The decoder class of each format, imported when a topic of that format is ingested.
@@ -254,5 +337,10 @@ def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> 
 
 
 def key_decoder_for(spark: SparkSession, topic: TopicConfig) -> KeyDecoder:
-    """The key decoder of `topic`'s key format."""
+    """The key decoder of `topic`: `AppendKeys` for mode append, `PayloadKeys` for a
+    merge_key, else the one of its key format."""
+    if topic.appends:
+        return AppendKeys(spark, topic)
+    if topic.merge_key:
+        return PayloadKeys(spark, topic)
     return _load(KEY_DECODERS[KeyFormat(topic.key_format)])(spark, topic)

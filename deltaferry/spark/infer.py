@@ -54,15 +54,22 @@ class InferReport:
         return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
-def json_objects(df: DataFrame) -> DataFrame:
-    """The values worth inferring from: keyed, not tombstones, and shaped like a JSON object."""
+def json_objects(df: DataFrame, keyed: bool = True) -> DataFrame:
+    """The values worth inferring from: not tombstones, shaped like a JSON object, and keyed
+    where rows are identified by the Kafka key (`keyed`; mode append and merge_key topics
+    take keyless messages too)."""
     from pyspark.sql import functions as F
 
-    return df.where(
-        F.col("kafka_key").isNotNull()
-        & F.col("raw_value").isNotNull()
-        & F.ltrim(F.col("raw_value")).startswith("{")
-    )
+    objects = F.col("raw_value").isNotNull() & F.ltrim(F.col("raw_value")).startswith("{")
+    return df.where(F.col("kafka_key").isNotNull() & objects if keyed else objects)
+
+
+def inference_records(df: DataFrame, topic: TopicConfig) -> DataFrame:
+    """What inference reads of the raw records `df`: the latest value per Kafka key where rows
+    are identified by it, else every JSON object (keyless messages are rows too)."""
+    if topic.by_kafka_key:
+        return json_objects(latest_per_key(df))
+    return json_objects(df, keyed=False)
 
 
 #: The column Spark's PERMISSIVE JSON parsing fills with a value that does not fit the schema.
@@ -162,14 +169,15 @@ def infer_schema(
         "infer %s: reading %d offsets (%s)", topic.name, scanned,
         ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
     )
-    records = json_objects(latest_per_key(read_ranges(spark, settings, topic.name, ranges,
-                                                          topic.kafka_timeout_seconds)))
+    records = inference_records(read_ranges(spark, settings, topic.name, ranges,
+                                            topic.kafka_timeout_seconds), topic)
     inferred = infer_from_records(spark, records, cached.schema if cached else None)
     if cached is None and not inferred.get("fields") and not topic.schema_hints:
         raise NoSchemaError(
-            f"topic {topic.name!r}: none of the {scanned} messages read is a keyed JSON object, "
-            "so there is no schema to infer; check the producer (values must be JSON objects, "
-            "keys set)"
+            f"topic {topic.name!r}: none of the {scanned} messages read is a "
+            f"{'keyed ' if topic.by_kafka_key else ''}JSON object, so there is no schema to "
+            "infer; check the producer (values must be JSON objects"
+            f"{', keys set' if topic.by_kafka_key else ''})"
         )
     version, changed, changes = commit_schema(store, inferred, offsets.end(), topic.schema_hints)
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,

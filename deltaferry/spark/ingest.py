@@ -1,6 +1,7 @@
 """Ingest: a Structured Streaming query (availableNow trigger, checkpointed) that parses each
 micro-batch with the cached schema, quarantines what does not parse, keeps the latest record per
-key and MERGEs it into the topic's Delta table.
+key and MERGEs it into the topic's Delta table (mode upsert), or appends every record (mode
+append).
 
 Exactly once: the checkpoint records which offsets each micro-batch covered; the Delta writes of
 a batch are tagged with (query id, batch id), so a batch replayed after a crash is not applied
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import Settings, TopicConfig
+from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.paths import TopicPaths
@@ -53,6 +56,9 @@ class IngestReport:
     topic: str
     messages_read: int = 0
     batches: int = 0
+    #: The topic's mode: upsert (inserted/updated/deleted count) or append (appended counts).
+    mode: str = "upsert"
+    appended: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
@@ -74,7 +80,7 @@ class IngestReport:
         read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
         return (
             f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
-            f"{self.inserted} inserted, {self.updated} updated, {self.deleted} deleted, "
+            f"{describe_counts(self.mode, asdict(self))}, "
             f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
@@ -103,6 +109,13 @@ class Phases:
     def add(self, name: str, seconds: float) -> None:
         """Add `seconds` measured elsewhere (say, by Spark) to phase `name`."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def describe_counts(mode: str, counts: dict) -> str:
+    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert)."""
+    if mode == Mode.APPEND:
+        return f"{counts.get('appended', 0)} appended"
+    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
 
 
 def describe_phases(phases: dict[str, float]) -> str:
@@ -160,7 +173,9 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
 
     data_type = parsed.schema["data"].dataType
     assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
-    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS)
+    # key columns a key decoder added (avro keys); a merge_key's are payload fields
+    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS
+                  and k in parsed.columns)
     kafka_headers = (HEADERS,) if headers else ()
     payload = [
         F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
@@ -175,7 +190,7 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
 def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
     """`raw` (the decoders' raw columns) decoded: key and value, and each record's `reason`
     for the quarantine (null for a usable record)."""
-    return with_reason(decoder.decode(keys.decode(raw)))
+    return with_reason(decoder.decode(keys.decode(raw)), keys)
 
 
 #: Why a value larger than the topic's max_value_bytes was not parsed.
@@ -198,19 +213,24 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
         return parsed
     reason = F.format_string(REASON_TOO_LARGE.replace("{size}", "%d")
                              .replace("{limit}", str(max_bytes)), size)
-    large = with_reason(keys.decode(large).withColumn("problem", reason))
+    large = with_reason(keys.decode(large).withColumn("problem", reason), keys)
     return parsed.unionByName(large, allowMissingColumns=True)
+
+
+def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
+    """The usable records of `parsed` as table rows (with their headers if `headers`): latest
+    per key on the key columns `keys`, every record where there are none (mode append)."""
+    from pyspark.sql import functions as F
+
+    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers)
+    return latest_per_key(rows, keys) if keys else rows
 
 
 def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
                headers: bool = False) -> tuple[DataFrame, list[str]]:
-    """The usable records of `parsed` as table rows (with their headers if `headers`), latest
-    per key, with the table at `path` grown first (new top-level columns, numeric widening);
-    (rows, columns widened)."""
-    from pyspark.sql import functions as F
-
-    rows = latest_per_key(
-        to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers), keys)
+    """`usable_rows`, with the table at `path` grown first (column mapping where a name needs
+    it, new top-level columns, numeric widening); (rows, columns widened)."""
+    rows = usable_rows(parsed, keys, headers)
     grow_table(spark, path, rows)
     return rows, delta_table.widen_columns(spark, path, rows.schema)
 
@@ -223,10 +243,26 @@ def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
     delta_table.add_new_columns(spark, path, columns)
 
 
+def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
+               app_id: str, version: int, only_newer: bool = False) -> dict[str, int]:
+    """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
+    is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
+    append); the counts of what changed (zeros if skipped)."""
+    tag = delta_table.commit_tag(app_id, version)
+    if not keys:
+        return delta_table.append(spark, path, rows, tag, app_id, version)
+    with delta_table.idempotent_writes(spark, app_id, version, tag):
+        return delta_table.upsert(spark, path, rows, tag, keys, only_newer=only_newer)
+
+
+class StreamStopped(Exception):
+    """A micro-batch that started after a stream's stop request, refused before it wrote."""
+
+
 class BatchWriter:
     """The foreachBatch function, the same for every format: one micro-batch decoded by the
     topic's decoder and key decoder, what cannot be used into the quarantine, the rest MERGEd
-    into the table on the key columns."""
+    into the table on the key columns (appended where the key decoder has none)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
                  report: IngestReport, keys: KeyDecoder | None = None, *,
@@ -243,6 +279,12 @@ class BatchWriter:
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
         self.failure: DeltaferryError | None = None
+        #: Set when a stream is to stop (`stream_topic`): a batch started after it is refused.
+        self.stop: threading.Event | None = None
+        #: The id of the batch refused so (its offsets are read again by the next run).
+        self.refused: int | None = None
+        self._busy = False
+        self._gate = threading.Lock()
 
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
@@ -256,6 +298,11 @@ class BatchWriter:
         return self._app_id
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        with self._gate:
+            if self.stop is not None and self.stop.is_set():
+                self.refused = batch_id
+                raise StreamStopped(f"batch {batch_id} refused: the stream is stopping")
+            self._busy = True
         try:
             self.write(batch_df, batch_id)
         except DeltaferryError as exc:
@@ -264,11 +311,17 @@ class BatchWriter:
         except Exception as exc:  # Spark's, around what the Kafka client (or Delta...) said
             self.failure = run_failure(self.topic, self.settings, str(exc), batch_id)
             raise
+        finally:
+            with self._gate:
+                self._busy = False
+
+    def idle(self) -> bool:
+        """Whether no micro-batch is being written now."""
+        with self._gate:
+            return not self._busy
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Decode, quarantine and MERGE one micro-batch, timing each phase."""
-        from pyspark.sql import functions as F
-
+        """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
         started = time.monotonic()
         batch = Phases()
         keys = self.keys.columns
@@ -282,10 +335,8 @@ class BatchWriter:
                 parsed.count()
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            with batch("latest per key"):
-                rows = latest_per_key(
-                    to_table_rows(parsed.where(F.col("reason").isNull()), keys,
-                                  self.topic.keep_headers), keys).persist()
+            with batch("latest per key" if keys else "table rows"):
+                rows = usable_rows(parsed, keys, self.topic.keep_headers).persist()
                 rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
@@ -298,9 +349,8 @@ class BatchWriter:
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
                     self.paths.quarantine, app_id, batch_id)
             faults.point("quarantine-written")
-            tag = delta_table.commit_tag(app_id, batch_id)
-            with batch("merge"), delta_table.idempotent_writes(self.spark, app_id, batch_id, tag):
-                counts = delta_table.upsert(self.spark, self.paths.table, rows, tag, keys)
+            with batch("merge" if keys else "append"):
+                counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id)
             faults.point("batch-written")  # Spark commits the checkpoint after we return
             rows.unpersist()
             parsed.unpersist()
@@ -310,14 +360,12 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
-        self.report.inserted += counts["inserted"]
-        self.report.updated += counts["updated"]
-        self.report.deleted += counts["deleted"]
+        for name, value in counts.items():
+            setattr(self.report, name, getattr(self.report, name) + value)
         log.info(
-            "ingest %s batch %d: %d messages, %d inserted, %d updated, %d deleted, "
-            "%d quarantined, %.1f s (%s)", self.topic.name, batch_id, count,
-            counts["inserted"], counts["updated"], counts["deleted"], quarantined,
-            time.monotonic() - started, describe_phases(batch.seconds),
+            "ingest %s batch %d: %d messages, %s, %d quarantined, %.1f s (%s)",
+            self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
+            quarantined, time.monotonic() - started, describe_phases(batch.seconds),
         )
 
 
@@ -356,58 +404,165 @@ def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -
     return limit
 
 
-def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
-                 store: SchemaStore) -> IngestReport:
-    """Run the availableNow streaming query for `topic` until everything available is in."""
-    started = time.monotonic()
-    current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
-    checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
-                                   topic.name).offsets
-    check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
-                    paths.root)
-    report = IngestReport(topic.name)
-    decoder = decoder_for(spark, topic, store)
-    report.schema_version = decoder.schema_version
-    writer = BatchWriter(spark, topic, paths, decoder, report, key_decoder_for(spark, topic),
-                         settings=settings)
-    delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
-    quarantine.ensure_layout(spark, paths.quarantine)
-    limit = batch_limit(topic, settings, current, checkpointed)
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**kafka_options(settings, topic.kafka_timeout_seconds))
-        .option("subscribe", topic.name)
-        .option("startingOffsets", topic.starting_offsets)
-        .option("failOnDataLoss", str(topic.fail_on_data_loss).lower())
-        .option("includeHeaders", "true")  # the quarantine keeps them
-    )
-    stream = (reader.option("maxOffsetsPerTrigger", limit) if limit else reader).load()
-    query = (
-        stream.writeStream.foreachBatch(writer)
-        .option("checkpointLocation", paths.checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+class IngestStream:
+    """The ingest query of a topic, opened once: its report, its foreachBatch writer and the
+    Kafka stream. `start` starts the query with a trigger: availableNow (`ingest_topic`) or a
+    processing-time trigger (`stream_topic`)."""
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig, settings: Settings,
+                 paths: TopicPaths, store: SchemaStore):
+        self.started = time.monotonic()
+        self.spark, self.topic, self.settings, self.paths = spark, topic, settings, paths
+        current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
+        checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
+                                       topic.name).offsets
+        check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
+                        paths.root)
+        self.report = IngestReport(topic.name, mode=topic.mode)
+        decoder = decoder_for(spark, topic, store)
+        self.report.schema_version = decoder.schema_version
+        self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
+                                  key_decoder_for(spark, topic), settings=settings)
+        delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
+        quarantine.ensure_layout(spark, paths.quarantine)
+        self.limit = batch_limit(topic, settings, current, checkpointed)
+
+    def start(self, **trigger):
+        """Start the query with `trigger` (DataStreamWriter.trigger's keywords)."""
+        reader = (
+            self.spark.readStream.format("kafka")
+            .options(**kafka_options(self.settings, self.topic.kafka_timeout_seconds))
+            .option("subscribe", self.topic.name)
+            .option("startingOffsets", self.topic.starting_offsets)
+            .option("failOnDataLoss", str(self.topic.fail_on_data_loss).lower())
+            .option("includeHeaders", "true")  # the quarantine keeps them
+        )
+        stream = (reader.option("maxOffsetsPerTrigger", self.limit) if self.limit
+                  else reader).load()
+        return (
+            stream.writeStream.foreachBatch(self.writer)
+            .option("checkpointLocation", self.paths.checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    def checkpoint(self):
+        """The checkpoint's newest batch (deltaferry.plan.CheckpointState)."""
+        return read_checkpoint(storage_for(self.paths.checkpoint), self.paths.checkpoint,
+                               self.topic.name)
+
+    def finish(self, progress: list[dict], totals: StreamProgress | None = None
+               ) -> IngestReport:
+        """The report, completed with the batches' `progress` (or a stream's `totals`, where
+        `progress` is its latest batches), the offsets read to and the lag; its summary
+        logged."""
+        report, topic, settings = self.report, self.topic, self.settings
+        report.progress = progress
+        totals = totals or StreamProgress(topic.name, progress)
+        if totals.batches:
+            Phases(report.phases).add("offsets + checkpoint", totals.checkpoint_ms / 1000)
+        report.messages_read, report.batches = totals.messages, totals.batches
+        state = self.checkpoint()
+        read_to = state.offsets
+        if not state.committed and progress:  # a stream's last batch was refused: not read
+            read_to = {int(p): o for p, o in progress[-1]["offsets"].items()}
+        report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
+        report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name,
+                                       settings.kafka_options), read_to)
+        report.seconds = time.monotonic() - self.started
+        log.info(report.summary())
+        return report
+
+
+def await_query(query, writer: BatchWriter, timeout: float | None = None) -> bool:
+    """`query.awaitTermination(timeout)`: whether it ended. A batch the writer refused because
+    its stream is stopping ends it cleanly; a batch's failure is raised as deltaferry's one-line
+    error (`run_failure`) instead of Spark's wrapped StreamingQueryException."""
     try:
-        query.awaitTermination()
+        return bool(query.awaitTermination(timeout) if timeout is not None
+                    else query.awaitTermination())
     except Exception as exc:  # Spark's StreamingQueryException around what a batch raised
-        failure = writer.failure or run_failure(topic, settings, str(exc))
+        if writer.refused is not None:
+            return True
+        failure = writer.failure or run_failure(writer.topic, writer.settings, str(exc))
         if failure is not None:
             raise failure from None
         raise
-    report.progress = [batch_progress(p, topic.name) for p in query.recentProgress
-                       if p.get("numInputRows", 0) > 0]
-    for batch in report.progress:
+
+
+def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+                 store: SchemaStore) -> IngestReport:
+    """Run the availableNow streaming query for `topic` until everything available is in."""
+    ingest = IngestStream(spark, topic, settings, paths, store)
+    query = ingest.start(availableNow=True)
+    await_query(query, ingest.writer)
+    progress = [batch_progress(p, topic.name) for p in query.recentProgress
+                if p.get("numInputRows", 0) > 0]
+    for batch in progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
-    phases = Phases(report.phases)
-    for batch in report.progress:
-        phases.add("offsets + checkpoint", batch["checkpoint_ms"] / 1000)
-    report.messages_read = sum(b["input_rows"] for b in report.progress)
-    report.batches = len(report.progress)
-    read_to = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint, topic.name).offsets
-    report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
-    report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options),
-                     read_to)
-    report.seconds = time.monotonic() - started
-    log.info(report.summary())
+    return ingest.finish(progress)
+
+
+def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
+                 store: SchemaStore, stop: threading.Event, poll: float = 0.5) -> IngestReport:
+    """Run `topic`'s ingest query with a processing-time trigger (a micro-batch every
+    `trigger_interval` when there are new messages) until `stop` is set, then stop it between
+    two micro-batches: when no batch is being written and the checkpoint's newest batch is
+    committed (checked every `poll` seconds, every 50 ms once stopping). A batch Spark starts
+    after `stop` was set, before such a moment came, is refused before it writes anything
+    (Spark logs the query's end as an error; the next start reads the batch again). Each batch
+    is logged as it ends; the report covers the whole run."""
+    ingest = IngestStream(spark, topic, settings, paths, store)
+    writer = ingest.writer
+    writer.stop = stop
+    interval = trigger_seconds(topic.trigger_interval)
+    if stop.is_set():
+        return ingest.finish([])
+    query = ingest.start(processingTime=f"{round(interval * 1000)} milliseconds")
+    log.info("stream %s: started, a micro-batch every %s when there are new messages; stop "
+             "with SIGTERM or Ctrl-C (the current micro-batch ends first)", topic.name,
+             topic.trigger_interval)
+    progress = StreamProgress(topic.name)
+    while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
+        for batch in progress.add(query.recentProgress):
+            log.info("stream %s %s", topic.name, describe_progress(batch))
+        if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
+            log.info("stream %s: stopping between micro-batches", topic.name)
+            query.stop()
+    for batch in progress.add(query.recentProgress):
+        log.info("stream %s %s", topic.name, describe_progress(batch))
+    if writer.refused is not None:
+        log.info("stream %s: batch %d was started after the stop request and refused before "
+                 "writing anything; the next run reads it", topic.name, writer.refused)
+    report = ingest.finish(list(progress.latest), progress)
+    if not stop.is_set():
+        raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
+
+
+class StreamProgress:
+    """The micro-batches of a query as Spark reports them: each batch that read messages taken
+    once (`add`), totals over all of them, and the latest `keep` (a stream runs for days)."""
+
+    def __init__(self, topic: str, batches: list[dict] | None = None, keep: int = 100):
+        self.topic = topic
+        self.latest: deque[dict] = deque(maxlen=keep)
+        self.last_id = -1
+        self.messages = self.batches = self.checkpoint_ms = 0
+        self._count(batches or [])
+
+    def add(self, recent: list[dict]) -> list[dict]:
+        """The batches of Spark's `recent` progress that read messages and were not added yet
+        (idle triggers repeat the next batch's id with no rows), now added."""
+        new = [batch_progress(p, self.topic) for p in recent
+               if p.get("numInputRows", 0) > 0 and p.get("batchId", -1) > self.last_id]
+        self._count(new)
+        return new
+
+    def _count(self, batches: list[dict]) -> None:
+        for batch in batches:
+            self.last_id = max(self.last_id, batch["batch_id"])
+            self.latest.append(batch)
+            self.messages += batch["input_rows"]
+            self.batches += 1
+            self.checkpoint_ms += batch["checkpoint_ms"]

@@ -33,7 +33,7 @@ from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
-from deltaferry.spark.ingest import parse_within, table_rows
+from deltaferry.spark.ingest import apply_rows, parse_within, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -150,17 +150,14 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
         count = parsed.count()
         rows, _ = table_rows(spark, paths.table, parsed, keys.columns, topic.keep_headers)
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
-        tag = delta_table.commit_tag(app_id, 0)
-        with delta_table.idempotent_writes(spark, app_id, 0, tag):
-            counts = delta_table.upsert(spark, paths.table, rows, tag, keys.columns,
-                                        only_newer=True)
+        counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True)
         report.landed += parsed.where(F.col("reason").isNull()).count()
         mark(spark, paths.quarantine, parsed, replay_id)
     finally:
         parsed.unpersist()
-    report.inserted += counts["inserted"]
-    report.updated += counts["updated"]
-    report.deleted += counts["deleted"]
+    report.inserted += counts.get("inserted", counts.get("appended", 0))  # append: rows added
+    report.updated += counts.get("updated", 0)
+    report.deleted += counts.get("deleted", 0)
     report.replay_ids.append(replay_id)
     return count
 

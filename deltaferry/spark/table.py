@@ -1,4 +1,5 @@
-"""The topic's Delta table: creation, widening of numeric columns, and the keyed upsert."""
+"""The topic's Delta table: creation, widening of numeric columns, the keyed upsert and the
+append (mode append)."""
 
 from __future__ import annotations
 
@@ -245,3 +246,25 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
         "updated": int(metrics.get("numTargetRowsUpdated", 0)),
         "deleted": int(metrics.get("numTargetRowsDeleted", 0)),
     }
+
+
+def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: str,
+           version: int) -> dict[str, int]:
+    """Append `source` (table rows, DELETED dropped) to the table: every row once, no MERGE.
+
+    The write is Delta transaction (`app_id`, `version`), so a micro-batch replayed after a
+    crash is skipped by Delta (the transaction is in the log already). A DataFrame write takes
+    these as its own options (txnAppId, txnVersion, userMetadata): the session settings of
+    `idempotent_writes` reach MERGE, not DataFrame writes. New nested fields arrive by schema
+    evolution. Returns the rows appended (zero if Delta skipped the write, i.e. the last
+    commit is not tagged `tag`).
+    """
+    from delta.tables import DeltaTable
+
+    (source.drop(DELETED).write.format("delta").mode("append")
+     .option("txnAppId", app_id).option("txnVersion", version).option("userMetadata", tag)
+     .option("mergeSchema", "true").save(path))
+    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
+        return {"appended": 0}
+    return {"appended": int((last["operationMetrics"] or {}).get("numOutputRows", 0))}

@@ -156,3 +156,27 @@ def test_the_full_pyspark_is_installed_not_the_providers_pyspark_client():
     assert metadata.version("apache-airflow-providers-apache-spark").startswith("6.")
     assert (Path(pyspark.__file__).parent / "jars" / f"spark-core_2.13-{pyspark.__version__}.jar"
             ).exists()
+
+
+def test_continuous_schedule_builds_a_dag_that_runs_back_to_back(tmp_path, monkeypatch):
+    from airflow.sdk.definitions.timetables.simple import ContinuousTimetable
+
+    bag = load(tmp_path, monkeypatch, """
+topics:
+  - name: events
+    schedule: "@continuous"
+    mode: append
+  - name: orders
+    merge_key: [tenant, id]
+""")
+    assert bag.import_errors == {}
+    dag = bag.dags["ingest_events"]
+    assert isinstance(dag.timetable, ContinuousTimetable)
+    assert dag.max_active_runs == 1  # what Airflow requires of @continuous, and one run a topic
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "infer_schema", "ingest", "optimize", "vacuum"]  # repeated availableNow runs
+    assert "every valid message appended as a row" in dag.doc_md
+    assert "**@continuous**" in dag.doc_md
+    orders = bag.dags["ingest_orders"]
+    assert "MERGEd by the payload fields tenant, id" in orders.doc_md
+    assert "@continuous" not in orders.doc_md

@@ -164,6 +164,56 @@ def test_batch_bounds_and_deletion_vectors_are_checked():
     assert "deletion_vectors: must be true or false" in errors[1]
 
 
+def test_mode_merge_key_and_trigger_interval_are_read():
+    topics = parse_topics({"topics": [
+        {"name": "events", "mode": "append", "trigger_interval": " 5 seconds "},
+        {"name": "orders", "merge_key": ["tenant", "id"]},
+        {"name": "users", "merge_key": "user_id"},
+        {"name": "plain"},
+    ]}, "topics.yaml")
+    assert topics.errors == []
+    events, orders, users, plain = topics.topics
+    assert (events.mode, events.appends, events.merge_key, events.trigger_interval) == (
+        "append", True, None, "5 seconds")
+    assert (orders.mode, orders.appends, orders.merge_key) == ("upsert", False, ("tenant", "id"))
+    assert users.merge_key == ("user_id",)
+    assert (plain.mode, plain.merge_key, plain.trigger_interval) == ("upsert", None, "30 seconds")
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ({"mode": "insert"}, "mode: 'insert' is not a mode"),
+    ({"mode": "append", "merge_key": ["id"]}, "merge_key is for mode upsert"),
+    ({"merge_key": []}, "merge_key: must be a list of payload field names"),
+    ({"merge_key": {"id": 1}}, "merge_key: must be a list"),
+    ({"merge_key": ["id", ""]}, "each entry must be a payload field's name, got ''"),
+    ({"merge_key": ["id", 3]}, "got 3"),
+    ({"merge_key": ["id", "id"]}, "names id more than once"),
+    ({"merge_key": ["Kafka_Offset"]}, "'Kafka_Offset' is a column deltaferry adds"),
+    ({"format": "avro", "key_format": "avro", "merge_key": ["id"]},
+     "key_format avro decodes a key that merge_key does not use"),
+    ({"format": "avro", "key_format": "avro", "mode": "append"},
+     "key_format avro decodes a key that mode append does not use"),
+    ({"trigger_interval": "soon"}, "trigger_interval: 'soon' is not <number>"),
+    ({"trigger_interval": "0 seconds"}, "trigger_interval: '0 seconds' is not longer than zero"),
+    ({"trigger_interval": 30}, "trigger_interval: 30 is not"),
+])
+def test_bad_mode_merge_key_and_trigger_interval_are_the_entrys_own_error(entry, fragment):
+    topics = parse_topics({"topics": [{"name": "ok"}, {"name": "bad", **entry}]}, "topics.yaml")
+    assert topics.names() == ["ok"]
+    (error,) = topics.errors
+    assert "topics[1] ('bad')" in str(error)
+    assert fragment in str(error)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30 seconds", 30.0), ("1 minute", 60.0), ("2 Hours", 7200.0), ("500 milliseconds", 0.5),
+    ("1.5 seconds", 1.5)])
+def test_trigger_seconds(text, seconds):
+    from deltaferry.config import trigger_seconds
+
+    assert trigger_seconds(text) == seconds
+
+
 def test_keep_headers_and_kafka_timeout_seconds_are_validated():
     from deltaferry.config import parse_topic
 

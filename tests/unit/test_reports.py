@@ -23,6 +23,8 @@ KINDS = [
     IngestReport("t", messages_read=40, batches=1, inserted=5, updated=3, deleted=1,
                  quarantined=2, schema_version=2, offsets_read_to={"0": 20, "1": 20}, lag=4,
                  seconds=12.0),
+    IngestReport("t", messages_read=40, batches=2, mode="append", appended=38, quarantined=2,
+                 schema_version=1, seconds=9.0),
     MaintainReport("t", "optimize", {"table": "9 files compacted into 1"}, 8.0),
     MaintainReport("t", "vacuum", {"table": "vacuumed, retention 168 h"}, 4.0),
     Skip("t", "ingest", "no new messages", {"lag": 0}),
@@ -54,3 +56,14 @@ def test_a_job_that_wrote_no_report_says_so(tmp_path):
 def test_a_dict_of_no_known_kind_is_not_taken_for_a_report():
     with pytest.raises(ValueError, match="kind 'Bogus'"):
         reports.typed({"kind": "Bogus"})
+
+
+def test_ingest_summary_counts_rows_appended_in_mode_append_and_changes_in_mode_upsert():
+    append = IngestReport("t", messages_read=40, batches=2, mode="append", appended=38,
+                          quarantined=2)
+    upsert = IngestReport("t", messages_read=40, batches=2, inserted=5, updated=3, deleted=1,
+                          quarantined=2)
+    assert "40 messages in 2 batch(es), 38 appended, 2 quarantined" in append.summary()
+    assert "inserted" not in append.summary()
+    assert "5 inserted, 3 updated, 1 deleted, 2 quarantined" in upsert.summary()
+    assert "appended" not in upsert.summary()

@@ -1,0 +1,136 @@
+"""Topics without keys (`mode: append`) and keys in the payload (`merge_key`), against a real
+broker and real Spark; tables read back by delta-rs.
+
+Append: every valid message is a row exactly once, also when a run is killed between the Delta
+commit of a micro-batch and the checkpoint's commit (the replayed batch is skipped by Delta).
+merge_key: rows are upserted by a compound payload key, latest per key, whatever the Kafka key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from deltaferry.kafka import produce
+from deltaferry.pipeline import run_step
+from deltaferry.spark.decoding import (
+    REASON_MERGE_KEY_NULL,
+    REASON_NOT_JSON,
+    REASON_TOMBSTONE_APPEND,
+    REASON_TOMBSTONE_MERGE_KEY,
+)
+
+from .test_cli import CLI
+from .test_crash import run_killed
+from .test_pipeline import context
+
+pytestmark = pytest.mark.integration
+
+
+def delta_rs_rows(table_path: str, columns: str, order: str) -> list[dict]:
+    """The table's rows as delta-rs reads them (its SQL engine applies column mapping)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    from deltaferry.lake import open_table
+
+    rows = QueryBuilder().register("t", open_table(table_path)).execute(
+        f"SELECT {columns} FROM t ORDER BY {order}").read_all()
+    return pa.table(rows).to_pylist()
+
+
+def event_log() -> list[tuple]:
+    """400 events, most without a key, some keyed (repeating keys), one key that is not UTF-8,
+    two tombstones and two values that are not JSON."""
+    out: list[tuple] = []
+    for seq in range(400):
+        key = f"user-{seq % 5}" if seq % 10 == 3 else None
+        if seq in (50, 250):
+            out.append(("user-1", None))                          # tombstone
+        elif seq in (99, 299):
+            out.append((None, f"not json {seq}"))
+        elif seq == 123:
+            out.append((b"\xff\xfe", {"seq": seq, "kind": "binary-key"}))
+        else:
+            out.append((key, {"seq": seq, "kind": "click" if seq % 2 else "view"}))
+    return out
+
+
+def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("append", partitions=2)
+    sent = event_log()
+    produce(kafka_bootstrap, topic, sent)
+    warehouse = tmp_path / "wh"
+    ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
+    run_step("infer", ctx, spark)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    mode: append\n"
+                      "    max_offsets_per_trigger: 150\n")
+    env = {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
+           str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+    # killed after the first batch's Delta commit, before the checkpoint marked it committed
+    run_killed(env, topic, "batch-written", "ingest", tmp_path / "mark")
+    before = spark.read.format("delta").load(ctx.paths.table).count()
+    assert before > 0
+
+    report_file = tmp_path / "report.json"
+    done = subprocess.run([CLI, "run", topic, "--steps", "ingest", "--report", str(report_file)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (report,) = json.loads(report_file.read_text())
+    valid = [(k, v) for k, v in sent if isinstance(v, dict)]
+    # the replayed first batch was skipped by Delta: the rerun appended only the rest
+    assert (report["mode"], report["appended"], report["quarantined"]) == (
+        "append", len(valid) - before, 4)
+    assert f"{len(valid) - before} appended" in report["summary"]
+
+    rows = delta_rs_rows(ctx.paths.table, "kafka_partition, kafka_offset, kafka_key, seq, kind",
+                         "seq")
+    assert len({(r["kafka_partition"], r["kafka_offset"]) for r in rows}) == len(rows)
+    assert [r["seq"] for r in rows] == [v["seq"] for _, v in valid]
+    by_seq = {r["seq"]: r for r in rows}
+    assert by_seq[0]["kafka_key"] is None and by_seq[0]["kind"] == "view"   # keyless: a row
+    assert by_seq[3]["kafka_key"] == "user-3"
+    assert by_seq[123]["kafka_key"] is None    # not UTF-8: the row is kept, its key as null
+
+    quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
+    reasons = sorted(r["reason"] for r in quarantine.collect())
+    assert reasons == sorted([REASON_TOMBSTONE_APPEND] * 2 + [REASON_NOT_JSON] * 2)
+
+
+def test_merge_key_upserts_by_a_compound_payload_key(spark, kafka_bootstrap, new_topic,
+                                                      tmp_path):
+    topic = new_topic("merge-key", partitions=1)  # one order: keyless values spread
+    ctx = context(topic, tmp_path, kafka_bootstrap, merge_key=("tenant", "id"))
+    first = [
+        (None, {"tenant": "a", "id": 1, "qty": 1}),
+        (json.dumps({"tenant": "a", "id": 1}), {"tenant": "a", "id": 1, "qty": 2}),
+        (None, {"tenant": "a", "id": 2, "qty": 5}),
+        (None, {"tenant": "b", "id": 1, "qty": 7}),     # same id, other tenant: its own row
+        ("x", {"tenant": "b", "qty": 8}),               # no id: quarantined, naming it
+        ("x", {"tenant": "b", "id": None, "qty": 9}),   # null id: likewise
+        ("a-1", None),                                  # tombstone: the key is in no value
+    ]
+    produce(kafka_bootstrap, topic, first)
+    run_step("infer", ctx, spark)
+    report = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.updated, report.quarantined) == (3, 0, 3)
+
+    second = [(None, {"tenant": "a", "id": 1, "qty": q}) for q in (3, 4)] + [
+        ("anything", {"tenant": "b", "id": 1, "qty": 70, "note": "new field"})]
+    produce(kafka_bootstrap, topic, second)
+    report = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.updated, report.quarantined) == (0, 2, 0)
+
+    rows = delta_rs_rows(ctx.paths.table, "tenant, id, qty, note, kafka_key", "tenant, id")
+    assert [(r["tenant"], r["id"], r["qty"], r["note"]) for r in rows] == [
+        ("a", 1, 4, None), ("a", 2, 5, None), ("b", 1, 70, "new field")]
+    assert rows[2]["kafka_key"] == "anything"
+    quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
+    assert sorted(r["reason"] for r in quarantine.collect()) == sorted(
+        [REASON_MERGE_KEY_NULL.format(field="id")] * 2 + [REASON_TOMBSTONE_MERGE_KEY])
