@@ -18,8 +18,8 @@ from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
-from tests.integration.readers import assert_plain_table, assert_readers_agree
 
+from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state
 
 pytestmark = pytest.mark.integration

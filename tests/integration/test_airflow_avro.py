@@ -20,8 +20,8 @@ from deltaferry.dev.airflow.rest import wait_until
 from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
-from tests.integration.readers import assert_plain_table, assert_readers_agree
 
+from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,8 @@ from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.avro import IncompatibleShapeError
 from deltaferry.schema.store import SchemaStore
-from tests.integration.readers import assert_plain_table, assert_readers_agree
+
+from .readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 

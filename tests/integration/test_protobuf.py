@@ -18,7 +18,8 @@ from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.proto_sources import compile_proto
 from deltaferry.schema.protobuf import encode_frame
 from deltaferry.schema.store import SchemaStore
-from tests.integration.readers import assert_plain_table, assert_readers_agree
+
+from .readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import S3Settings, split_s3_uri
-from tests.integration.readers import assert_plain_table, assert_readers_agree
 
+from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import (
     assert_table_is_latest_state,
     first_batch,

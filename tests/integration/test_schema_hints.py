@@ -15,8 +15,9 @@ from deltaferry.config import parse_topics
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
-from tests.integration.readers import assert_readers_agree
-from tests.integration.test_pipeline import context
+
+from .readers import assert_readers_agree
+from .test_pipeline import context
 
 pytestmark = pytest.mark.integration
 
