@@ -73,13 +73,15 @@ def registered_schema(client, subject: str, version: int | None, url: str,
     """Version `version` of `subject` (None: the latest), which must be an Avro schema."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+    which = f"version {version}" if version else "latest version"
     try:
         found = (client.get_version(subject, version) if version
                  else client.get_latest_version(subject))
     except SchemaRegistryError as exc:
-        which = f"version {version}" if version else "latest version"
         raise RegistryError(url, f"topic {topic!r}: cannot read the {which}: {exc}",
                             subject) from None
+    except Exception as exc:  # the HTTP client's: the registry did not answer at all
+        raise unanswered(url, f"the {which} of {subject}", exc, subject) from None
     if found.schema.schema_type not in (None, "AVRO"):
         raise RegistryError(url, f"topic {topic!r}: version {found.version} is "
                             f"{found.schema.schema_type}, not AVRO", subject)
@@ -356,9 +358,12 @@ class AvroDecoder:
 
     def decode(self, raw: DataFrame):
         ids = [r[0] for r in raw.where("wire_ok").select("schema_id").distinct().collect()]
-        if any(not self.writers.known(int(i)) for i in ids):
-            self.follow_latest()
+        unseen = any(not self.writers.known(int(i)) for i in ids)
+        # the writer schemas first: a registry that stops answering fails the batch on what it
+        # must read, before the reader schema is read again
         writers = {int(i): self.writers.get(int(i)) for i in ids}
+        if unseen:
+            self.follow_latest()
         return decode(raw, writers, self.reader.schema)
 
     def follow_latest(self) -> None:

@@ -143,7 +143,7 @@ def test_broker_stopped_during_ingest(outage_stack, spark, tmp_path):
     # held after batch 0's MERGE: the broker stops, batch 1 cannot be read
     code, stderr, seconds = run_through_outage(env, topic, "batch-written", "kafka", stack_dir,
                                                tmp_path / "mark")
-    assert code == 2
+    assert code == 2, stderr[-3000:]
     assert_one_line_error(stderr, f"topic '{topic}' on {bootstrap}: reading ",
                           "TimeoutException", "kafka_timeout_seconds, 10 s",
                           "was not committed")
@@ -179,7 +179,7 @@ def test_s3_stopped_during_a_commit(outage_stack, spark, tmp_path, monkeypatch):
     # held in batch 1 after its quarantine commit, before its table commit: S3 stops
     code, stderr, seconds = run_through_outage(env, topic, "quarantine-written@1", "s3",
                                                stack_dir, tmp_path / "mark")
-    assert code == 2
+    assert code == 2, stderr[-3000:]
     assert_one_line_error(stderr, f"warehouse {warehouse}: topic '{topic}': S3 failed while "
                           "ingest wrote micro-batch 1: ", f"s3a://{bucket}/wh/{topic}/",
                           "Connection refused", "was not committed")
@@ -231,7 +231,7 @@ def test_registry_stopped_during_ingest_of_an_avro_topic(outage_stack, spark, tm
     # records name the second version's schema id, which the run has not read yet
     code, stderr, _ = run_through_outage(env, topic, "batch-written", "registry", stack_dir,
                                          tmp_path / "mark")
-    assert code == 2
+    assert code == 2, stderr[-3000:]
     assert_one_line_error(stderr, f"schema registry {registry}: did not answer while reading "
                           "schema id ", "ConnectError", "Nothing of the micro-batch")
 
