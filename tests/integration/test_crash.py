@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,28 @@ def bad_values(sent) -> list[bytes]:
                   if v is not None and (k is None or isinstance(v, bytes)))
 
 
+def cli_env(tmp_path: Path, topic: str, entry: str, warehouse, bootstrap: str) -> dict:
+    """The environment of a `deltaferry` subprocess: a topics file in `tmp_path` listing `topic`
+    with the entry's further lines `entry`, the warehouse, the broker, a small local[2] driver."""
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n{entry}")
+    return {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
+            str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+
+
+def wait_for_mark(run: subprocess.Popen, mark: Path, point: str, seconds: float) -> None:
+    """Wait until the run stopped at `point` wrote `mark`; fail if it ended first (with its
+    stderr, when piped) or did not get there within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not mark.exists():
+        if run.poll() is not None:
+            said = run.stderr.read()[-3000:] if run.stderr else ""
+            raise AssertionError(f"run ended (exit {run.returncode}) before {point}: {said}")
+        assert time.monotonic() < deadline, f"run did not reach {point}"
+        time.sleep(0.2)
+
+
 def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
     """`deltaferry run` that is killed (its whole process group) where it stopped at
     `point`."""
@@ -64,12 +87,7 @@ def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
                            env={**env, POINT_VAR: point, MARK_VAR: str(mark)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not mark.exists():
-        if run.poll() is not None:
-            raise AssertionError(f"run ended (exit {run.returncode}) before {point}")
-        assert time.monotonic() < deadline, f"run did not reach {point}"
-        time.sleep(0.2)
+    wait_for_mark(run, mark, point, 240)
     os.killpg(run.pid, signal.SIGKILL)
     run.wait()
     deadline = time.monotonic() + 20
@@ -92,12 +110,8 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap)
     run_step("infer", ctx, spark)
-    topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 300\n"
-                      "    optimize_min_files: 2\n")
-    env = {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
-           str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+    env = cli_env(tmp_path, topic, "    max_offsets_per_trigger: 300\n"
+                  "    optimize_min_files: 2\n", warehouse, kafka_bootstrap)
     for point, steps in CRASHES:
         run_killed(env, topic, point, steps, tmp_path / "mark")
 

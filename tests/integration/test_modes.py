@@ -9,7 +9,6 @@ merge_key: rows are upserted by a compound payload key, latest per key, whatever
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -24,7 +23,7 @@ from deltaferry.spark.decoding import (
 )
 
 from .test_cli import CLI
-from .test_crash import run_killed
+from .test_crash import cli_env, run_killed
 from .test_pipeline import context
 
 pytestmark = pytest.mark.integration
@@ -67,12 +66,8 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
     run_step("infer", ctx, spark)
-    topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    mode: append\n"
-                      "    max_offsets_per_trigger: 150\n")
-    env = {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
-           str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+    env = cli_env(tmp_path, topic, "    mode: append\n    max_offsets_per_trigger: 150\n",
+                  warehouse, kafka_bootstrap)
     # killed after the first batch's Delta commit, before the checkpoint marked it committed
     run_killed(env, topic, "batch-written", "ingest", tmp_path / "mark")
     before = spark.read.format("delta").load(ctx.paths.table).count()

@@ -25,6 +25,7 @@ from deltaferry.plan import parse_offset_log
 from deltaferry.storage import S3Settings, storage_for
 
 from .test_cli import CLI
+from .test_crash import wait_for_mark
 from .test_pipeline import assert_table_is_latest_state, context
 
 pytestmark = pytest.mark.integration
@@ -86,12 +87,7 @@ def run_through_outage(env: dict, topic: str, point: str, service: str, stack_di
     run = subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"],
                            env={**env, POINT_VAR: f"{point}:pause", MARK_VAR: str(mark)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not mark.exists():
-        if run.poll() is not None:
-            raise AssertionError(f"run ended before {point}: {run.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"run did not reach {point}"
-        time.sleep(0.2)
+    wait_for_mark(run, mark, point, 300)
     stack.stop_service(service, stack_dir)
     stopped = time.monotonic()
     mark.unlink()  # let the run go on, into the outage

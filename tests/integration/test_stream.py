@@ -19,6 +19,7 @@ from deltaferry.lock import TopicLock
 from deltaferry.storage import storage_for
 
 from .test_cli import CLI
+from .test_crash import cli_env
 from .test_modes import delta_rs_rows
 from .test_pipeline import context
 
@@ -95,12 +96,8 @@ def test_stream_runs_until_sigterm_and_restarts_without_loss_or_duplicates(
         kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("stream", partitions=2)
     warehouse = tmp_path / "wh"
-    topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    mode: append\n"
-                      "    trigger_interval: 1 second\n")
-    env = {**os.environ, "DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE":
-           str(warehouse), "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "DELTAFERRY_SPARK_MASTER": "local[2]", "DELTAFERRY_DRIVER_MEMORY": "1g"}
+    env = cli_env(tmp_path, topic, "    mode: append\n    trigger_interval: 1 second\n",
+                  warehouse, kafka_bootstrap)
     ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
     first_log, second_log = tmp_path / "stream1.log", tmp_path / "stream2.log"
 
