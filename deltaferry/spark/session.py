@@ -79,8 +79,11 @@ def worker_python(master: str | None, env: Mapping[str, str] | None = None) -> s
 #: JVM options of a driver deltaferry starts: C1 compilation only. A run is short and the machine
 #: small: C2's compiler threads cost more CPU than its faster code saves (an hourly run of
 #: 10,000 messages on 2 cores: 54 s with the default tiered compilation, 33 s with C1 only;
-#: `make bench-notebook`). DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them ("" for the JVM's own).
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: `make bench-notebook`). C1 alone gets a 48 MB code cache, which a driver fills in about 40 s
+#: ("CodeCache is full. Compiler has been disabled": everything after runs interpreted), so it
+#: gets the 240 MB tiered compilation would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them
+#: ("" for the JVM's own).
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def driver_java_options(env: Mapping[str, str] | None = None) -> str:

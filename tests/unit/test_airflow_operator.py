@@ -15,6 +15,7 @@ from deltaferry.airflow import connections as c  # noqa: E402
 from deltaferry.airflow import operators as op  # noqa: E402
 from deltaferry.airflow import reports  # noqa: E402
 from deltaferry.errors import ConfigError  # noqa: E402
+from deltaferry.spark.session import DRIVER_JAVA_OPTIONS  # noqa: E402
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";'
 
@@ -127,9 +128,10 @@ def test_spark_conf_tunes_local_masters_only_and_user_conf_wins():
     assert "spark.driver.memory" not in cluster
     assert "spark.sql.shuffle.partitions" not in cluster
     assert cluster["spark.log.level"] == "WARN"
-    # the driver runs here on any master: C1 only, unless the environment says otherwise
-    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
-    assert cluster["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    # the driver runs here on any master: C1 only with a full-size code cache, unless the
+    # environment says otherwise
+    assert local["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
+    assert cluster["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
     assert "spark.driver.extraJavaOptions" not in op.spark_conf(
         "local[*]", None, env={"DELTAFERRY_DRIVER_JAVA_OPTIONS": ""})
 
