@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
+	@echo "make bench-goals - issue 14's four performance goals, each against its target, one table (~20 min)"
 	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
@@ -25,6 +26,7 @@ help:
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
+	@$(BIN)/python -m deltaferry.spark.class_archive  # the driver JVM's class archive (once per JVM and jars)
 
 $(VENV)/.tools:
 	scripts/ensure-tools.sh
@@ -80,6 +82,11 @@ stack-down:
 
 bench: setup
 	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
+
+# The performance goals (issue 14): notebook ratios, ingest rate, micro-batch cost, MERGE
+# scaling, a 2 M backlog's memory, each phase's time; one table at the end.
+bench-goals: setup
+	$(BIN)/python bench/bench_goals.py $(if $(N),--messages $(N))
 
 # deltaferry against the notebook it replaces (seed 004, bench/seed004_port.py), fresh processes.
 bench-notebook: setup

@@ -54,7 +54,9 @@ def table_rows(spark, n: int, keys: int, offset: int = 0, note_bytes: int = 200)
     ).dropDuplicates(["kafka_key"])
 
 
-def bench_merge(spark, small: int, big: int, upserts: int) -> None:
+def bench_merge(spark, small: int, big: int, upserts: int) -> dict:
+    """Seconds and commit metrics of `upserts` upserts into a `small`- and a `big`-row table,
+    deletion vectors off and on; printed, and returned by (deletion vectors, size)."""
     from delta.tables import DeltaTable
 
     from deltaferry.spark import table as delta_table
@@ -67,16 +69,20 @@ def bench_merge(spark, small: int, big: int, upserts: int) -> None:
             delta_table.ensure_table(spark, path, deletion_vectors)
             rows = table_rows(spark, size, size)
             delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
-            delta_table.upsert(spark, path, rows, "fill")
+            delta_table.upsert(spark, path, rows)
             files = DeltaTable.forPath(spark, path).detail().first()["numFiles"]
             source = table_rows(spark, upserts, size, offset=10**9).persist()
             source.count()
             started = time.monotonic()
-            delta_table.upsert(spark, path, source, "bench")
+            delta_table.upsert(spark, path, source)
             seconds = time.monotonic() - started
             metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
             source.unpersist()
-            results[(deletion_vectors, size)] = seconds
+            results[(deletion_vectors, size)] = {
+                "seconds": seconds, "files": files,
+                "changed": int(metrics.get("numTargetRowsUpdated", 0))
+                + int(metrics.get("numTargetRowsInserted", 0)),
+                "copied": int(metrics.get("numTargetRowsCopied", 0))}
             print(f"  {size:>9,} rows in {files:>3} files, deletion vectors "
                   f"{'on ' if deletion_vectors else 'off'}: {seconds:6.1f} s; updated "
                   f"{metrics.get('numTargetRowsUpdated')}, inserted "
@@ -84,12 +90,16 @@ def bench_merge(spark, small: int, big: int, upserts: int) -> None:
                   f"{metrics.get('numTargetRowsCopied')}, files rewritten "
                   f"{metrics.get('numTargetFilesRemoved')}, deletion vectors added "
                   f"{metrics.get('numTargetDeletionVectorsAdded', 0)}", flush=True)
-        ratio = results[(deletion_vectors, big)] / results[(deletion_vectors, small)]
+        ratio = (results[(deletion_vectors, big)]["seconds"]
+                 / results[(deletion_vectors, small)]["seconds"])
         print(f"  deletion vectors {'on' if deletion_vectors else 'off'}: {big:,}-row table / "
               f"{small:,}-row table = {ratio:.2f}x", flush=True)
+    return results
 
 
-def bench_backlog(spark, messages: int, keys: int) -> None:
+def bench_backlog(spark, messages: int, keys: int) -> dict:
+    """A `messages` backlog over `keys` keys ingested in this session: printed, and returned
+    (messages, batches, seconds, peak RSS bytes, phases)."""
     from deltaferry.dev import stack
     from deltaferry.kafka import create_topic, produce
     from deltaferry.spark.ingest import describe_phases
@@ -119,14 +129,8 @@ def bench_backlog(spark, messages: int, keys: int) -> None:
           f"{seconds:.0f} s = {report.messages_read / seconds:,.0f} msg/s, peak RSS "
           f"{memory.peak / 2**20:,.0f} MiB (driver + JVM); {describe_phases(report.phases)}",
           flush=True)
-    # the fixed cost of a micro-batch: 100 messages into that table, in the warm session
-    produce(bootstrap, topic, ((f"key-{i * 13 % keys}", {
-        "id": i, "version": -1, "amount": 1.5, "note": "small",
-        "customer": {"name": "c", "tier": "silver"}}) for i in range(100)))
-    started = time.monotonic()
-    report = run_step("ingest", ctx, spark)
-    print(f"  a micro-batch of {report.messages_read} messages into the {keys:,}-row table: "
-          f"{time.monotonic() - started:.1f} s ({describe_phases(report.phases)})", flush=True)
+    return {"messages": report.messages_read, "batches": report.batches, "seconds": seconds,
+            "peak_rss": memory.peak, "phases": dict(report.phases)}
 
 
 def main() -> int:

@@ -112,6 +112,47 @@ def describe_ingest(reports: list[dict]) -> str:
             f"{ingest['seconds']:.1f} s = {rate:,.0f} msg/s; per phase: {phases}")
 
 
+def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 3
+            ) -> list[dict]:
+    """The port and `deltaferry run` on one topic of `count` messages over `keys` keys, then
+    on `count / 20` more: each run printed; per run its label, messages, both times, the
+    ratio and deltaferry's ingest report."""
+    env = dict(os.environ)
+    if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
+        env.update(stack.up())
+    bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    topic = f"bench_nb_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=partitions)
+    folder = Path(tempfile.mkdtemp(prefix="deltaferry-bench-notebook-"))
+    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
+    env.update({"DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
+                "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
+                "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap})
+    produced = produce(bootstrap, topic, messages(count, keys, message_bytes))
+    print(f"topic {topic}: {produced} messages, {keys} keys, ~{message_bytes} B, "
+          f"{partitions} partitions; {os.cpu_count()} cores; each run a fresh process",
+          flush=True)
+
+    results = []
+    for label, extra in (("backlog", 0), ("+5 %", count // 20)):
+        if extra:
+            more = messages(count + extra, keys, message_bytes, seed=2)
+            produce(bootstrap, topic, list(more)[count:])
+        port_s, port_rss, port = run_port(topic, bootstrap, folder / "seed004", env)
+        ours_s, ours_rss, reports = run_deltaferry(topic, env, folder / f"report-{extra}.json")
+        ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
+        results.append({"label": label, "messages": extra or produced, "port_s": port_s,
+                        "ours_s": ours_s, "ratio": port_s / ours_s, "ingest": ingest})
+        print(f"\n{label}: {extra or produced} new messages", flush=True)
+        print(f"  seed-004 port   {port_s:7.1f} s  peak RSS {port_rss / 2**20:6.0f} MiB  "
+              f"({', '.join(f'{k} {v}' for k, v in port.items())})")
+        print(f"  deltaferry run  {ours_s:7.1f} s  peak RSS {ours_rss / 2**20:6.0f} MiB  "
+              f"({describe_steps(reports)})")
+        print(f"  {describe_ingest(reports)}")
+        print(f"  ratio {port_s / ours_s:.2f}x", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -120,41 +161,11 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=3)
     args = parser.parse_args()
     keys = args.keys or max(1, args.messages // 10)
-
-    env = dict(os.environ)
-    if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
-        env.update(stack.up())
-    bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    topic = f"bench_nb_{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions=args.partitions)
-    folder = Path(tempfile.mkdtemp(prefix="deltaferry-bench-notebook-"))
-    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
-    env.update({"DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
-                "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
-                "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap})
-    produced = produce(bootstrap, topic, messages(args.messages, keys, args.message_bytes))
-    print(f"topic {topic}: {produced} messages, {keys} keys, ~{args.message_bytes} B, "
-          f"{args.partitions} partitions; 2 cores; each run a fresh process", flush=True)
-
-    results = []
-    for label, extra in (("backlog", 0), ("+5 %", args.messages // 20)):
-        if extra:
-            more = messages(args.messages + extra, keys, args.message_bytes, seed=2)
-            produce(bootstrap, topic, list(more)[args.messages:])
-        port_s, port_rss, port = run_port(topic, bootstrap, folder / "seed004", env)
-        ours_s, ours_rss, reports = run_deltaferry(topic, env, folder / f"report-{extra}.json")
-        results.append((label, extra or produced, port_s, ours_s))
-        print(f"\n{label}: {extra or produced} new messages", flush=True)
-        print(f"  seed-004 port   {port_s:7.1f} s  peak RSS {port_rss / 2**20:6.0f} MiB  "
-              f"({', '.join(f'{k} {v}' for k, v in port.items())})")
-        print(f"  deltaferry run  {ours_s:7.1f} s  peak RSS {ours_rss / 2**20:6.0f} MiB  "
-              f"({describe_steps(reports)})")
-        print(f"  {describe_ingest(reports)}")
-        print(f"  ratio {port_s / ours_s:.2f}x", flush=True)
-
+    results = compare(args.messages, keys, args.message_bytes, args.partitions)
     print("\n| run | seed-004 port | deltaferry run | ratio |\n|---|---|---|---|")
-    for label, count, port_s, ours_s in results:
-        print(f"| {label} ({count:,}) | {port_s:.0f} s | {ours_s:.0f} s | {port_s / ours_s:.2f}x |")
+    for r in results:
+        print(f"| {r['label']} ({r['messages']:,}) | {r['port_s']:.0f} s | {r['ours_s']:.0f} s "
+              f"| {r['ratio']:.2f}x |")
     return 0
 
 

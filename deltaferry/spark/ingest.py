@@ -198,13 +198,16 @@ REASON_TOO_LARGE = ("value is {size} bytes, over the topic's max_value_bytes ({l
                     "as bytes, not parsed")
 
 
-def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: int
-                 ) -> DataFrame:
+def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: int,
+                 largest: int | None = None) -> DataFrame:
     """`parse`, except that a value over `max_bytes` is not decoded at all: it gets the reason
     REASON_TOO_LARGE (no key, a key problem still come first), so one huge message goes to the
-    quarantine instead of failing the batch."""
+    quarantine instead of failing the batch. `largest`, the largest value's size when the
+    caller knows it (`read_stats`), spares the check where no value is too large."""
     from pyspark.sql import functions as F
 
+    if largest is not None and largest <= max_bytes:
+        return parse(decoder, keys, raw)
     size = F.octet_length(F.col("raw_value"))
     too_large = F.coalesce(size > max_bytes, F.lit(False))
     parsed = parse(decoder, keys, raw.where(~too_large))
@@ -215,6 +218,24 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
                              .replace("{limit}", str(max_bytes)), size)
     large = with_reason(keys.decode(large).withColumn("problem", reason), keys)
     return parsed.unionByName(large, allowMissingColumns=True)
+
+
+def read_stats(raw: DataFrame) -> tuple[int, int]:
+    """(records, bytes of the largest value) of a micro-batch's `raw` records, by the action
+    that reads (and, persisted, caches) them."""
+    from pyspark.sql import functions as F
+
+    row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
+    return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
+
+
+def count_unusable(parsed: DataFrame) -> int:
+    """How many records of `parsed` have a `reason` (go to the quarantine), counted by the
+    action that computes (and, persisted, caches) `parsed`: one job, not two."""
+    from pyspark.sql import functions as F
+
+    row = parsed.agg(F.count(F.col("reason"))).first()
+    return int(row[0]) if row is not None else 0
 
 
 def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
@@ -252,7 +273,7 @@ def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str,
     if not keys:
         return delta_table.append(spark, path, rows, tag, app_id, version)
     with delta_table.idempotent_writes(spark, app_id, version, tag):
-        return delta_table.upsert(spark, path, rows, tag, keys, only_newer=only_newer)
+        return delta_table.upsert(spark, path, rows, keys, only_newer=only_newer)
 
 
 class StreamStopped(Exception):
@@ -328,11 +349,11 @@ class BatchWriter:
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
             with batch("kafka read"):
-                count = raw.count()
+                count, largest = read_stats(raw)
             with batch("decode"):
                 parsed = parse_within(self.decoder, self.keys, raw,
-                                      self.topic.max_value_bytes).persist()
-                parsed.count()
+                                      self.topic.max_value_bytes, largest).persist()
+                unusable = count_unusable(parsed)
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch("latest per key" if keys else "table rows"):
@@ -347,7 +368,7 @@ class BatchWriter:
                 quarantined = quarantine.append(
                     quarantine.rows(parsed, schema_version, batch_id,
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
-                    self.paths.quarantine, app_id, batch_id)
+                    self.paths.quarantine, app_id, batch_id, unusable)
             faults.point("quarantine-written")
             with batch("merge" if keys else "append"):
                 counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id)

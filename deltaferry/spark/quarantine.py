@@ -93,10 +93,13 @@ def rows(parsed: DataFrame, schema_version: int, batch_id: int,
         *extra)
 
 
-def append(bad: DataFrame, path: str, app_id: str, batch_id: int) -> int:
+def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
+           count: int | None = None) -> int:
     """Append the quarantine rows `bad` to the table at `path` once per (app_id, batch_id);
-    how many rows there were."""
-    count = bad.count()
+    how many rows there were. `count`, when the caller counted them already, spares a job
+    (and when it is 0, the write)."""
+    if count is None:
+        count = bad.count()
     if count:
         (bad.write.format("delta").mode("append")
          .option("txnAppId", f"{app_id}-quarantine").option("txnVersion", batch_id)

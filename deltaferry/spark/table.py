@@ -208,7 +208,7 @@ NEWER = ("(s.kafka_partition = t.kafka_partition AND s.kafka_offset > t.kafka_of
          "(s.kafka_timestamp = t.kafka_timestamp AND s.kafka_partition > t.kafka_partition)))")
 
 
-def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
+def upsert(spark: SparkSession, path: str, source: DataFrame,
            keys: tuple[str, ...] = ("kafka_key",), only_newer: bool = False) -> dict[str, int]:
     """MERGE `source` (one row per key: the columns `keys`, DELETED marking tombstones) into
     the table.
@@ -217,7 +217,7 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
     columns arrive by schema evolution. With `only_newer` (a replay of older messages) a match
     changes only where the source row is `NEWER` than the table's. Returns
     inserted/updated/deleted row counts (zeros if Delta skipped the write as already applied,
-    i.e. the last commit is not tagged `tag`).
+    see `merge_counts`). Run it inside `idempotent_writes`.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Column
@@ -228,7 +228,7 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
     newer = F.expr(NEWER) if only_newer else None
     deleted = F.col(f"s.{DELETED}")
     table = DeltaTable.forPath(spark, path)
-    (
+    result = (
         table.alias("t")
         .merge(source.alias("s"), merge_condition(keys))
         .withSchemaEvolution()
@@ -236,16 +236,21 @@ def upsert(spark: SparkSession, path: str, source: DataFrame, tag: str,
         .whenMatchedUpdate(condition=newer, set=values)
         .whenNotMatchedInsert(condition=~F.col(f"s.{DELETED}"), values=values)
         .execute()
-    )
-    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
+    ).collect()
+    return merge_counts(result)
+
+
+def merge_counts(result: list) -> dict[str, int]:
+    """inserted/updated/deleted of a MERGE from the rows its `execute()` returned: one row of
+    num_*_rows, or none when Delta skipped the write as already applied (the transaction's
+    txnAppId/txnVersion is in the log: a batch replayed after a crash). Read so, not from the
+    table's history, which costs a read of the log per batch."""
+    if not result:
         return {"inserted": 0, "updated": 0, "deleted": 0}
-    metrics = last["operationMetrics"] or {}
-    return {
-        "inserted": int(metrics.get("numTargetRowsInserted", 0)),
-        "updated": int(metrics.get("numTargetRowsUpdated", 0)),
-        "deleted": int(metrics.get("numTargetRowsDeleted", 0)),
-    }
+    row = result[0].asDict()
+    return {"inserted": int(row.get("num_inserted_rows") or 0),
+            "updated": int(row.get("num_updated_rows") or 0),
+            "deleted": int(row.get("num_deleted_rows") or 0)}
 
 
 def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: str,
