@@ -167,11 +167,11 @@ def _group_alive(group: int) -> bool:
 
 
 def main() -> int:
-    path = build()
-    if path is None:
+    existing = archive_path()
+    if existing is not None and existing.is_file():
+        print(f"class archive: {existing}")
+    elif build() is None:
         print("no java found: no class archive built")
-    elif path.is_file():
-        print(f"class archive: {path}")
     return 0
 
 
