@@ -257,22 +257,16 @@ class StringKeys:
         return None
 
 
-class AppendKeys:
+class AppendKeys(StringKeys):
     """`mode: append`: rows are not identified by a key, so none is needed. A message without
     a key is a row with a null `kafka_key`; a key that is not UTF-8 text is kept as null in
     `kafka_key` (a string column holding other bytes makes a table other engines cannot read);
-    a tombstone has nothing to append and is quarantined (REASON_TOMBSTONE_APPEND)."""
+    a tombstone has nothing to append and is quarantined (REASON_TOMBSTONE_APPEND). Its
+    raw columns, quarantine columns and (no) payload problem are `StringKeys`'."""
 
     columns: tuple[str, ...] = ()
-    quarantine_columns: tuple[str, ...] = ()
     requires_key = False
     tombstone_reason: str | None = REASON_TOMBSTONE_APPEND
-
-    def __init__(self, spark: SparkSession | None = None, topic: TopicConfig | None = None):
-        pass
-
-    def raw_columns(self, raw: DataFrame) -> Any:
-        return raw
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
@@ -280,9 +274,6 @@ class AppendKeys:
         key = F.col("kafka_key")
         return raw.withColumns({"kafka_key": F.when(F.is_valid_utf8(key), key),
                                 "key_problem": F.lit(None).cast("string")})
-
-    def payload_problem(self, decoded: DataFrame) -> Any:
-        return None
 
 
 class PayloadKeys(AppendKeys):
