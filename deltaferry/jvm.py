@@ -56,10 +56,14 @@ def prune_shipped(folder: Path, shipped: Path) -> list[str]:
 
 
 def pyspark_jars_dir() -> Path:
-    """The jars folder of the installed pyspark."""
-    import pyspark
+    """The jars folder of the installed pyspark, found without importing pyspark (~0.3 s: an
+    Airflow task asks for the driver's options without needing pyspark itself)."""
+    import importlib.util
 
-    return Path(pyspark.__file__).resolve().parent / "jars"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SetupError("pyspark is not installed: run `make setup`")
+    return Path(spec.origin).resolve().parent / "jars"
 
 
 def main() -> None:
