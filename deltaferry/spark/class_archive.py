@@ -1,10 +1,12 @@
 """A class-data-sharing (CDS) archive of the driver JVM's classes: what a fresh driver spends
-its first seconds on (loading and verifying ~20,000 Spark, Scala and Delta classes) done once
-at `make setup` and mapped from then on.
+its first seconds on (loading and verifying Spark's, Scala's and Delta's classes) done once at
+`make setup` and mapped from then on.
 
 Every step of a DAG run is a fresh driver (a spark-submit per task), so this is paid by every
-task: with the archive a driver starts in ~2.5 s instead of ~4.4 s and its first Delta and
-JSON work is faster too (an hourly +5 % run: 19.2 s -> 15.0 s; `make bench-goals`).
+task: with the archive a session started in ~2.6 s instead of ~4.4 s, and its first Delta and
+JSON work is faster too (`bench/bench_notebook.py --messages 100000`, run with
+DELTAFERRY_DRIVER_JAVA_OPTIONS set to DRIVER_JAVA_OPTIONS alone, then unset: `deltaferry run`
+of the backlog 27.3 -> 22.0 s, of the +5 % 18.0 -> 13.3 s).
 
 The archive is the JVM's own dynamic CDS (JDK 13+): a training session run with
 ``-XX:ArchiveClassesAtExit`` writes it; drivers started with ``-XX:SharedArchiveFile`` map it.
