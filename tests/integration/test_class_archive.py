@@ -9,6 +9,8 @@ import pytest
 
 from deltaferry.spark.class_archive import archive_path
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.skipif(shutil.which("jcmd") is None, reason="no jcmd (JDK) on PATH")
 def test_the_driver_maps_the_class_archive(spark):
