@@ -54,14 +54,18 @@ def table_rows(spark, n: int, keys: int, offset: int = 0, note_bytes: int = 200)
     ).dropDuplicates(["kafka_key"])
 
 
-def bench_merge(spark, small: int, big: int, upserts: int) -> dict:
+def bench_merge(spark, small: int, big: int, upserts: int, repeats: int = 3) -> dict:
     """Seconds and commit metrics of `upserts` upserts into a `small`- and a `big`-row table,
-    deletion vectors off and on; printed, and returned by (deletion vectors, size)."""
+    deletion vectors off and on, each MERGE `repeats` times with other keys (the median
+    counts: one MERGE moves by ~0.4 s between runs); printed, and returned by (deletion
+    vectors, size)."""
+    import statistics
+
     from delta.tables import DeltaTable
 
     from deltaferry.spark import table as delta_table
 
-    print(f"merge: {upserts:,} upserts of existing keys", flush=True)
+    print(f"merge: {upserts:,} upserts of existing keys, median of {repeats} MERGEs", flush=True)
     results = {}
     for deletion_vectors in (False, True):
         for size in (small, big):
@@ -71,20 +75,27 @@ def bench_merge(spark, small: int, big: int, upserts: int) -> dict:
             delta_table.add_new_columns(spark, path, rows.drop(delta_table.DELETED).schema)
             delta_table.upsert(spark, path, rows)
             files = DeltaTable.forPath(spark, path).detail().first()["numFiles"]
-            source = table_rows(spark, upserts, size, offset=10**9).persist()
-            source.count()
-            started = time.monotonic()
-            delta_table.upsert(spark, path, source)
-            seconds = time.monotonic() - started
-            metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
-            source.unpersist()
+            runs = []
+            for repeat in range(repeats):
+                source = table_rows(spark, upserts, size, offset=10**9 + repeat * 10**7)
+                source = source.persist()
+                source.count()
+                started = time.monotonic()
+                delta_table.upsert(spark, path, source)
+                seconds = time.monotonic() - started
+                metrics = DeltaTable.forPath(spark, path).history(1).first()["operationMetrics"]
+                source.unpersist()
+                runs.append((seconds, metrics))
+            seconds = statistics.median(s for s, _ in runs)
+            metrics = runs[0][1]
             results[(deletion_vectors, size)] = {
                 "seconds": seconds, "files": files,
                 "changed": int(metrics.get("numTargetRowsUpdated", 0))
                 + int(metrics.get("numTargetRowsInserted", 0)),
                 "copied": int(metrics.get("numTargetRowsCopied", 0))}
             print(f"  {size:>9,} rows in {files:>3} files, deletion vectors "
-                  f"{'on ' if deletion_vectors else 'off'}: {seconds:6.1f} s; updated "
+                  f"{'on ' if deletion_vectors else 'off'}: {seconds:6.1f} s "
+                  f"({', '.join(f'{s:.1f}' for s, _ in runs)}); first MERGE: updated "
                   f"{metrics.get('numTargetRowsUpdated')}, inserted "
                   f"{metrics.get('numTargetRowsInserted')}, copied "
                   f"{metrics.get('numTargetRowsCopied')}, files rewritten "

@@ -227,10 +227,14 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
         quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
     newer = F.expr(NEWER) if only_newer else None
     deleted = F.col(f"s.{DELETED}")
+    condition = merge_condition(keys)
+    narrowing = key_filter(spark, path, source, keys)
+    if narrowing is not None:
+        condition = f"{condition} AND {narrowing}"
     table = DeltaTable.forPath(spark, path)
     result = (
         table.alias("t")
-        .merge(source.alias("s"), merge_condition(keys))
+        .merge(source.alias("s"), condition)
         .withSchemaEvolution()
         .whenMatchedDelete(condition=deleted if newer is None else deleted & newer)
         .whenMatchedUpdate(condition=newer, set=values)
@@ -238,6 +242,86 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
         .execute()
     ).collect()
     return merge_counts(result)
+
+
+#: `key_filter` narrows MERGEs into tables of at least this size: below it, MERGE's joins cost
+#: less than planning the list does (100 upserts into 20,000 rows: ~0.2 s slower with it).
+KEY_FILTER_MIN_TABLE_BYTES = 16 * 2**20
+#: ... and into tables of at least this many bytes per key of the batch (planning costs ~0.15 ms
+#: a key: 10,000 keys into a table of 20,000 rows, 1.5 s slower with the list).
+KEY_FILTER_TABLE_BYTES_PER_KEY = 2 * 2**10
+#: The most keys `key_filter` lists (Delta writes them in the commit: ~10 bytes a key).
+KEY_FILTER_LIMIT = 10_000
+
+
+def key_filter(spark: SparkSession, path: str, source: DataFrame,
+               keys: tuple[str, ...]) -> str | None:
+    """A condition on the table's rows alone that narrows the MERGE of `source` into the table
+    at `path` to the rows of the source's keys (`key_condition`), or None where it does not
+    pay (`worth_key_filter`) or a key column is not a string or an integer.
+
+    Added to the MERGE condition, Spark applies it to the table's scan, before the joins: with
+    a batch's keys spread over the table, every file is touched, and without it each of
+    MERGE's passes (find the touched files, write the changes, write the deletion vectors)
+    joins every row of the table (100 upserts into 2,000,000 rows: 6.0 s without, 3.6 s with
+    it). It only narrows: the key equality still decides each match. Its costs: one small job
+    (the source's keys to the driver), Spark plans a condition of as many values (~0.15 ms
+    each), and Delta writes it in the commit's operationParameters.predicate."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import IntegralType, StringType
+
+    types = {f.name: f.dataType for f in source.schema.fields}
+    if not all(isinstance(types.get(k), (StringType, IntegralType)) for k in keys):
+        return None
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    table_bytes = int(detail["sizeInBytes"] or 0) if detail is not None else 0
+    if table_bytes < KEY_FILTER_MIN_TABLE_BYTES:
+        return None
+    rows = source.select(*[quote(k) for k in keys]).limit(KEY_FILTER_LIMIT + 1).collect()
+    values = [tuple(row) for row in rows]
+    if any(isinstance(v, str) and UNDECODABLE in v for row in values for v in row):
+        return None  # a key whose bytes are not UTF-8: its text here would not match them
+    if not worth_key_filter(len(values), table_bytes):
+        return None
+    return key_condition(keys, values)
+
+
+#: What a key that is not valid UTF-8 reads as in Python (U+FFFD for each undecodable byte).
+UNDECODABLE = "\ufffd"
+
+
+def worth_key_filter(source_keys: int, table_bytes: int) -> bool:
+    """Whether `key_filter` pays for a batch of `source_keys` keys into a table of
+    `table_bytes`: a table of KEY_FILTER_MIN_TABLE_BYTES or more, and of
+    KEY_FILTER_TABLE_BYTES_PER_KEY per key, and no more than KEY_FILTER_LIMIT keys (a batch
+    that large touches most of a table's rows anyway)."""
+    return (0 < source_keys <= KEY_FILTER_LIMIT and table_bytes >= KEY_FILTER_MIN_TABLE_BYTES
+            and table_bytes >= KEY_FILTER_TABLE_BYTES_PER_KEY * source_keys)
+
+
+def key_condition(keys: tuple[str, ...], rows: list[tuple]) -> str:
+    """SQL: each key column of the table (`t`) within the values `rows` hold for it (tuples,
+    one value per key column), or null where one of them is null (the MERGE matches keys
+    null-safely). SQL text, not Column.isin: that makes one Py4J call per value."""
+    parts = []
+    for i, key in enumerate(keys):
+        values = {row[i] for row in rows}
+        literals = ", ".join(sorted(sql_literal(v) for v in values if v is not None))
+        column = f"t.{quote(key)}"
+        part = f"{column} IN ({literals})" if literals else "FALSE"
+        if None in values:
+            part = f"({part} OR {column} IS NULL)"
+        parts.append(part)
+    return " AND ".join(parts)
+
+
+def sql_literal(value: str | int) -> str:
+    """A string or an integer as a Spark SQL literal."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"not a string or an integer: {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def merge_counts(result: list) -> dict[str, int]:

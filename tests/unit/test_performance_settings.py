@@ -73,3 +73,40 @@ def test_the_archive_is_named_for_its_jvm_and_jars(tmp_path):
     jar.write_bytes(b"12")  # another build of a jar: another archive
     assert archive_key(java, [jar]) != before
     assert archive_key(java, [jar, tmp_path / "java"]) != archive_key(java, [jar])
+
+
+def test_the_key_filter_lists_each_key_column_as_sql_null_safely():
+    from deltaferry.spark.table import key_condition
+
+    rows = [("it's", 7), ("back\\slash", None), ("ünï", 7)]
+    assert key_condition(("kafka_key", "n"), rows) == (
+        "t.`kafka_key` IN ('back\\\\slash', 'it\\'s', 'ünï') AND (t.`n` IN (7) OR t.`n` IS NULL)")
+    # a key column that is null in every source row matches only null
+    assert key_condition(("n",), [(None,)]) == "(FALSE OR t.`n` IS NULL)"
+
+
+def test_sql_literals_read_back_as_the_values(tmp_path):
+    from deltaferry.spark.table import sql_literal
+
+    assert sql_literal(-12) == "-12"
+    assert sql_literal("a'b\\c\n") == "'a\\'b\\\\c\n'"
+    with pytest.raises(TypeError):
+        sql_literal(True)  # a boolean is no key this filter handles
+
+
+def test_the_key_filter_is_used_where_it_pays():
+    from deltaferry.spark.table import (
+        KEY_FILTER_LIMIT,
+        KEY_FILTER_MIN_TABLE_BYTES,
+        KEY_FILTER_TABLE_BYTES_PER_KEY,
+        worth_key_filter,
+    )
+
+    big = KEY_FILTER_LIMIT * KEY_FILTER_TABLE_BYTES_PER_KEY
+    assert worth_key_filter(100, KEY_FILTER_MIN_TABLE_BYTES)
+    assert worth_key_filter(KEY_FILTER_LIMIT, big)
+    assert not worth_key_filter(KEY_FILTER_LIMIT + 1, 100 * big)  # Delta logs every key
+    assert not worth_key_filter(100, KEY_FILTER_MIN_TABLE_BYTES - 1)  # a small table
+    # many keys into a table not much larger: most rows are read anyway
+    assert not worth_key_filter(KEY_FILTER_LIMIT, big - 1)
+    assert not worth_key_filter(0, big)
