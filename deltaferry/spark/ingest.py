@@ -238,6 +238,20 @@ def count_unusable(parsed: DataFrame) -> int:
     return int(row[0]) if row is not None else 0
 
 
+#: A micro-batch of up to this many records is grouped in one task (`one_task_if_small`).
+ONE_TASK_RECORDS = 10_000
+
+
+def one_task_if_small(parsed: DataFrame, records: int) -> DataFrame:
+    """`parsed` as one partition when the batch has at most ONE_TASK_RECORDS records, else as
+    it is. Latest-per-key groups twice (by key and partition, then by key): on a batch of a few
+    hundred records each grouping's shuffle (8 partitions of a few rows) costs more than the
+    grouping. One partition satisfies both groupings, so Spark plans no shuffle at all, and a
+    batch of that size is grouped in one task in milliseconds; a larger one keeps the
+    partial aggregation before a shuffle over the cores."""
+    return parsed.coalesce(1) if records <= ONE_TASK_RECORDS else parsed
+
+
 def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
     """The usable records of `parsed` as table rows (with their headers if `headers`): latest
     per key on the key columns `keys`, every record where there are none (mode append)."""
@@ -357,7 +371,8 @@ class BatchWriter:
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch("latest per key" if keys else "table rows"):
-                rows = usable_rows(parsed, keys, self.topic.keep_headers).persist()
+                rows = usable_rows(one_task_if_small(parsed, count), keys,
+                                   self.topic.keep_headers).persist()
                 rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
