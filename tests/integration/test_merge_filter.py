@@ -103,6 +103,22 @@ def test_keys_that_are_not_utf8_are_matched_without_the_list(spark, tmp_path, an
     assert frame.where(F.col("amount") == 2.0).count() == 2
 
 
+def test_keys_are_matched_without_the_list_where_sql_reads_no_escapes(spark, tmp_path,
+                                                                      any_table):
+    path = str(tmp_path / "table")
+    delta_table.ensure_table(spark, path)
+    first = rows(spark, AWKWARD, 1.0)
+    delta_table.add_new_columns(spark, path, first.drop(delta_table.DELETED).schema)
+    merge(spark, path, first)
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+    try:
+        counts = merge(spark, path, rows(spark, AWKWARD, 2.0))
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+    assert counts == {"inserted": 0, "updated": len(AWKWARD), "deleted": 0}
+    assert not listed(spark, path)
+
+
 def test_the_list_is_left_out_where_it_does_not_pay(spark, tmp_path):
     # a small table: MERGE's joins cost less than planning the list would
     path = str(tmp_path / "table")
