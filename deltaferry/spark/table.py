@@ -273,7 +273,8 @@ def key_filter(spark: SparkSession, path: str, source: DataFrame,
     types = {f.name: f.dataType for f in source.schema.fields}
     if not all(isinstance(types.get(k), (StringType, IntegralType)) for k in keys):
         return None
-    if spark.conf.get("spark.sql.parser.escapedStringLiterals", "false").lower() == "true":
+    escaped = spark.conf.get("spark.sql.parser.escapedStringLiterals", "false") or "false"
+    if escaped.lower() == "true":
         return None  # `sql_literal`'s escapes would be read as they are
     detail = DeltaTable.forPath(spark, path).detail().first()
     table_bytes = int(detail["sizeInBytes"] or 0) if detail is not None else 0
