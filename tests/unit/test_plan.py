@@ -134,3 +134,22 @@ def test_only_steps_that_run_in_spark_start_it():
     assert not needs_spark("infer", TopicConfig("p", format="protobuf"))
     assert all(needs_spark(step, TopicConfig("p", format="protobuf"))
                for step in ("ingest", "optimize", "vacuum", "maintain"))
+
+
+def test_the_checkpoint_query_id_is_read_from_its_metadata_file(tmp_path):
+    from deltaferry.errors import DeltaferryError
+    from deltaferry.spark.ingest import checkpoint_query_id
+
+    checkpoint = tmp_path / "_checkpoint"
+    checkpoint.mkdir()
+    metadata = checkpoint / "metadata"
+    metadata.write_text('{"id":"5f1e0c2a-8d8e-4b51-9b0a-3c1f2b7e9d10"}\n')  # as Spark writes it
+    assert (checkpoint_query_id(LocalStorage(), str(checkpoint))
+            == "5f1e0c2a-8d8e-4b51-9b0a-3c1f2b7e9d10")
+    for broken in ("", "not json\n", '{"other": 1}\n'):
+        metadata.write_text(broken)
+        with pytest.raises(DeltaferryError, match="metadata file .*metadata holds no query id"):
+            checkpoint_query_id(LocalStorage(), str(checkpoint))
+    metadata.unlink()
+    with pytest.raises(FileNotFoundError):
+        checkpoint_query_id(LocalStorage(), str(checkpoint))
