@@ -3,12 +3,14 @@ append (mode append)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
+from deltaferry.storage import join, storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -193,6 +195,35 @@ def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
     finally:
         for key in confs:
             spark.conf.unset(key)
+
+
+def latest_commit_info(spark: SparkSession, path: str) -> dict:
+    """The commitInfo of the table's newest commit this session knows of: its version from
+    the DeltaLog that Delta keeps in the driver (a commit of this session updates it; no
+    listing), its log entry read through storage (one small read, no Spark job). {} when the
+    entry has none."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session's gateway
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, path)
+    version = int(delta_log.unsafeVolatileSnapshot().version())
+    entry = storage_for(path).read(join(path, "_delta_log", f"{version:020d}.json"))
+    for line in entry.decode("utf-8").splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "commitInfo" in action:
+            return action["commitInfo"]
+    return {}
+
+
+def commit_seconds(commit_info: dict, tag: str, ended: float) -> float | None:
+    """How long Delta's commit of a write took, from the commit's own record: from its
+    `timestamp` (when Delta began the commit, after the write's jobs) to `ended` (epoch
+    seconds, when the write returned): the log entry, its checksum, a checkpoint every tenth
+    commit. None unless `commit_info` is the commit tagged `tag` (a replayed batch that Delta
+    skipped wrote none)."""
+    if commit_info.get("userMetadata") != tag or "timestamp" not in commit_info:
+        return None
+    return max(0.0, ended - int(commit_info["timestamp"]) / 1000)
 
 
 def merge_condition(keys: tuple[str, ...]) -> str:

@@ -83,6 +83,7 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
     assert (report["mode"], report["appended"], report["quarantined"]) == (
         "append", len(valid) - before, 4)
     assert f"{len(valid) - before} appended" in report["summary"]
+    assert report["phases"]["append"] > 0 and report["phases"]["commit"] > 0
 
     rows = delta_rs_rows(ctx.paths.table, "kafka_partition, kafka_offset, kafka_key, seq, kind",
                          "seq")

@@ -1,5 +1,6 @@
 """What speed depends on and a refactoring could silently lose: the driver JVM's code cache,
-the executors' Kafka fetch wait, MERGE counts without a read of the history."""
+the executors' Kafka fetch wait, MERGE counts without a read of the history, Delta's commit
+timed apart from the MERGE."""
 
 import re
 import shutil
@@ -110,3 +111,30 @@ def test_the_key_filter_is_used_where_it_pays():
     # many keys into a table not much larger: most rows are read anyway
     assert not worth_key_filter(KEY_FILTER_LIMIT, big - 1)
     assert not worth_key_filter(0, big)
+
+
+def test_delta_commit_is_its_own_phase_timed_by_the_commit_record():
+    from deltaferry.spark.ingest import Phases, describe_phases
+    from deltaferry.spark.table import commit_seconds
+
+    tag = "deltaferry-t-q batch 3 attempt abc"
+    info = {"timestamp": 1_700_000_000_250, "userMetadata": tag, "operation": "MERGE"}
+    assert commit_seconds(info, tag, 1_700_000_000.75) == pytest.approx(0.5)
+    # a replayed batch Delta skipped: the newest commit is an earlier attempt's, or another's
+    assert commit_seconds({**info, "userMetadata": "deltaferry-t-q batch 3 attempt old"}, tag,
+                          1_700_000_000.75) is None
+    assert commit_seconds({}, tag, 1.0) is None
+    # a clock step backwards never makes a negative phase
+    assert commit_seconds(info, tag, 1_699_999_999.0) == 0.0
+
+    phases = Phases()
+    phases.add("latest per key", 0.3)
+    phases.add("merge", 1.5)
+    phases.split("merge", "commit", 0.4)
+    assert phases.seconds == pytest.approx({"latest per key": 0.3, "merge": 1.1, "commit": 0.4})
+    assert describe_phases(phases.seconds) == "latest per key 0.3 s, merge 1.1 s, commit 0.4 s"
+    phases.split("merge", "commit", 5.0)  # never more than the phase held
+    assert phases.seconds["merge"] == 0 and phases.seconds["commit"] == pytest.approx(1.5)
+    phases.split("merge", "commit", None)  # not known: nothing moves
+    phases.split("append", "commit", 1.0)  # no such phase: nothing moves
+    assert phases.seconds["commit"] == pytest.approx(1.5) and "append" not in phases.seconds
