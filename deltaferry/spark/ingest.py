@@ -350,6 +350,8 @@ class BatchWriter:
         self.refused: int | None = None
         self._busy = False
         self._gate = threading.Lock()
+        #: The table's storage, opened once (`commit_seconds` reads each commit's record).
+        self._storage: Storage | None = None
 
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
@@ -381,6 +383,22 @@ class BatchWriter:
         """Whether no micro-batch is being written now."""
         with self._gate:
             return not self._busy
+
+    def commit_seconds(self, tag: str, ended: float) -> float | None:
+        """How long Delta's commit of the table write tagged `tag`, which returned at `ended`
+        (epoch seconds), took (`deltaferry.spark.table.commit_seconds`);
+        None if that commit is not the newest (skipped as a replay) or its record could not be
+        read: a figure of the report, never a reason to fail a batch whose write is done."""
+        if self._storage is None:
+            self._storage = storage_for(self.paths.table)
+        try:
+            info = delta_table.latest_commit_info(self.spark, self.paths.table, self._storage)
+        except Exception as exc:  # the table's storage, or Delta's DeltaLog through py4j
+            log.warning("ingest %s: the table's last commit could not be read to time it (%s); "
+                        "its time stays in the write's phase", self.topic.name,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return None
+        return delta_table.commit_seconds(info, tag, ended)
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
         """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
@@ -416,8 +434,9 @@ class BatchWriter:
             with batch("merge" if keys else "append"):
                 counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id,
                                     tag=tag)
-            batch.split("merge" if keys else "append", "commit", delta_table.commit_seconds(
-                delta_table.latest_commit_info(self.spark, self.paths.table), tag, time.time()))
+            written = time.time()
+            batch.split("merge" if keys else "append", "commit",
+                        self.commit_seconds(tag, written))
             faults.point("batch-written")  # Spark commits the checkpoint after we return
             rows.unpersist()
             parsed.unpersist()

@@ -61,6 +61,7 @@ def test_core_scenario_with_the_warehouse_on_s3(spark, kafka_bootstrap, new_topi
     assert run_step("infer", ctx, spark).schema_version == 1
     first = run_step("ingest", ctx, spark)
     assert (first.messages_read, first.quarantined) == (len(batch1), 3)
+    assert first.phases["commit"] > 0  # each commit's record read back from the bucket
     assert_table_is_latest_state(spark, ctx, batch1)
 
     keys = keys_under(s3_warehouse)
