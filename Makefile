@@ -18,7 +18,7 @@ help:
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
-	@echo "make bench-goals - issue 14's four performance goals, each against its target, one table (~20 min)"
+	@echo "make bench-goals - issue 14's four performance goals, each against its target, one table (~8 min)"
 	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook: backlog and +5 % (N=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"

@@ -16,7 +16,7 @@ target, then one table of them all.
 4. Where the time goes: the per-phase breakdown of each ingest above (Kafka read, decode,
    latest per key, schema evolution, quarantine, MERGE, offsets + checkpoint).
 
-    make bench-goals                       # all of it: ~20 minutes on 2 cores
+    make bench-goals                       # all of it: ~8 minutes on 2 cores (after setup)
     .venv/bin/python bench/bench_goals.py --parts notebook,microbatch --messages 50000
 """
 
