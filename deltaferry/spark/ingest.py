@@ -350,14 +350,19 @@ class BatchWriter:
         self.refused: int | None = None
         self._busy = False
         self._gate = threading.Lock()
-        #: The table's storage, opened once (`commit_seconds` reads each commit's record).
         self._storage: Storage | None = None
+
+    def storage(self) -> Storage:
+        """The topic's storage (its table and checkpoint), opened once for the query: the
+        checkpoint's query id and each commit's record are read through it."""
+        if self._storage is None:
+            self._storage = storage_for(self.paths.root)
+        return self._storage
 
     def app_id(self) -> str:
         """Idempotency id of this query: the checkpoint's query id (new checkpoint, new id)."""
         if self._app_id is None:
-            query_id = checkpoint_query_id(storage_for(self.paths.checkpoint),
-                                           self.paths.checkpoint)
+            query_id = checkpoint_query_id(self.storage(), self.paths.checkpoint)
             self._app_id = f"deltaferry-{self.topic.name}-{query_id}"
         return self._app_id
 
@@ -389,10 +394,8 @@ class BatchWriter:
         (epoch seconds), took (`deltaferry.spark.table.commit_seconds`);
         None if that commit is not the newest (skipped as a replay) or its record could not be
         read: a figure of the report, never a reason to fail a batch whose write is done."""
-        if self._storage is None:
-            self._storage = storage_for(self.paths.table)
         try:
-            info = delta_table.latest_commit_info(self.spark, self.paths.table, self._storage)
+            info = delta_table.latest_commit_info(self.spark, self.paths.table, self.storage())
         except Exception as exc:  # the table's storage, or Delta's DeltaLog through py4j
             log.warning("ingest %s: the table's last commit could not be read to time it (%s); "
                         "its time stays in the write's phase", self.topic.name,
