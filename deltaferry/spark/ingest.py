@@ -434,12 +434,12 @@ class BatchWriter:
                     self.paths.quarantine, app_id, batch_id, unusable)
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)
-            with batch("merge" if keys else "append"):
+            write_phase = "merge" if keys else "append"
+            with batch(write_phase):
                 counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id,
                                     tag=tag)
             written = time.time()
-            batch.split("merge" if keys else "append", "commit",
-                        self.commit_seconds(tag, written))
+            batch.split(write_phase, "commit", self.commit_seconds(tag, written))
             faults.point("batch-written")  # Spark commits the checkpoint after we return
             rows.unpersist()
             parsed.unpersist()

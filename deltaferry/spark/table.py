@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
-from deltaferry.storage import join, storage_for
+from deltaferry.storage import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,17 +199,16 @@ def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
             spark.conf.unset(key)
 
 
-def latest_commit_info(spark: SparkSession, path: str, storage: Storage | None = None) -> dict:
+def latest_commit_info(spark: SparkSession, path: str, storage: Storage) -> dict:
     """The commitInfo of the table's newest commit this session knows of: its version from
     the DeltaLog that Delta keeps in the driver (a commit of this session updates it; no
-    listing), its log entry read through `storage` (the table's, if not given: one small read,
-    no Spark job). {} when the entry has none."""
+    listing), its log entry read through `storage` (one small read, no Spark job). {} when
+    the entry has none."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a running session's gateway
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
         spark._jsparkSession, path)
     version = int(delta_log.unsafeVolatileSnapshot().version())
-    storage = storage or storage_for(path)
     entry = storage.read(join(path, "_delta_log", f"{version:020d}.json"))
     for line in entry.decode("utf-8").splitlines():
         action = json.loads(line) if line.strip() else {}
