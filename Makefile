@@ -8,7 +8,7 @@ DEPS   := $(CURDIR)/.deps
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals lock clean help
+.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
+	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
@@ -111,6 +112,9 @@ bench-airflow: setup
 # Each deltaferry page of the Airflow UI on the demo data (a running local Airflow, else in-process).
 bench-ui: setup
 	$(BIN)/python bench/bench_ui.py
+
+bench-fleet: setup
+	$(BIN)/python bench/bench_fleet.py $(if $(TOPICS),--topics $(TOPICS)) $(if $(N),--messages $(N))
 
 # The local Schema Registry: Apicurio Registry 2.4.2.Final built as a Quarkus app from Maven
 # Central (jvm/registry/pom.xml): registry-runner.jar and its lib/ into .deps/registry, which

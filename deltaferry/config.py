@@ -46,6 +46,13 @@ The topics file (``DELTAFERRY_TOPICS``, default ``topics.yaml`` at the repositor
                                    # Kafka key, e.g. [tenant, id] (a compound or encoded key)
         trigger_interval: 30 seconds     # `deltaferry stream`: how often a micro-batch starts
                                    # (<number> milliseconds|seconds|minutes|hours)
+        start_spread_minutes: 0    # > 0: an @hourly/@daily (or fixed-minute cron) schedule
+                                   # starts at a stable offset in [0, this) from the topic's
+                                   # name, so a fleet is not all due at once (deltaferry.fleet)
+
+``defaults`` may also hold ``spark_slots``, a setting of the whole file rather than of a topic:
+the slots of the Airflow pool that bounds the Spark drivers of all topics (deltaferry.fleet;
+derived from the machine when absent).
 
 Each entry is validated on its own: a bad entry is reported with its position and name and does
 not stop the other entries from loading (``TopicsFile.errors``).
@@ -65,6 +72,7 @@ from typing import Any
 import yaml
 
 from deltaferry.errors import ConfigError, TopicNotConfiguredError
+from deltaferry.fleet import spread_schedule
 from deltaferry.schema.hints import Hint, HintError, parse_hints
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +171,7 @@ class TopicConfig:
     mode: str = "upsert"
     merge_key: tuple[str, ...] | None = None
     trigger_interval: str = "30 seconds"
+    start_spread_minutes: int = 0
 
     @property
     def dag_id(self) -> str:
@@ -307,6 +316,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         except ValueError as exc:
             raise fail(f"{exc} (say \"30 seconds\" or \"1 minute\")") from None
         return value.strip()
+    if key == "start_spread_minutes":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1440:
+            raise fail(f"must be a whole number of minutes from 0 to 1440, got {value!r}")
+        return value
     if key in ("fail_on_data_loss", "deletion_vectors", "keep_headers"):
         if not isinstance(value, bool):
             raise fail(f"must be true or false, got {value!r}")
@@ -366,6 +379,11 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
         what = "merge_key" if topic.merge_key else "mode append"
         raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
                           "does not use; leave key_format out (the key is kept as text)")
+    if topic.start_spread_minutes:
+        try:
+            spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
+        except ConfigError as exc:
+            raise ConfigError(where, exc.problem) from None
     return _check_hints(_check_protobuf(topic, where, base_dir), where, base_dir)
 
 
@@ -433,6 +451,8 @@ class TopicsFile:
     path: str
     topics: list[TopicConfig] = field(default_factory=list)
     errors: list[ConfigError] = field(default_factory=list)
+    #: ``defaults: spark_slots``: the Spark pool's slots (None: derived, deltaferry.fleet.slots)
+    spark_slots: int | None = None
 
     def names(self) -> list[str]:
         """Names of the valid topics, in file order."""
@@ -459,7 +479,13 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict) or "name" in defaults:
         raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name')")
-    result = TopicsFile(path=path)
+    defaults = dict(defaults)
+    spark_slots = defaults.pop("spark_slots", None)
+    if spark_slots is not None and (isinstance(spark_slots, bool)
+                                    or not isinstance(spark_slots, int) or spark_slots < 1):
+        raise ConfigError(f"{path}: defaults", "spark_slots: must be a whole number >= 1 (the "
+                          f"Spark drivers that may run at once), got {spark_slots!r}")
+    result = TopicsFile(path=path, spark_slots=spark_slots)
     seen: dict[str, int] = {}
     for position, entry in enumerate(document["topics"]):
         try:

@@ -7,9 +7,12 @@ stand-in DAG `ingest_<name>` with one task that fails with the same message, so 
 page explains itself instead of vanishing.
 
 Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
-`deltaferry/spark_jobs/`; schedule from the entry (hourly by default), no catch-up, one run at a
-time, retries with exponential back-off; params ``reinfer`` and ``debug``; the ingest task declares
-the Delta table as an asset.
+`deltaferry/spark_jobs/`; schedule from the entry (hourly by default, moved inside the hour by
+``start_spread_minutes``), no catch-up, one run at a time, retries with exponential back-off;
+params ``reinfer`` and ``debug``; the ingest task declares the Delta table as an asset. Every
+task runs in the Airflow pool of deltaferry's Spark drivers (`deltaferry.fleet`), and a topic's
+later steps go before other topics' first ones (weight rule ``upstream``), so a fleet finishes
+topics one by one instead of starting them all.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from deltaferry import steps
+from deltaferry import fleet, steps
 from deltaferry.config import (
     TopicConfig,
     TopicsFile,
@@ -67,6 +70,21 @@ def params():
     }
 
 
+def schedule_of(topic: TopicConfig) -> str | None:
+    """The DAG's real schedule: the entry's, moved by its start spread (deltaferry.fleet)."""
+    return fleet.spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
+
+
+def schedule_text(topic: TopicConfig) -> str:
+    """The schedule as the DAG's page says it, with the spread that made it."""
+    real = schedule_of(topic)
+    if real == topic.schedule:
+        return f"`{real}`" if real else "none (triggered by hand)"
+    offset = fleet.spread_offset(topic.name, topic.start_spread_minutes)
+    return (f"`{real}` ({topic.schedule} moved {offset} min by start_spread_minutes: "
+            f"{topic.start_spread_minutes})")
+
+
 def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
     """The DAG's documentation, shown on its page in the UI."""
     bound = f"{topic.max_bytes_per_trigger / 2**20:g} MiB of messages" + (
@@ -82,6 +100,7 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | schema cache (versions) | `{paths.schema}` |
 | checkpoint | `{paths.checkpoint}` |
 | format | {topic.format} |
+| schedule | {schedule_text(topic)} |
 | micro-batch bound | {bound} |
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
 
@@ -129,11 +148,15 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
         "retry_delay": timedelta(minutes=topic.retry_delay_minutes),
         "retry_exponential_backoff": True,
         "max_retry_delay": MAX_RETRY_DELAY,
+        # Spark drivers queue in the pool instead of starting together; a started topic's
+        # later steps outrank other topics' first ones, so topics finish one by one.
+        "pool": fleet.pool_name(),
+        "weight_rule": "upstream",
     }
     with DAG(
         dag_id=topic.dag_id,
         description=f"Kafka topic {topic.name} → Delta table {paths.table}",
-        schedule=topic.schedule,
+        schedule=schedule_of(topic),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -191,8 +214,9 @@ class Built:
 
 
 def build(topics_file: str | None = None, warehouse: str | None = None,
-          log_errors: bool = True) -> Built:
-    """Every valid entry's DAG, a stand-in DAG per bad entry with a legal name, and the errors.
+          log_errors: bool = True, only: str | None = None) -> Built:
+    """Every valid entry's DAG, a stand-in DAG per bad entry with a legal name, and the errors;
+    with `only` (a DAG id), just that DAG (a task's process needs no other).
 
     Never raises for a bad entry or a bad file: the errors are returned for
     `raise_config_errors` to show. A failure that is not the entry's (Airflow or a provider
@@ -212,6 +236,8 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
     from airflow.sdk.exceptions import AirflowTimetableInvalid
 
     for topic in loaded.topics:
+        if only is not None and topic.dag_id != only:
+            continue
         try:
             dag = topic_dag(topic, warehouse, topics_file)
             dag.validate()  # what Airflow's parser checks: the schedule
@@ -240,8 +266,13 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
 
 
 def build_dags(topics_file: str | None = None) -> dict:
-    """The DAGs by id (what a DAG file puts into its globals)."""
-    return build(topics_file or os.environ.get("DELTAFERRY_TOPICS")).dags
+    """The DAGs by id (what a DAG file puts into its globals). In a task's process (Airflow's
+    parsing context names its DAG) only that DAG is built: a fleet's task starts do not each
+    build every topic's DAG."""
+    from airflow.sdk import get_parsing_context
+
+    return build(topics_file or os.environ.get("DELTAFERRY_TOPICS"),
+                 only=get_parsing_context().dag_id).dags
 
 
 def raise_config_errors(topics_file: str | None = None) -> None:

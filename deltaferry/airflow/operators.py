@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     (as `get_spark` applies in-process), then DELTAFERRY_SPARK_CONF; `user_conf` (the
     operator's `conf`) wins."""
     from deltaferry.spark.session import (
+        BATCH_CONF,
         LOCAL_DEFAULTS,
         QUIET_CONF,
         driver_java_options,
@@ -88,7 +90,7 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
 
     env = os.environ if env is None else env
     conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"),
-                            **QUIET_CONF}
+                            **QUIET_CONF, **BATCH_CONF}
     java_options = driver_java_options(env)
     if java_options:  # the driver runs here (client mode), on any master
         conf["spark.driver.extraJavaOptions"] = java_options
@@ -150,9 +152,11 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context) -> Any:  # the task's XCom: one report dict
         from airflow.sdk.log import mask_secret
 
-        from deltaferry.spark.session import spark_jars_csv
-        from deltaferry.spark.shipping import is_local, package_zip
-
+        #: Where the task's time went (its report's "task" entry): started = when execute
+        #: began (seconds since the epoch; the task's own start is Airflow's start_date),
+        #: plan (deciding without a JVM), driver (waiting for a warm driver), run (the step).
+        self.timing: dict[str, float | str] = {"started": time.time()}
+        began = time.monotonic()
         params = context.get("params") or {}
         reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
         master = spark_master(connection_or_none, conn_id=self.spark_conn_id)
@@ -167,10 +171,28 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                       ", debug locations" if debug else "",
                       ", full re-inference" if reinfer and self.step == "infer" else "")
         skip = self._nothing_to_do(env, reinfer, debug)
+        self.timing["plan"] = time.monotonic() - began
         if skip is not None:
-            self._skip(context, skip.as_dict())
+            self._skip(context, {**skip.as_dict(), "task": self.timing})
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
+        running = time.monotonic()
+        if self._runs_warm(master, env):
+            reports = self._run_warm(env, master)
+        else:
+            self.timing["driver"] = "spark-submit"
+            reports = self._submit(context, env, master)
+        self.timing["run"] = time.monotonic() - running
+        report = {**one_report(self.step, reports), "task": self.timing}
+        self.log.info("deltaferry result: %s", describe(self.step, reports))
+        self._publish(context, report, debug)
+        return report
+
+    def _submit(self, context, env: dict[str, str], master: str) -> list[dict]:
+        """The step as a spark-submit of its job (a driver of its own); the job's reports."""
+        from deltaferry.spark.session import spark_jars_csv
+        from deltaferry.spark.shipping import is_local, package_zip
+
         self.conf = spark_conf(master, self.conf)
         self.jars = self.jars or spark_jars_csv()
         if not is_local(master):  # the executors import the driver's deltaferry (UDFs)
@@ -182,11 +204,47 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             env[REPORT_FILE_VAR] = str(report_file)
             self.env_vars = self.job_env_vars(env, master)
             super().execute(context)  # the provider's own submit, with env_vars as the env
-            reports = self._read_reports(report_file)
-        report = one_report(self.step, reports)
-        self.log.info("deltaferry result: %s", describe(self.step, reports))
-        self._publish(context, report, debug)
-        return report
+            return self._read_reports(report_file)
+
+    def _runs_warm(self, master: str, env: dict[str, str]) -> bool:
+        """Whether the step runs in a warm driver (deltaferry.spark.warm): on a local master,
+        unless turned off or this task was given spark-submit arguments of its own."""
+        from deltaferry.spark import warm
+
+        own = (self.conf, self.files, self.py_files, self._archives, self.driver_class_path,
+               self.jars, self.packages, self.keytab, self.principal, self.proxy_user,
+               self._executor_memory, self._driver_memory, self.properties_file,
+               self._total_executor_cores, self._executor_cores, self._num_executors,
+               self.env_vars, self._spark_binary)
+        return warm.enabled(master, env) and not any(own)
+
+    def _run_warm(self, env: dict[str, str], master: str) -> list[dict]:
+        """The step in a warm driver of this machine's pool, its output in this task's log;
+        the job's reports. A failed job fails the task with the job's own error line."""
+        from airflow.sdk.exceptions import AirflowException
+
+        from deltaferry import fleet
+        from deltaferry.config import load_topics
+        from deltaferry.spark import warm
+
+        drivers = fleet.slots(load_topics(self.topics_file).spark_slots, env)
+        errors: list[str] = []
+
+        def say(line: str) -> None:
+            if line.startswith("deltaferry: error:"):
+                errors.append(line)
+            self.log.info("%s", line)
+
+        with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
+            report_file = Path(folder) / "report.json"
+            code, waited = warm.run_job(self.step, list(self.application_args or []),
+                                        str(report_file), env, master, drivers, say)
+            self.timing["driver"] = waited
+            if code != 0:
+                raise AirflowException(errors[-1] if errors else
+                                       f"deltaferry {self.step} of {self.topic!r} failed "
+                                       f"(exit {code}); its log lines are above")
+            return self._read_reports(report_file)
 
     def job_env_vars(self, env: dict[str, str], master: str) -> dict[str, str]:
         """spark-submit's `env_vars`: the job's environment, with the operator's own `env_vars`

@@ -39,6 +39,11 @@ LOCAL_DEFAULTS = {
 #: logs with thousands of carriage-return lines; deltaferry logs its own progress).
 QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 
+#: Spark settings of a driver that runs a scheduled step (spark-submit jobs, warm drivers): no
+#: Spark UI, whose ports (4040 and the next 16) a fleet of drivers on one worker runs out of
+#: ("Service 'SparkUI' failed after 16 retries"). DELTAFERRY_SPARK_CONF can turn it back on.
+BATCH_CONF = {"spark.ui.enabled": "false"}
+
 #: Spark settings for every session deltaferry starts, as a JSON object (e.g. a cluster's
 #: ``{"spark.sql.shuffle.partitions": "16", "spark.executor.memory": "4g"}``); they win over
 #: deltaferry's own.

@@ -203,8 +203,10 @@ echo '[{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "in
     assert (seen["s3_secret"], seen["s3_endpoint"]) == ("s3-hunter3", "http://127.0.0.1:8333")
     assert seen["bootstrap"] == "k:9092"
     assert json.loads(seen["options"]) == {"sasl.jaas.config": JAAS}
+    timing = report.pop("task")
     assert report == {"topic": "orders", "step": "infer", "schema_version": 2,
                       "summary": "infer orders: v2"}  # one dict, not a one-item list
+    assert timing["driver"] == "spark-submit" and timing["run"] >= 0 <= timing["plan"]
 
 
 def test_operator_on_a_spark_master_ships_deltaferry_and_the_jars(tmp_path, monkeypatch):

@@ -20,6 +20,10 @@ from deltaferry.jvm import REPO_ROOT
 
 DEFAULT_HOME = REPO_ROOT / ".airflow"
 MIGRATED_MARK = ".deltaferry-db-migrated"
+#: How long a metadata-database call waits for SQLite's write lock (Python's default: 5 s). A
+#: fleet due at once makes the scheduler, the api-server and every task write together; at 5 s
+#: some lost ("database is locked": a task's start refused, an unpause answered HTTP 500).
+SQLITE_CONNECT_ARGS = {"timeout": 60}
 
 
 def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None = None,
@@ -31,6 +35,10 @@ def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None =
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
     env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO_ROOT / "plugins")
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    if env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
+        for key in ("SQL_ALCHEMY_CONNECT_ARGS", "SQL_ALCHEMY_CONNECT_ARGS_ASYNC"):
+            env.setdefault(f"AIRFLOW__DATABASE__{key}",
+                           "deltaferry.dev.airflow.home.SQLITE_CONNECT_ARGS")
     env.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
     env.update(extra)
     return env
@@ -51,9 +59,21 @@ def ensure_database(env: Mapping[str, str]) -> None:
     if mark.exists() and mark.read_text().strip() == version:
         return
     home.mkdir(parents=True, exist_ok=True)
+    if not env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        use_wal(home / "airflow.db")
+    home.mkdir(parents=True, exist_ok=True)
     print(f"airflow: preparing the metadata database in {home} ...", file=sys.stderr)
     done = subprocess.run(airflow_command("db", "migrate"), env=dict(env), capture_output=True,
                           text=True)
     if done.returncode != 0:
         raise DeltaferryError(f"`airflow db migrate` failed in {home}:\n{done.stderr[-3000:]}")
     mark.write_text(version + "\n")
+
+
+def use_wal(database: Path) -> None:
+    """Put the home's SQLite database in write-ahead-log mode (kept in the file): readers (the
+    UI, the REST API, the scheduler's queries) no longer wait for a writer, nor it for them."""
+    import sqlite3
+
+    with sqlite3.connect(database) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")

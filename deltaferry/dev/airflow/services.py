@@ -40,6 +40,7 @@ from deltaferry.dev.stack.process import (
 )
 from deltaferry.errors import StackError
 from deltaferry.jvm import REPO_ROOT
+from deltaferry.spark import warm
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STATE_FILE = "deltaferry-services.json"
@@ -135,7 +136,46 @@ def services_env(home: Path, port: int, log_ports: tuple[int, int],
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_ports[1]),
     })
     env.setdefault("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"{USER}:admin")
+    env.setdefault(warm.DIR_VAR, str(warm_dir(home)))
     return env
+
+
+def warm_dir(home: Path) -> Path:
+    """The warm driver pools of this Airflow's tasks (deltaferry.spark.warm): in its home, or
+    under the temporary folder when the home's path is too long for a Unix socket's."""
+    import hashlib
+    import tempfile
+
+    folder = home.resolve() / "warm"
+    if len(str(folder)) <= 80:
+        return folder
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"deltaferry-warm-{digest}"
+
+
+def ensure_pool(env: Mapping[str, str], say) -> int:
+    """Create or resize the Airflow pool of deltaferry's Spark tasks (deltaferry.fleet) in the
+    home's database: its slots from the topics file's ``defaults: spark_slots``, else from the
+    machine. The slots."""
+    import subprocess
+
+    from deltaferry import fleet
+    from deltaferry.config import load_topics
+    from deltaferry.errors import ConfigError
+
+    try:
+        configured = load_topics(env.get("DELTAFERRY_TOPICS")).spark_slots
+    except ConfigError:
+        configured = None  # the DAG file reports the bad file; the pool still gets slots
+    slots = fleet.slots(configured, env)
+    name = fleet.pool_name(env)
+    done = subprocess.run(airflow_command("pools", "set", name, str(slots),
+                                          fleet.POOL_DESCRIPTION),
+                          env=dict(env), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StackError(f"`airflow pools set {name} {slots}` failed:\n{done.stderr[-2000:]}")
+    say(f"Airflow pool {name!r}: {slots} slot(s) ({'topics file' if configured else 'derived'})")
+    return slots
 
 
 def settings_digest(env: Mapping[str, str]) -> str:
@@ -213,6 +253,7 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
     worker_logs, trigger_logs = free_ports(2)
     child_env = services_env(folder, port, (worker_logs, trigger_logs), base)
     ensure_database(child_env)
+    ensure_pool(child_env, say)
     logs = folder / "logs" / "services"
     say(f"starting Airflow ({', '.join(COMPONENTS)}) on http://localhost:{port}, home {folder}")
     processes: dict[str, ManagedProcess] = {}
@@ -246,6 +287,8 @@ def down(home: Path | str | None = None) -> list[str]:
         if proc is not None:
             how = stop(proc, grace=20.0)
             lines.append(f"airflow {component} (pid {proc.pid}): {how}")
+    if warm_dir(folder).is_dir():
+        lines += warm.stop_pools({warm.DIR_VAR: str(warm_dir(folder))})
     (folder / STATE_FILE).unlink(missing_ok=True)
     return lines
 

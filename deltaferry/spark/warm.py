@@ -1,0 +1,462 @@
+"""Warm drivers: a few long-lived Spark drivers on a machine that run topics' steps, one step at a
+time each, so that a task does not pay for a JVM, a Spark session and deltaferry's imports.
+
+A task (the Airflow operator) asks `run_job`; it runs the step exactly as its spark-submit job
+would (`deltaferry.jobs.main`: the checks before Spark, the topic's lock, the step, the report
+file) inside a driver that is already up, and streams the driver's whole output (deltaferry's
+lines and the JVM's) into the task's log as it happens. What each topic keeps is unchanged: its
+own DAG, task log, report, lock and exactly-once guarantees (the checkpoint and Delta's
+transaction ids are the topic's, not the driver's).
+
+How:
+
+* **The pool** (``python -m deltaferry.spark.warm serve``): a supervisor that listens on a Unix
+  socket and starts `drivers` driver processes sharing it; each accepts one connection at a
+  time, so at most `drivers` steps run at once and further tasks wait in the socket's queue.
+  It is started by the first task that needs it (detached, with the task's settings in its
+  environment, never on its command line) and ends when its drivers have been idle
+  ``DELTAFERRY_WARM_IDLE_SECONDS`` (3,900: an hourly fleet finds its drivers warm). A driver
+  that crashed is started again; one is replaced after `MAX_RUNS` steps.
+* **Which pool**: one per set of settings. The socket's name is a digest of the settings a
+  driver reads (DELTAFERRY_*, AWS_*, Spark and Java variables), the master, the number of
+  drivers and deltaferry's code, so a task never runs in a driver started with other brokers,
+  credentials or code; a pool whose code changed closes (its running steps end first).
+* **A driver's output**: its stdout and stderr (and so its JVM's) are a pipe; while a step runs,
+  every line goes to the task, the last one ``DELTAFERRY_EXIT <code>``; between steps, to the
+  pool's log. If the task goes away (killed, timed out), the driver stops at once, as a killed
+  spark-submit would, and the pool starts another.
+
+Only local masters use warm drivers (``DELTAFERRY_WARM_DRIVERS=off`` turns them off): a cluster
+would keep executors booked between runs. The pool's files (sockets, pids, logs) live in
+``DELTAFERRY_WARM_DIR`` (default ``<tmp>/deltaferry-warm-<uid>``, readable by this user only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from deltaferry.errors import DeltaferryError
+
+ENABLED_VAR = "DELTAFERRY_WARM_DRIVERS"
+DIR_VAR = "DELTAFERRY_WARM_DIR"
+IDLE_VAR = "DELTAFERRY_WARM_IDLE_SECONDS"
+DEFAULT_IDLE_S = 3900.0
+#: Steps a driver runs before it is replaced by a fresh one (bounds what a long life gathers).
+MAX_RUNS = 200
+#: How long a task waits for a driver to take its step: a new pool's drivers start first.
+TAKE_TIMEOUT_S = 300.0
+#: How often a waiting driver looks whether its pool retires, and the pool at deltaferry's code.
+POLL_S, STAMP_CHECK_S = 2.0, 30.0
+READY = "DELTAFERRY_WARM_READY"
+EXIT_PREFIX = "DELTAFERRY_EXIT "
+#: A driver's exit codes the pool understands.
+EXIT_IDLE, EXIT_RECYCLE, EXIT_TASK_GONE = 0, 75, 76
+#: Environment variables a driver's work depends on: they pick the pool (see the docstring).
+_SETTING_PREFIXES = ("DELTAFERRY_", "AWS_", "PYSPARK_", "SPARK_", "JAVA_", "HADOOP_")
+_SETTING_NAMES = ("PATH", "PYTHONPATH", "HOME", "TZ", "LANG", "LC_ALL", "USER")
+
+
+class WarmDriverError(DeltaferryError):
+    """A warm driver could not be started, or went away in the middle of a step."""
+
+
+def enabled(master: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether steps on `master` run in warm drivers: on local masters unless
+    DELTAFERRY_WARM_DRIVERS is ``off``."""
+    from deltaferry.spark.shipping import is_local
+
+    env = os.environ if env is None else env
+    setting = (env.get(ENABLED_VAR) or "auto").strip().lower()
+    if setting not in ("auto", "on", "off"):
+        from deltaferry.errors import ConfigError
+
+        raise ConfigError(ENABLED_VAR, f"{setting!r} is not auto, on or off")
+    return setting != "off" and is_local(master)
+
+
+def driver_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a task's environment a driver is started with (and that picks its pool)."""
+    from deltaferry.jobs import REPORT_FILE_VAR
+
+    return {k: v for k, v in env.items()
+            if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES) and k != REPORT_FILE_VAR}
+
+
+def code_stamp() -> int:
+    """The newest modification time of deltaferry's own files: new code, new pool."""
+    package = Path(__file__).resolve().parent.parent
+    return max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
+
+
+def pool_key(env: Mapping[str, str], master: str, drivers: int) -> str:
+    """The pool for these settings, master and size (a digest: no value is readable in it)."""
+    identity = [sorted(driver_env(env).items()), master, drivers, sys.executable, code_stamp()]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+
+
+def pool_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where pools keep their sockets, pid files and logs (made, this user's only)."""
+    env = os.environ if env is None else env
+    default = Path(tempfile.gettempdir()) / f"deltaferry-warm-{os.getuid()}"
+    folder = Path(env.get(DIR_VAR) or default)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def _pid_alive(pid_file: Path) -> bool:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def ensure_pool(key: str, env: Mapping[str, str], master: str, drivers: int,
+                idle: float | None = None) -> Path:
+    """The socket of pool `key`, started (detached, in a session of its own) unless it runs."""
+    folder = pool_dir(env)
+    sock, pid_file, log_file = (folder / f"{key}{suffix}" for suffix in (".sock", ".pid", ".log"))
+    if idle is None:
+        idle = float(env.get(IDLE_VAR) or DEFAULT_IDLE_S)
+    with open(folder / f"{key}.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one task starts the pool; the others find it
+        if sock.exists() and _pid_alive(pid_file):
+            return sock
+        sock.unlink(missing_ok=True)
+        with open(log_file, "ab") as out:
+            subprocess.Popen(
+                [sys.executable, "-m", "deltaferry.spark.warm", "serve", "--socket", str(sock),
+                 "--drivers", str(drivers), "--master", master, "--idle", str(idle)],
+                env=driver_env(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                cwd=folder, start_new_session=True, close_fds=True)
+        deadline = time.monotonic() + 30
+        while not (sock.exists() and _pid_alive(pid_file)):
+            if time.monotonic() > deadline:
+                raise WarmDriverError(f"the warm driver pool did not open {sock} in 30 s; its "
+                                      f"log {log_file} ends:\n{_tail(log_file)}")
+            time.sleep(0.05)
+    return sock
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    try:
+        return path.read_bytes()[-size:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
+            drivers: int, say: Callable[[str], None]) -> tuple[int, float]:
+    """Run `step` with its job's arguments in a warm driver of the pool for `env`, `master` and
+    `drivers` (started if needed); every line the driver prints goes to `say`. The job's exit
+    code (0, or 2 with its one-line error as spark-submit would end) and the seconds waited
+    for a driver to take the step. WarmDriverError if no driver took the step or the driver
+    went away during it."""
+    began = time.monotonic()
+    key = pool_key(env, master, drivers)
+    request = json.dumps({"step": step, "args": args, "report_file": report_file}).encode()
+    for _attempt in range(3):
+        sock = ensure_pool(key, env, master, drivers)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(TAKE_TIMEOUT_S)
+            try:
+                conn.connect(str(sock))
+                reader = conn.makefile("rb")
+                first = reader.readline().decode(errors="replace").strip()
+            except (FileNotFoundError, ConnectionError, TimeoutError, OSError):
+                first = ""
+            if not first.startswith(READY):
+                continue  # the pool closed (idle, or failing) before a driver took the step
+            waited = time.monotonic() - began
+            say(f"warm driver pool {key}: driver pid {first[len(READY):].strip()} takes the "
+                f"{step} step (waited {waited:.1f} s)")
+            conn.settimeout(None)
+            conn.sendall(request + b"\n")
+            for raw in reader:
+                line = raw.decode(errors="replace").rstrip("\n")
+                if line.startswith(EXIT_PREFIX):
+                    return int(line[len(EXIT_PREFIX):]), waited
+                say(line)
+            raise WarmDriverError(f"the warm driver running the {step} step went away before "
+                                  f"it ended; the pool's log: {sock.with_suffix('.log')}")
+        finally:
+            conn.close()
+    raise WarmDriverError(f"no warm driver took the {step} step after 3 tries; the pool's log "
+                          f"{sock.with_suffix('.log')} ends:\n{_tail(sock.with_suffix('.log'))}")
+
+
+def stop_pools(env: Mapping[str, str] | None = None, grace: float = 20.0) -> list[str]:
+    """Stop every pool of this user's pool folder (SIGTERM, then SIGKILL after `grace`);
+    lines saying what was done."""
+    lines = []
+    for pid_file in sorted(pool_dir(env).glob("*.pid")):
+        try:
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        deadline = time.monotonic() + grace
+        while _pid_alive(pid_file) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid_alive(pid_file):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            pid_file.unlink(missing_ok=True)
+            lines.append(f"warm drivers (pid {pid}): killed")
+        else:
+            lines.append(f"warm drivers (pid {pid}): stopped")
+    return lines
+
+
+# --- the pool's side ---------------------------------------------------------------------
+
+
+def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
+    """The pool: listen on `sock_path`, keep `drivers` drivers running on it, end when they
+    went idle (or on SIGTERM)."""
+    path = Path(sock_path)
+    pid_file = path.with_suffix(".pid")
+    os.umask(0o077)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(128)
+    inode = path.stat().st_ino
+    pid_file.write_text(str(os.getpid()))
+    retire_file = path.with_suffix(".retire")
+    retire_file.unlink(missing_ok=True)
+    stamp, stamp_checked = code_stamp(), time.monotonic()
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+
+    def close_door() -> None:
+        """No new task reaches this pool (a new one is started for it); drivers waiting for a
+        step end, those running one end after it."""
+        retire_file.touch()
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == inode:
+                path.unlink()
+        with contextlib.suppress(OSError):
+            if pid_file.read_text().strip() == str(os.getpid()):
+                pid_file.unlink()
+
+    def start(index: int) -> tuple[subprocess.Popen, float]:
+        command = [sys.executable, "-m", "deltaferry.spark.warm", "driver", "--fd",
+                   str(listener.fileno()), "--master", master, "--idle", str(idle),
+                   "--index", str(index), "--retire-file", str(retire_file)]
+        return subprocess.Popen(command, pass_fds=(listener.fileno(),)), time.monotonic()
+
+    print(f"warm driver pool {path.stem}: {drivers} driver(s) on {master}, pid {os.getpid()}",
+          flush=True)
+    children = {index: start(index) for index in range(drivers)}
+    quick_failures = 0
+    retiring = False
+    while children:
+        if not retiring and time.monotonic() - stamp_checked > STAMP_CHECK_S:
+            stamp_checked = time.monotonic()
+            if code_stamp() != stamp:
+                print("deltaferry's code changed: the pool closes (tasks get a new one)",
+                      flush=True)
+                retiring = True
+                close_door()
+        if stopping.is_set() and not retiring:
+            retiring = True
+            close_door()
+            for proc, _ in children.values():
+                proc.terminate()
+        for index, (proc, started) in list(children.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del children[index]
+            if retiring or code == EXIT_IDLE:
+                if not retiring:
+                    print(f"driver {index} idle for {idle:g} s: the pool closes", flush=True)
+                retiring = True
+                close_door()
+                continue
+            quick_failures = quick_failures + 1 if time.monotonic() - started < 60 else 0
+            if quick_failures >= 3:
+                print(f"driver {index} failed 3 times within a minute of starting (exit "
+                      f"{code}): the pool closes", flush=True)
+                retiring = True
+                close_door()
+                continue
+            why = {EXIT_RECYCLE: f"ran {MAX_RUNS} steps or its session stopped",
+                   EXIT_TASK_GONE: "its task went away"}.get(code, f"exit {code}")
+            print(f"driver {index} ended ({why}): starting another", flush=True)
+            children[index] = start(index)
+        time.sleep(0.2)
+    close_door()
+    retire_file.unlink(missing_ok=True)
+    listener.close()
+    return 0
+
+
+class _Output(threading.Thread):
+    """Carries a driver's stdout and stderr (a pipe) to the task being served, else to the
+    pool's log; ends the driver if the task went away."""
+
+    def __init__(self, read_fd: int, log_fd: int):
+        super().__init__(daemon=True, name="deltaferry-warm-output")
+        self.read_fd, self.log_fd = read_fd, log_fd
+        self.lock = threading.Lock()
+        self.task: socket.socket | None = None
+        self.done = threading.Event()
+
+    def attach(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.done.clear()
+            self.task = conn
+
+    def run(self) -> None:
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            for line in pipe:
+                with self.lock:
+                    task = self.task
+                if task is None:
+                    os.write(self.log_fd, line)
+                    continue
+                try:
+                    task.sendall(line)
+                except OSError:
+                    os.write(self.log_fd, b"warm driver: its task went away; this driver "
+                             b"stops (as a killed spark-submit would)\n")
+                    os._exit(EXIT_TASK_GONE)
+                if line.startswith(EXIT_PREFIX.encode()):
+                    with self.lock:
+                        self.task = None
+                    self.done.set()
+
+
+def _run_request(request: dict) -> int:
+    """One step, as its spark-submit job runs it; its exit code."""
+    from deltaferry.jobs import REPORT_FILE_VAR, main
+
+    os.environ[REPORT_FILE_VAR] = str(request["report_file"])
+    try:
+        return main(str(request["step"]), [str(a) for a in request["args"]])
+    except SystemExit as exc:  # argparse
+        return exc.code if isinstance(exc.code, int) else 2
+    except Exception:  # noqa: BLE001 - the task shows the traceback, the driver goes on
+        traceback.print_exc()
+        return 1
+    finally:
+        os.environ.pop(REPORT_FILE_VAR, None)
+
+
+def _tidy(spark) -> bool:
+    """After a step: stop a streaming query it left running; False if the session is gone."""
+    try:
+        for query in spark.streams.active:
+            print(f"warm driver: stopping query {query.name or query.id} the step left running",
+                  file=sys.stderr, flush=True)
+            query.stop()
+        return not spark.sparkContext._jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - a broken session: replace the driver
+        return False
+
+
+def _accept(listener: socket.socket, idle: float, retire_file: Path):
+    """The next task's connection; None after `idle` seconds without one, or once the pool
+    retires (its `retire_file` exists)."""
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < idle:
+        if retire_file.exists():
+            return None
+        try:
+            conn, _ = listener.accept()
+            return conn
+        except TimeoutError:
+            continue
+    return None
+
+
+def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> int:
+    """One driver: start Spark, then take steps from the pool's socket `fd` one at a time."""
+    log_fd = os.dup(2)
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 1)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    output = _Output(read_fd, log_fd)
+    output.start()
+    from deltaferry.pipeline import configure_logging
+    from deltaferry.spark.session import BATCH_CONF, extra_spark_conf, get_spark
+
+    configure_logging()
+    started = time.monotonic()
+    batch = {k: v for k, v in BATCH_CONF.items() if k not in extra_spark_conf()}
+    spark = get_spark(f"deltaferry-warm-{index}", master, batch)
+    print(f"driver {index} (pid {os.getpid()}): Spark ready in {time.monotonic() - started:.1f} s",
+          flush=True)
+    listener = socket.socket(fileno=fd)
+    listener.settimeout(POLL_S)
+    for _run in range(MAX_RUNS):
+        conn = _accept(listener, idle, retire_file)
+        if conn is None:
+            return EXIT_IDLE
+        with conn:
+            conn.settimeout(30)
+            try:
+                conn.sendall(f"{READY} {os.getpid()}\n".encode())
+                line = conn.makefile("rb").readline()
+                request = json.loads(line) if line.strip() else None
+            except (OSError, ValueError):
+                request = None
+            if not isinstance(request, dict):
+                continue
+            conn.settimeout(None)
+            output.attach(conn)
+            code = _run_request(request)
+            healthy = _tidy(spark)
+            sys.stderr.flush()
+            print(f"{EXIT_PREFIX}{code}", flush=True)
+            output.done.wait(60)
+        if not healthy:
+            return EXIT_RECYCLE
+    return EXIT_RECYCLE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``serve`` (the pool) or ``driver`` (one of its drivers); not for users."""
+    parser = argparse.ArgumentParser(prog="python -m deltaferry.spark.warm")
+    sub = parser.add_subparsers(dest="what", required=True)
+    pool = sub.add_parser("serve")
+    pool.add_argument("--socket", required=True)
+    pool.add_argument("--drivers", type=int, required=True)
+    pool.add_argument("--master", required=True)
+    pool.add_argument("--idle", type=float, default=DEFAULT_IDLE_S)
+    one = sub.add_parser("driver")
+    one.add_argument("--fd", type=int, required=True)
+    one.add_argument("--master", required=True)
+    one.add_argument("--idle", type=float, default=DEFAULT_IDLE_S)
+    one.add_argument("--index", type=int, default=0)
+    one.add_argument("--retire-file", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.what == "serve":
+        return serve(args.socket, args.drivers, args.master, args.idle)
+    return drive(args.fd, args.master, args.idle, args.index, args.retire_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
