@@ -4,8 +4,9 @@
 Prints the fleet's wall time (unpause to the last run's end), the peak of Spark drivers running
 at once against the pool's slots, the lowest memory available, the tasks that needed a retry,
 and the per-topic fixed cost broken down (medians: task start, planning, waiting for a driver,
-the checks and lock in the driver, the step's own work). Targets (24 x 3,000 x ~1 KB on a
-2-core machine): no retry, memory available >= 4 GB, wall time <= 300 s. Not a test: figures.
+the driver's start or handoff with its checks and lock, the step's own work). Targets (24 x
+3,000 x ~1 KB on a 2-core machine): no retry, memory available >= 4 GB, wall time <= 300 s.
+Not a test: figures.
 
     make bench-fleet              # or: .venv/bin/python bench/bench_fleet.py [--topics 24 ...]
 """

@@ -228,6 +228,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         from deltaferry.spark import warm
 
         drivers = fleet.slots(load_topics(self.topics_file).spark_slots, env)
+        self._warm = True
         errors: list[str] = []
 
         def say(line: str) -> None:
@@ -260,6 +261,14 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                 "provider turns into --conf arguments on YARN and Kubernetes; use a local or "
                 "spark:// master")
         return {**env, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
+
+    def on_kill(self) -> None:
+        """A killed task stops its driver: a spark-submit through the provider; a warm driver
+        sees its connection close with this process and stops within a second."""
+        if getattr(self, "_warm", False):
+            self.log.info("task killed: its warm driver stops when this process ends")
+            return
+        super().on_kill()
 
     def _define_master(self, master: str) -> None:
         """Without the Spark connection, define it for this task's own process (an

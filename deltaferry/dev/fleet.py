@@ -238,7 +238,7 @@ def breakdown(result: FleetResult) -> dict[str, float]:
         add(f"{label}: wait for a driver", driver if isinstance(driver, (int, float)) else None)
         run = task.timing.get("run")
         if isinstance(run, (int, float)) and task.step_seconds is not None:
-            add(f"{label}: driver-side checks and lock", run - task.step_seconds)
+            add(f"{label}: driver start or handoff, checks, lock", run - task.step_seconds)
             add(f"{label}: the step's own work", task.step_seconds)
     return {name: median(values) for name, values in sorted(parts.items())}
 

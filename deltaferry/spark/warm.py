@@ -347,6 +347,25 @@ class _Output(threading.Thread):
                     self.done.set()
 
 
+def _watch(conn: socket.socket, log_fd: int, done: threading.Event) -> None:
+    """Until `done`: end the driver as soon as its task closes the connection (a task sends
+    nothing after its request, so the connection turns readable only when it is closed)."""
+    import select
+
+    while not done.is_set():
+        readable, _, _ = select.select([conn], [], [], 1.0)
+        if readable and not done.is_set():
+            try:
+                gone = conn.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                os.write(log_fd, b"warm driver: its task went away; this driver stops (as a "
+                         b"killed spark-submit would)\n")
+                os._exit(EXIT_TASK_GONE)
+            done.wait(1.0)
+
+
 def _run_request(request: dict) -> int:
     """One step, as its spark-submit job runs it; its exit code."""
     from deltaferry.jobs import REPORT_FILE_VAR, main
@@ -427,7 +446,11 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> i
                 continue
             conn.settimeout(None)
             output.attach(conn)
+            ended = threading.Event()
+            threading.Thread(target=_watch, args=(conn, log_fd, ended), daemon=True,
+                             name="deltaferry-warm-watch").start()
             code = _run_request(request)
+            ended.set()
             healthy = _tidy(spark)
             sys.stderr.flush()
             print(f"{EXIT_PREFIX}{code}", flush=True)
