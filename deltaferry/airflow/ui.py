@@ -86,7 +86,7 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
     cached = _topics_cache.get(key) if key else None
     if cached is not None:
         return cached
-    broken = build(path, log_errors=False).broken
+    broken = build(path, log_errors=False, dags=False).broken
     bad = {error.topic for error in broken}
     checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
     if key:
