@@ -128,9 +128,10 @@ def auth_failure(errors) -> str | None:
     return None
 
 
-def _metadata(consumer, topic: str, bootstrap: str, timeout: float, errors: list):
-    """The cluster metadata for `topic`, asked in short slices so that an authentication failure
-    (a wrong password) is said at once, not after `timeout`; KafkaError otherwise."""
+def _metadata(consumer, topic: str | None, bootstrap: str, timeout: float, errors: list):
+    """The cluster metadata for `topic` (None: every topic), asked in short slices so that an
+    authentication failure (a wrong password) is said at once, not after `timeout`; KafkaError
+    otherwise."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -325,3 +326,47 @@ def average_message_bytes(bootstrap: str, topic: str, ranges: dict[int, tuple[in
         return (sum(sizes) / len(sizes), len(sizes)) if sizes else None
     finally:
         consumer.close()
+
+
+def topics_offsets(bootstrap: str, topics: list[str], options: dict[str, str] | None = None,
+                   timeout: float = 15.0) -> dict[str, TopicOffsets | KafkaError]:
+    """The low/high watermarks of every partition of each of `topics`, asked all together: one
+    metadata request and one offsets request per end (earliest, latest) for every partition of
+    every topic, not a client and a request per partition and topic. A topic that does not
+    exist, or whose offsets the broker did not give, maps to a KafkaError saying so; a broker
+    that cannot be reached (or refuses the login) raises KafkaError."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    errors: list = []
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000,
+                              "logger": _client_log, "error_cb": errors.append,
+                              **librdkafka_options(options)}
+    admin = AdminClient(config)
+    metadata = _metadata(admin, None, bootstrap, timeout, errors)
+    found: dict[str, TopicOffsets | KafkaError] = {}
+    partitions = []
+    for topic in topics:
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            found[topic] = KafkaError(topic, bootstrap, "topic does not exist")
+            continue
+        partitions += [TopicPartition(topic, p) for p in sorted(described.partitions)]
+    if not partitions:
+        return found
+    ends: dict[str, dict] = {}
+    for end, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
+        futures = admin.list_offsets({tp: spec for tp in partitions},
+                                     request_timeout=max(1.0, timeout))
+        for tp, future in futures.items():
+            try:
+                ends.setdefault(tp.topic, {}).setdefault(tp.partition, {})[end] = \
+                    future.result(timeout=timeout).offset
+            except Exception as exc:  # said for its topic; the other topics still count
+                found.setdefault(tp.topic, KafkaError(
+                    tp.topic, bootstrap, f"offsets of partition {tp.partition} not read: "
+                    f"{exc.args[0].str() if isinstance(exc, KafkaException) else exc}"))
+    for topic, by_partition in ends.items():
+        if topic not in found:
+            found[topic] = TopicOffsets(topic, {p: (o["low"], o["high"])
+                                                for p, o in sorted(by_partition.items())})
+    return found

@@ -52,18 +52,26 @@ def table_asset_uri(table_path: str) -> str:
     return Path(table_path).resolve().as_uri()
 
 
+#: The JSON Schema dialect of the DAGs' params. Airflow checks a param's schema against its
+#: dialect's meta-schema every time it resolves the param, and serializing a DAG resolves each
+#: param of each task several times; draft-07's meta-schema checks ~2.5x faster than the default
+#: 2020-12's (same meaning for these schemas): serializing 500 topic DAGs 3.7 -> 2.1 s.
+PARAM_DIALECT = "http://json-schema.org/draft-07/schema#"
+
+
 def params():
     """The trigger form's parameters of every topic DAG."""
     from airflow.sdk import Param
 
+    dialect = {"$schema": PARAM_DIALECT}
     return {
         "reinfer": Param(
-            False, type="boolean", title="Re-infer the schema",
+            False, type="boolean", title="Re-infer the schema", **dialect,
             description="Read the whole topic again to infer the schema, instead of only the "
             "offsets after the last inference (use when a topic changed shape).",
         ),
         "debug": Param(
-            False, type="boolean", title="Debug locations",
+            False, type="boolean", title="Debug locations", **dialect,
             description="Write the table, checkpoint, schema cache and quarantine under "
             "<warehouse>/_debug/<topic>/ and leave the real table alone.",
         ),
@@ -213,10 +221,21 @@ class Built:
     broken: list[ConfigError] = field(default_factory=list)
 
 
+def schedule_dag(topic: TopicConfig):
+    """A DAG with the topic's id and schedule and nothing else: enough for Airflow to say
+    whether it accepts the schedule (`dag.validate()`), at a fraction of `topic_dag`'s cost."""
+    from airflow.sdk import DAG
+
+    return DAG(dag_id=topic.dag_id, schedule=schedule_of(topic), start_date=START_DATE,
+               catchup=False, max_active_runs=1, auto_register=False)
+
+
 def build(topics_file: str | None = None, warehouse: str | None = None,
-          log_errors: bool = True, only: str | None = None) -> Built:
+          log_errors: bool = True, only: str | None = None, dags: bool = True) -> Built:
     """Every valid entry's DAG, a stand-in DAG per bad entry with a legal name, and the errors;
-    with `only` (a DAG id), just that DAG (a task's process needs no other).
+    with `only` (a DAG id), just that DAG (a task's process needs no other); with `dags` False
+    only the errors (each schedule checked on a bare DAG, no DAG kept), for callers that need
+    no DAG (`raise_config_errors`, the UI's check of the file).
 
     Never raises for a bad entry or a bad file: the errors are returned for
     `raise_config_errors` to show. A failure that is not the entry's (Airflow or a provider
@@ -239,7 +258,7 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
         if only is not None and topic.dag_id != only:
             continue
         try:
-            dag = topic_dag(topic, warehouse, topics_file)
+            dag = topic_dag(topic, warehouse, topics_file) if dags else schedule_dag(topic)
             dag.validate()  # what Airflow's parser checks: the schedule
         except AirflowTimetableInvalid as exc:
             broken.append(ConfigError(
@@ -249,11 +268,13 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
                 topic=topic.name,
             ))
             continue
-        result.dags[dag.dag_id] = dag
+        if dags:
+            result.dags[dag.dag_id] = dag
     result.broken = broken
     for error in broken:
         result.errors.append(str(error))
-        if error.topic and f"ingest_{error.topic}" not in result.dags:
+        if (dags and error.topic and f"ingest_{error.topic}" not in result.dags
+                and only in (None, f"ingest_{error.topic}")):
             try:
                 validate_topic_name(error.topic)
             except ConfigError:
@@ -278,7 +299,7 @@ def build_dags(topics_file: str | None = None) -> dict:
 def raise_config_errors(topics_file: str | None = None) -> None:
     """Raise one ConfigError listing every bad entry (an import error in the Airflow UI)."""
     path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
-    errors = build(path, log_errors=False).errors
+    errors = build(path, log_errors=False, dags=False).errors
     if errors:
         listing = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(

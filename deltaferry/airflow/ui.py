@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from datetime import UTC
 
 from deltaferry import steps
 from deltaferry.config import TopicsFile, load_topics
@@ -45,10 +46,12 @@ def _when(run) -> str:
 
 
 def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
-    """The latest run (by run_after) of each DAG of `dag_ids`, with its ingest task's XCom."""
+    """The latest run (by run_after) of each DAG of `dag_ids`, with its ingest task's XCom and
+    when the DAG's latest successful run ended: three queries for all the DAGs together."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
     from sqlalchemy import and_, func, select
 
     if not dag_ids:
@@ -61,13 +64,25 @@ def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
             DagRun.dag_id == newest.c.dag_id, DagRun.run_after == newest.c.run_after))).all()
         if not runs:
             return {}
+        succeeded = dict(session.execute(
+            select(DagRun.dag_id, func.max(func.coalesce(DagRun.end_date, DagRun.start_date)))
+            .where(DagRun.dag_id.in_(dag_ids), DagRun.state == DagRunState.SUCCESS)
+            .group_by(DagRun.dag_id)).tuples().all())
         xcoms = session.scalars(select(XComModel).where(
             XComModel.dag_id.in_(dag_ids), XComModel.run_id.in_([r.run_id for r in runs]),
             XComModel.task_id == ingest_task, XComModel.key == "return_value")).all()
         reports = {(x.dag_id, x.run_id): report_of(XComModel.deserialize_value(x)) for x in xcoms}
-        return {r.dag_id: LastRun(r.run_id, str(r.state), _when(r), reports.get((r.dag_id,
-                                                                                  r.run_id)))
+        return {r.dag_id: LastRun(r.run_id, str(r.state), _when(r),
+                                  reports.get((r.dag_id, r.run_id)),
+                                  _utc(succeeded.get(r.dag_id)))
                 for r in runs}
+
+
+def _utc(moment):
+    """A database time as an aware UTC datetime (SQLite may give it without a zone)."""
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def checked_topics(topics_file: str | None = None) -> TopicsFile:
@@ -86,7 +101,7 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
     cached = _topics_cache.get(key) if key else None
     if cached is not None:
         return cached
-    broken = build(path, log_errors=False).broken
+    broken = build(path, log_errors=False, dags=False).broken
     bad = {error.topic for error in broken}
     checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
     if key:

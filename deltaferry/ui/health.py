@@ -117,10 +117,15 @@ def table_health(name: str, location: str, env: Mapping[str, str] | None = None,
 
 
 def table_rows(location: str, env: Mapping[str, str] | None = None) -> int | None:
-    """Rows of the Delta table at `location` from its log (None if there is no table)."""
-    if not is_delta_table(location, env):
+    """Rows of the Delta table at `location` from its log (None if there is no table); one
+    open of the table, no separate check that it exists (the topics page reads two per topic)."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = open_table(location, env)
+    except TableNotFoundError:
         return None
-    actions = open_table(location, env).get_add_actions(flatten=True)
+    actions = table.get_add_actions(flatten=True)
     deleted = (actions.column("deletionVector.cardinality").to_pylist()
                if "deletionVector.cardinality" in actions.schema.names else None)
     return live_rows(actions.column("num_records").to_pylist(), deleted)

@@ -29,6 +29,11 @@ code, .mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 
 .tree .type { color: #6b46c1; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 4px 16px; margin: 4px 0 12px; }
 dl.facts dt { color: #5a6473; } dl.facts dd { margin: 0; }
+.controls { margin: 4px 0 8px; } .controls a { color: #2b6cb0; text-decoration: none; }
+.controls a.on { font-weight: 600; color: #1a202c; border-bottom: 2px solid #2b6cb0; }
+form.filters { margin: 6px 0; } form.filters label { margin-right: 10px; }
+form.filters input[type=number] { width: 6em; }
+th a { color: inherit; } th a.on { text-decoration: none; }
 </style></head>
 <body>
 {% block body %}{% endblock %}
@@ -44,22 +49,48 @@ TOPIC_TABS = """{% if show_tabs %}<nav class="tabs">
 TOPICS = """{% extends "base.html" %}
 {% block title %}deltaferry topics{% endblock %}
 {% block body %}
+{% set query = page.query %}
+{% macro sort_header(key, label, css="") -%}
+<th class="{{ css }}"><a id="th-sort-{{ key }}" href="{{ root }}/{{ page.query.sort_link(key) }}"
+  {% if page.query.sort == key %}class="on"{% endif %}>{{ label }}</a>{% if page.query.sort == key %} {{ "↑" if page.query.order == "asc" else "↓" }}{% endif %}</th>
+{%- endmacro %}
 <h1>deltaferry topics</h1>
 <p class="sub">Topics file <code>{{ page.topics_file }}</code>, warehouse <code>{{ page.warehouse }}</code>.
 Lag: messages on the topic not yet in the table (broker watermarks against the streaming checkpoint).</p>
 {% if page.bad_entries %}<div class="bad"><strong>Bad entries of the topics file</strong> (no DAG runs them):
 <ul>{% for problem in page.bad_entries %}<li class="bad-entry">{{ problem }}</li>{% endfor %}</ul></div>{% endif %}
+<p class="controls" id="state-filters">Last run:
+<a id="state-all" href="{{ root }}/{{ query.link(state=None) }}" {% if not query.state %}class="on"{% endif %}>all ({{ page.total }})</a>
+{% for state, count in page.state_counts %} · <a id="state-{{ state }}" href="{{ root }}/{{ query.link(state=state) }}"
+  {% if query.state == state %}class="on"{% endif %}>{{ "no run yet" if state == "none" else state }} ({{ count }})</a>{% endfor %}</p>
+<p class="controls" id="sorts">Sort by:
+{% for key, label in (("name", "name"), ("state", "state (failed first)"), ("lag", "lag"), ("last_success", "last success")) %}{% if not loop.first %} · {% endif %}<a id="sort-{{ key }}" href="{{ root }}/{{ query.sort_link(key) }}"
+  {% if query.sort == key %}class="on"{% endif %}>{{ label }}</a>{% if query.sort == key %} {{ "↑" if query.order == "asc" else "↓" }}{% endif %}{% endfor %}</p>
+<form class="filters" id="filters" method="get" action="{{ root }}/">
+<input type="hidden" name="sort" value="{{ query.sort }}"><input type="hidden" name="order" value="{{ query.order }}">
+<label>name contains <input type="search" name="q" id="filter-q" value="{{ query.q }}"></label>
+<label>last run <select name="state" id="filter-state"><option value="">any</option>
+{% for state, count in page.state_counts %}<option value="{{ state }}" {% if query.state == state %}selected{% endif %}>{{ "no run yet" if state == "none" else state }}</option>{% endfor %}
+{% if query.state and query.state not in page.states %}<option value="{{ query.state }}" selected>{{ query.state }}</option>{% endif %}</select></label>
+<label>lag at least <input type="number" min="0" name="min_lag" id="filter-min-lag" value="{{ query.min_lag if query.min_lag is not none else '' }}"></label>
+<label>no success for <input type="number" min="0" step="any" name="stale_hours" id="filter-stale-hours" value="{{ '%g' % query.stale_hours if query.stale_hours is not none else '' }}"> hours</label>
+<button type="submit" id="filter-apply">Filter</button>
+{% if query.filtered %}<a id="filter-clear" href="{{ root }}/{{ query.link(state=None, q='', min_lag=None, stale_hours=None) }}">clear filters</a>{% endif %}
+</form>
+<p class="muted" id="shown">{{ page.rows | length }} of {{ page.total }} topic(s) shown.</p>
 <table id="topics">
-<tr><th>topic</th><th>format</th><th>last run</th><th>result</th><th class="num">rows</th>
-<th class="num">lag</th><th class="num">quarantined<br>last run</th><th class="num">quarantined<br>total</th>
+<tr>{{ sort_header("name", "topic") }}<th>format</th>{{ sort_header("state", "last run") }}<th>result</th>
+{{ sort_header("last_success", "last success") }}<th class="num">rows</th>
+{{ sort_header("lag", "lag", "num") }}<th class="num">quarantined<br>last run</th><th class="num">quarantined<br>total</th>
 <th>schema</th><th>pages</th></tr>
 {% for row in page.rows %}
 <tr data-topic="{{ row.name }}">
 <td><strong>{{ row.name }}</strong><div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
 <td>{{ row.format }}</td>
-<td>{% if row.last_run %}<span class="state-{{ row.last_run.state }}">{{ row.last_run.state }}</span>
+<td class="state">{% if row.last_run %}<span class="state-{{ row.last_run.state }}">{{ row.last_run.state }}</span>
   <div class="muted">{{ row.last_run.at }}</div>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
 <td class="mono" style="max-width:380px">{% if row.last_run %}{{ row.last_run.result }}{% endif %}</td>
+<td class="last-success">{% if row.last_success %}{{ row.last_run.last_success_text }}{% else %}<span class="muted">never</span>{% endif %}</td>
 <td class="num rows">{{ row.rows | count_text }}</td>
 <td class="num lag">{{ row.lag | count_text }}</td>
 <td class="num">{% if row.last_run %}{{ row.last_run.quarantined | count_text }}{% else %}–{% endif %}</td>
@@ -69,8 +100,8 @@ Lag: messages on the topic not yet in the table (broker watermarks against the s
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/quarantine">quarantine</a><br>
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/health">table health</a></td>
 </tr>
-{% if row.notes %}<tr><td></td><td colspan="9" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
-{% else %}<tr><td colspan="10" class="muted">The topics file lists no valid topic.</td></tr>
+{% if row.notes %}<tr class="notes"><td></td><td colspan="10" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
+{% else %}<tr><td colspan="11" class="muted">{% if page.total and query.filtered %}No topic matches the filters.{% else %}The topics file lists no valid topic.{% endif %}</td></tr>
 {% endfor %}
 </table>
 {% endblock %}

@@ -1,12 +1,14 @@
-"""The topics page: every topic of the topics file with its format, last run and result, rows in
-the table, lag, quarantined messages (last run and total) and schema version; and the bad
-entries of the file with their problems.
+"""The topics page: every topic of the topics file with its format, last run and result, last
+success, rows in the table, lag, quarantined messages (last run and total) and schema version;
+and the bad entries of the file with their problems. A `TopicsQuery` (the page's query
+parameters) filters the topics by name, last run state, lag and last success and sorts them.
 
 Rows and quarantined totals come from the Delta logs (delta-rs, add-action statistics); the lag
 is the messages the topic holds past the offsets of the streaming checkpoint's last committed
-batch (one metadata request per topic); the last run is what the caller found in Airflow's
-metadata (`LastRun`). Topics are gathered in parallel, each with short timeouts, so one slow
-system cannot hold the page.
+batch (the watermarks of all topics asked of the broker together, `topics_offsets`); the last
+run is what the caller found in Airflow's metadata (`LastRun`). Topics are gathered by a bounded
+thread pool, each with short timeouts, so one slow system cannot hold the page; filters that need
+no gathering (name, state, last success) are applied first, so only the topics shown are read.
 """
 
 from __future__ import annotations
@@ -14,15 +16,28 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
 
 from deltaferry.config import TopicConfig, TopicsFile, parse_kafka_options, warehouse_from_env
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, parse_offset_log
 from deltaferry.storage import Storage, join, storage_for
 
-#: Seconds the page waits for the broker's watermarks of one topic.
+#: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
+#: Topics read at the same time (Delta logs, schema cache, checkpoint).
+GATHER_THREADS = 8
+#: What the page can be sorted by (query parameter ``sort``), with the order a first click asks.
+SORTS = {"name": "asc", "state": "asc", "lag": "desc", "last_success": "asc"}
+#: Last run states in the order a sort by state shows them (ascending: the failed first); any
+#: other state after these, topics that never ran last.
+STATE_ORDER = ("failed", "upstream_failed", "up_for_retry", "running", "queued", "scheduled",
+               "success")
+#: The ``state`` filter's value for topics whose DAG never ran.
+NO_RUN = "none"
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,13 @@ class LastRun:
     state: str
     at: str
     ingest: dict | None = None
+    #: when the DAG's latest successful run ended (None: it never succeeded)
+    last_success: datetime | None = None
+
+    @property
+    def last_success_text(self) -> str:
+        """The last success as the page shows it ("" when there was none)."""
+        return self.last_success.strftime("%Y-%m-%d %H:%M:%S UTC") if self.last_success else ""
 
     @property
     def quarantined(self) -> int | None:
@@ -69,28 +91,172 @@ class TopicRow:
     #: what could not be read, said instead of a number
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def state(self) -> str:
+        """The last run's state, `NO_RUN` when the DAG never ran."""
+        return self.last_run.state if self.last_run else NO_RUN
+
+    @property
+    def last_success(self) -> datetime | None:
+        """When the DAG's latest successful run ended (None: never)."""
+        return self.last_run.last_success if self.last_run else None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _hours_or_none(text: str | None) -> float | None:
+    try:
+        hours = float((text or "").strip())
+    except ValueError:
+        return None
+    return hours if 0 < hours < 1e6 else None
+
+
+@dataclass(frozen=True)
+class TopicsQuery:
+    """Which topics the page shows and in which order, from its query parameters.
+
+    Shown: topics whose name contains `q` (ignoring case), whose last run is in `state`
+    (`NO_RUN`: never ran; None: any), whose lag is at least `min_lag` (a lag that could not be
+    read is not), and, with `stale_hours`, that did not succeed within that many hours (or
+    never). Sorted by `sort` (a key of `SORTS`) in `order` (``asc`` or ``desc``), ties by name;
+    an unknown lag is last in either order, a topic that never succeeded is the oldest success.
+    Parameters that cannot be read are ignored rather than refused.
+    """
+
+    sort: str = "name"
+    order: str = "asc"
+    state: str | None = None
+    q: str = ""
+    min_lag: int | None = None
+    stale_hours: float | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> TopicsQuery:
+        """The query of the page's URL parameters ``sort``, ``order``, ``state``, ``q``,
+        ``min_lag`` and ``stale_hours``."""
+        sort = params.get("sort", "name")
+        sort = sort if sort in SORTS else "name"
+        order = params.get("order", SORTS[sort])
+        state = (params.get("state") or "").strip().lower() or None
+        return cls(sort=sort, order=order if order in ("asc", "desc") else SORTS[sort],
+                   state=state, q=(params.get("q") or "").strip()[:200],
+                   min_lag=_int_or_none(params.get("min_lag")),
+                   stale_hours=_hours_or_none(params.get("stale_hours")))
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter is set."""
+        return bool(self.state or self.q or self.min_lag is not None
+                    or self.stale_hours is not None)
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The URL parameters of this query with `changes`, defaults left out."""
+        query = replace(self, **changes)
+        out = {"sort": query.sort if query.sort != "name" else None,
+               "order": query.order if query.order != SORTS[query.sort] else None,
+               "state": query.state, "q": query.q or None,
+               "min_lag": None if query.min_lag is None else str(query.min_lag),
+               "stale_hours": None if query.stale_hours is None else f"{query.stale_hours:g}"}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def link(self, **changes: Any) -> str:
+        """The query string (``?...``, or ``?`` for none) of this query with `changes`."""
+        return "?" + urlencode(self.params(**changes))
+
+    def sort_link(self, key: str) -> str:
+        """The link that sorts by `key`: the other order if the page is sorted by it already,
+        else the key's first order."""
+        order = (("desc" if self.order == "asc" else "asc") if key == self.sort
+                 else SORTS[key])
+        return self.link(sort=key, order=order)
+
+    def shows_run(self, topic: str, run: LastRun | None,
+                  now: datetime | None = None) -> bool:
+        """Whether the topic `topic` with the last run `run` passes the filters that need no
+        reading of the topic (name, state, last success)."""
+        if self.q and self.q.lower() not in topic.lower():
+            return False
+        if self.state and (run.state if run else NO_RUN) != self.state:
+            return False
+        if self.stale_hours is not None:
+            since = (now or datetime.now(UTC)) - timedelta(hours=self.stale_hours)
+            success = run.last_success if run else None
+            if success is not None and success >= since:
+                return False
+        return True
+
+    def shows(self, row: TopicRow, now: datetime | None = None) -> bool:
+        """Whether the page shows `row` (every filter)."""
+        if not self.shows_run(row.name, row.last_run, now):
+            return False
+        return self.min_lag is None or (row.lag is not None and row.lag >= self.min_lag)
+
+    def arrange(self, rows: list[TopicRow]) -> list[TopicRow]:
+        """`rows` in this query's order."""
+        by_name = sorted(rows, key=lambda r: r.name)
+        descending = self.order == "desc"
+        if self.sort == "name":
+            return by_name[::-1] if descending else by_name
+        if self.sort == "lag":
+            known = [r for r in by_name if r.lag is not None]
+            known.sort(key=lambda r: r.lag or 0, reverse=descending)
+            return known + [r for r in by_name if r.lag is None]
+        if self.sort == "state":
+            rank = {state: i for i, state in enumerate(STATE_ORDER)}
+
+            def state_key(row: TopicRow) -> int:
+                return (len(rank) + 1 if row.last_run is None
+                        else rank.get(row.state, len(rank)))
+
+            return sorted(by_name, key=state_key, reverse=descending)
+        oldest = datetime.min.replace(tzinfo=UTC)
+        return sorted(by_name, key=lambda r: r.last_success or oldest, reverse=descending)
+
 
 @dataclass
 class TopicsPage:
-    """The topics page: the topics file, its valid topics and its bad entries."""
+    """The topics page: the topics file, the topics it shows (of the valid ones the user may
+    read, `total` of them) and its bad entries; the query that chose and ordered them and the
+    number of topics per last run state (before filtering), for the page's controls."""
 
     topics_file: str
     warehouse: str
     rows: list[TopicRow] = field(default_factory=list)
     bad_entries: list[str] = field(default_factory=list)
+    query: TopicsQuery = field(default_factory=TopicsQuery)
+    total: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def state_counts(self) -> list[tuple[str, int]]:
+        """`states` in the order of `STATE_ORDER`, other states after them, `NO_RUN` last."""
+        rank = {state: i for i, state in enumerate(STATE_ORDER)}
+        return sorted(self.states.items(), key=lambda item: (
+            item[0] == NO_RUN, rank.get(item[0], len(rank)), item[0]))
 
 
 def committed_offsets(storage: Storage, checkpoint: str, topic: str) -> dict[int, int] | None:
     """The offsets of `topic` that the streaming checkpoint's last *committed* batch read up
-    to (None when no batch was committed yet)."""
+    to (None when no batch was committed yet): the newest commit's offset log, else (it is
+    gone) the newest batch with both."""
     def batches(folder: str) -> set[int]:
         return {int(n) for n in storage.list(join(checkpoint, folder)) if n.isdigit()}
 
-    committed = batches("commits") & batches("offsets")
-    if not committed:
+    commits = batches("commits")
+    if not commits:
         return None
-    text = storage.read(join(checkpoint, "offsets", str(max(committed)))).decode("utf-8")
-    return parse_offset_log(text, topic)
+    try:  # Spark writes a batch's offset log before its commit: the newest commit's is there
+        text = storage.read(join(checkpoint, "offsets", str(max(commits))))
+    except FileNotFoundError:
+        committed = commits & batches("offsets")
+        if not committed:
+            return None
+        text = storage.read(join(checkpoint, "offsets", str(max(committed))))
+    return parse_offset_log(text.decode("utf-8"), topic)
 
 
 def kafka_settings(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
@@ -101,15 +267,47 @@ def kafka_settings(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
     return bootstrap, parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
 
 
+def topic_folders(warehouse: str, storage: Storage) -> set[str] | None:
+    """The names of the folders directly under `warehouse` (the topics that have anything in
+    it), in one listing; None when it cannot be listed."""
+    from deltaferry.storage import S3Storage, spark_uri, split_s3_uri
+
+    root = spark_uri(warehouse)
+    try:
+        if isinstance(storage, S3Storage):
+            bucket, key = split_s3_uri(root)
+            prefix = f"{key.rstrip('/')}/" if key else ""
+            found = set()
+            for page in storage.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=prefix, Delimiter="/"):
+                found |= {p["Prefix"][len(prefix):].rstrip("/")
+                          for p in page.get("CommonPrefixes", [])}
+            return found
+        import os
+
+        return {e.name for e in os.scandir(root) if e.is_dir()} if os.path.isdir(root) else set()
+    except Exception:  # each topic is then read on its own, and says what fails
+        return None
+
+
 def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
-              last_run: LastRun | None = None) -> TopicRow:
-    """Everything the topics page says about one topic; what cannot be read becomes a note."""
+              last_run: LastRun | None = None, current: Any = None,
+              storage: Storage | None = None, in_warehouse: bool = True) -> TopicRow:
+    """Everything the topics page says about one topic; what cannot be read becomes a note.
+
+    `current` is the topic's watermarks (`TopicOffsets`) as the caller asked them for all
+    topics together, or the exception that says why they could not be read; None asks the
+    broker for this topic alone. `storage` reads the warehouse (default: one for `warehouse`).
+    `in_warehouse` False says the topic has no folder in the warehouse (`topic_folders`): no
+    table, quarantine, schema or checkpoint to read, so none is asked for.
+    """
     from deltaferry.kafka import topic_offsets
     from deltaferry.schema.store import SchemaStore
     from deltaferry.ui.health import table_rows
 
     row = TopicRow(topic.name, topic.format, topic.dag_id, topic.schedule, last_run=last_run)
     paths = TopicPaths.for_topic(warehouse, topic.name)
+    storage = storage or storage_for(paths.root, env)
 
     def attempt(what: str, action: Callable[[], None]) -> None:
         try:
@@ -118,7 +316,7 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
             row.notes.append(f"{what}: {problem_text(exc)}")
 
     def schema() -> None:
-        versions = SchemaStore(paths.schema, storage_for(paths.schema, env)).versions()
+        versions = SchemaStore(paths.schema, storage).versions()
         row.schema_version = f"v{versions[-1]}" if versions else None
         if topic.format == "avro":  # read with a registered version, not a cached one
             from deltaferry.ui.schema_history import registry_latest
@@ -130,19 +328,49 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
         row.quarantined_total = table_rows(paths.quarantine, env) or 0
 
     def topic_lag() -> None:
-        kafka = kafka_settings(env)
-        if kafka is None:
-            row.notes.append("lag: no Kafka brokers configured")
-            return
-        current = topic_offsets(kafka[0], topic.name, kafka[1], timeout=WATERMARK_TIMEOUT_S)
-        read = committed_offsets(storage_for(paths.checkpoint, env), paths.checkpoint,
-                                 topic.name)
-        row.lag = lag(current, read)
+        offsets = current
+        if offsets is None:
+            kafka = kafka_settings(env)
+            if kafka is None:
+                row.notes.append("lag: no Kafka brokers configured")
+                return
+            offsets = topic_offsets(kafka[0], topic.name, kafka[1], timeout=WATERMARK_TIMEOUT_S)
+        if isinstance(offsets, BaseException):
+            raise offsets
+        read = (committed_offsets(storage, paths.checkpoint, topic.name) if in_warehouse
+                else None)
+        row.lag = lag(offsets, read)
 
-    attempt("schema", schema)
-    attempt("table", rows)
+    if in_warehouse:
+        attempt("schema", schema)
+        attempt("table", rows)
+    else:
+        row.quarantined_total = 0
+        if topic.format == "avro":
+            attempt("schema", schema)
     attempt("lag", topic_lag)
     return row
+
+
+def fleet_offsets(names: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """The watermarks of the topics `names` (by name), asked of the broker together: a
+    `TopicOffsets`, or the exception that says why a topic's could not be read (every topic
+    gets the same one when the broker cannot be reached or none is configured)."""
+    from deltaferry.errors import ConfigError, DeltaferryError
+    from deltaferry.kafka import topics_offsets
+
+    try:
+        kafka = kafka_settings(env)
+    except ConfigError as exc:
+        return dict.fromkeys(names, exc)
+    if kafka is None:
+        return dict.fromkeys(names, DeltaferryError("no Kafka brokers configured"))
+    if not names:
+        return {}
+    try:
+        return dict(topics_offsets(kafka[0], names, kafka[1], timeout=WATERMARK_TIMEOUT_S))
+    except Exception as exc:  # the broker did not answer: said on every row, the rest shows
+        return dict.fromkeys(names, exc)
 
 
 def problem_text(exc: BaseException) -> str:
@@ -153,18 +381,43 @@ def problem_text(exc: BaseException) -> str:
 
 def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
                 runs: Mapping[str, LastRun] | None = None,
-                visible: Callable[[TopicConfig], bool] = lambda _: True) -> TopicsPage:
-    """The topics page for the topics file `topics`: its `visible` topics (rows gathered in
-    parallel) with their last `runs` (by DAG id), and its bad entries."""
+                visible: Callable[[TopicConfig], bool] = lambda _: True,
+                query: TopicsQuery | None = None, now: datetime | None = None) -> TopicsPage:
+    """The topics page for the topics file `topics`: of its `visible` topics, those `query`
+    shows, in its order, with their last `runs` (by DAG id); and the file's bad entries.
+
+    Only the topics that pass the filters needing no reads (name, state, last success) are
+    gathered: their watermarks in one request to the broker, which of them have a folder in the
+    warehouse in one listing, and the Delta logs, schema caches and checkpoints of those by
+    `GATHER_THREADS` threads sharing one storage client.
+    """
     import os
 
     env = dict(os.environ if env is None else env)
+    query = query or TopicsQuery()
     warehouse = warehouse_from_env(env)
     runs = runs or {}
-    shown = [t for t in topics.topics if visible(t)]
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(shown)))) as pool:
-        rows = list(pool.map(lambda t: topic_row(t, warehouse, env, runs.get(t.dag_id)), shown))
-    return TopicsPage(topics.path, warehouse, rows, [str(e) for e in topics.errors])
+    allowed = [t for t in topics.topics if visible(t)]
+    states: dict[str, int] = {}
+    for topic in allowed:
+        run = runs.get(topic.dag_id)
+        state = run.state if run else NO_RUN
+        states[state] = states.get(state, 0) + 1
+    shown = [t for t in allowed if query.shows_run(t.name, runs.get(t.dag_id), now)]
+    offsets = fleet_offsets([t.name for t in shown], env)
+    storage = storage_for(warehouse, env)
+    try:  # an S3 client made once here, not by every thread at the same time
+        getattr(storage, "client", None)
+    except Exception:  # each topic then says what fails
+        pass
+    folders = topic_folders(warehouse, storage) if shown else set()
+    with ThreadPoolExecutor(max_workers=max(1, min(GATHER_THREADS, len(shown)))) as pool:
+        rows = list(pool.map(lambda t: topic_row(
+            t, warehouse, env, runs.get(t.dag_id), offsets.get(t.name), storage,
+            in_warehouse=folders is None or t.name in folders), shown))
+    rows = query.arrange([r for r in rows if query.shows(r, now)])
+    return TopicsPage(topics.path, warehouse, rows, [str(e) for e in topics.errors], query,
+                      len(allowed), states)
 
 
 def report_of(value) -> dict | None:

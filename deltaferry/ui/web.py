@@ -1,5 +1,6 @@
-"""The pages as a FastAPI app: ``/`` (topics), ``/topics/<topic>/schema|quarantine|health`` and
-the same pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page.
+"""The pages as a FastAPI app: ``/`` (topics; sorted and filtered by its query parameters, see
+`deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health`` and the same
+pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page.
 
 Nothing here imports Airflow: `create_app` is given the user dependency (the plugin passes
 Airflow's own, which accepts the UI's session cookie and the REST API's bearer token and answers
@@ -175,7 +176,7 @@ def create_app(user: Callable[..., Any],
 
     @app.get("/", response_class=HTMLResponse)
     def topics_index(request: Request, who=Depends(user)):
-        from deltaferry.ui.topics import topics_page
+        from deltaferry.ui.topics import TopicsQuery, topics_page
 
         try:
             topics = load(topics_file)
@@ -185,7 +186,8 @@ def create_app(user: Callable[..., Any],
         allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
         names = {t.name for t in allowed}
         page = topics_page(topics, env(), runs([t.dag_id for t in allowed]),
-                           visible=lambda t: t.name in names)
+                           visible=lambda t: t.name in names,
+                           query=TopicsQuery.from_params(request.query_params))
         return html(request, "topics.html", page=page)
 
     @app.get("/topics/{topic}/{page}", response_class=HTMLResponse)

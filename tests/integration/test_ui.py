@@ -34,6 +34,8 @@ pytestmark = pytest.mark.integration
 ARTIFACTS = REPO_ROOT / "artifacts" / "ui"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 BAD_ENTRY = "bad_entry_schedule"
+#: Topics besides the ingested one, never run, with this many messages (their lag).
+NEVER_RUN = {"many": 5, "few": 2}
 XSS = "<script>document.title='pwned'</script>"
 
 
@@ -60,11 +62,16 @@ def ui_airflow(stack_env, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ui")
     topic = f"ui-{uuid.uuid4().hex[:8]}"
     create_topic(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=2)
+    for suffix, count in NEVER_RUN.items():
+        create_topic(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], f"{topic}_{suffix}", partitions=2)
+        produce(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], f"{topic}_{suffix}",
+                [(f"k{i}", {"id": i}) for i in range(count)])
     bucket = f"ui-{uuid.uuid4().hex[:10]}"
     S3Settings.from_env(stack_env).client().create_bucket(Bucket=bucket)
     topics_file = folder / "topics.yaml"
     topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n"
-                           f"  - name: {BAD_ENTRY}\n    schedule: every hour\n")
+                           f"  - name: {BAD_ENTRY}\n    schedule: every hour\n"
+                           + "".join(f"  - name: {topic}_{suffix}\n" for suffix in NEVER_RUN))
     (port,) = free_ports(1)
     username = stack_env["DELTAFERRY_KAFKA_SASL_USERNAME"]
     password = stack_env["DELTAFERRY_KAFKA_SASL_PASSWORD"]
@@ -152,6 +159,22 @@ def text_of(browser, css: str, timeout: float = 30.0) -> str:
         ec.visibility_of_element_located((By.CSS_SELECTOR, css))).text
 
 
+def log_in(browser, running) -> None:
+    """Log in on Airflow's own login page (once per browser session)."""
+    from selenium.webdriver.common.by import By
+
+    if any(c["name"] == "_token" for c in browser.get_cookies()):
+        return
+    browser.get(running.url + "/")
+    text_of(browser, "input[name=username]")
+    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(services.USER)
+    browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(running.password())
+    shot(browser, "0-login")
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), 30,
+               interval=0.5, what="the login's session cookie")
+
+
 def test_requests_without_a_valid_airflow_login_are_refused(ui_airflow):
     running, topic = ui_airflow
     base = f"{running.url}/deltaferry"
@@ -187,14 +210,7 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
         assert httpx.get(base + path, headers=token).status_code == 404, path
 
     # Log in on Airflow's own login page.
-    browser.get(running.url + "/")
-    text_of(browser, "input[name=username]")
-    browser.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(services.USER)
-    browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(running.password())
-    shot(browser, "0-login")
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_until(lambda: any(c["name"] == "_token" for c in browser.get_cookies()), 30,
-               interval=0.5, what="the login's session cookie")
+    log_in(browser, running)
 
     # The plugin's entry is in the navigation; it shows the topics page in the UI.
     entry = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
@@ -209,8 +225,9 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
     assert text_of(browser, f"{row} td.lag") == "0"        # watermarks vs the checkpoint
     cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
     assert cells[1] == "json" and "success" in cells[2]
-    assert cells[6] == "1" and cells[7] == "3"             # quarantined: last run, total
-    assert cells[8] == "v2"
+    assert cells[4].startswith("20") and cells[4].endswith("UTC")  # the last success
+    assert cells[7] == "1" and cells[8] == "3"             # quarantined: last run, total
+    assert cells[9] == "v2"
     assert f"ingest {topic}: 4 messages" in cells[3]       # the last run's ingest summary
     assert BAD_ENTRY in text_of(browser, "li.bad-entry")
     assert "every hour" in text_of(browser, "li.bad-entry")
@@ -258,3 +275,72 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
     for name, value in secrets(stack_env).items():
         assert value not in browser.page_source, name
     assert last_run["state"] == "success"
+
+
+def shown_topics(browser) -> list[str]:
+    """The topics of the topics table, in the order the page shows them."""
+    from selenium.webdriver.common.by import By
+
+    text_of(browser, "table#topics")
+    return [r.get_attribute("data-topic")
+            for r in browser.find_elements(By.CSS_SELECTOR, "table#topics tr[data-topic]")]
+
+
+def click(browser, css: str) -> None:
+    """Click the element `css` and wait for the page it opens."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = browser.find_element(By.CSS_SELECTOR, "table#topics")
+    browser.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(browser, 30).until(ec.staleness_of(old))
+
+
+def test_topics_page_sorts_and_filters_by_clicks(two_runs, browser):
+    """The topics page's header controls, clicked in the topics page's frame in the UI: sort by
+    lag (a second click turns the order), by state, filter by state, by name and lag (the
+    form), by last success; the rows shown are the ones asked for, in that order."""
+    from selenium.webdriver.common.by import By
+
+    running, topic, _ = two_runs
+    many, few = f"{topic}_many", f"{topic}_few"   # never run: lag 5 and 2; the topic's lag 0
+    log_in(browser, running)
+    browser.get(running.url + "/plugin/deltaferry")
+    frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "iframe[title=deltaferry]"),
+                       30, interval=0.5, what="the topics page's frame")[0]
+    browser.switch_to.frame(frame)
+    assert shown_topics(browser) == sorted([topic, many, few])      # by name at first
+
+    click(browser, "a#sort-lag")                                     # biggest lag first
+    assert shown_topics(browser) == [many, few, topic]
+    assert [c.text for c in browser.find_elements(By.CSS_SELECTOR, "td.lag")] == ["5", "2", "0"]
+    click(browser, "a#th-sort-lag")                                  # the column: turned round
+    assert shown_topics(browser) == [topic, few, many]
+
+    click(browser, "a#sort-state")                                   # runs first, no run last
+    assert shown_topics(browser)[0] == topic
+
+    click(browser, "a#state-none")                                   # never ran, still by state
+    assert shown_topics(browser) == [few, many]
+    click(browser, "a#sort-lag")                                     # the filter is kept
+    assert shown_topics(browser) == [many, few]
+    assert text_of(browser, "#shown").startswith("2 of 3 ")
+
+    click(browser, "a#state-success")
+    assert shown_topics(browser) == [topic]
+    assert text_of(browser, f"tr[data-topic='{topic}'] td.last-success")[:2] == "20"
+
+    click(browser, "a#state-all")                                    # the form: name and lag
+    query = browser.find_element(By.CSS_SELECTOR, "#filter-q")
+    query.clear()
+    query.send_keys("_")
+    browser.find_element(By.CSS_SELECTOR, "#filter-min-lag").send_keys("3")
+    click(browser, "#filter-apply")
+    assert shown_topics(browser) == [many]
+
+    click(browser, "a#filter-clear")
+    click(browser, "a#sort-last_success")                            # never succeeded: oldest
+    assert shown_topics(browser) == [few, many, topic]
+    browser.switch_to.default_content()
+    shot(browser, "6-topics-sorted")

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("airflow")
 
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
+from airflow.sdk.definitions.param import ParamValidationError  # noqa: E402
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -61,6 +62,11 @@ def test_params_reinfer_and_debug_are_booleans_defaulting_to_false(tmp_path, mon
         assert param.value is False
         assert param.schema["type"] == "boolean"
         assert param.schema.get("title")  # shown in the trigger form
+        # draft-07, the dialect that serializes 500 DAGs fast, still refuses a non-boolean
+        assert param.schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+        assert param.resolve(True) is True
+        with pytest.raises(ParamValidationError):
+            param.resolve("yes")
 
 
 def test_ingest_declares_the_delta_table_as_asset(tmp_path, monkeypatch):
@@ -104,6 +110,24 @@ topics:
     assert stand_in.schedule is None
     assert "ingest_late" in bag.dags
     assert not any("bad topic" in dag_id for dag_id in bag.dags)
+
+
+def test_errors_without_dags_are_those_of_the_full_build(tmp_path):
+    """`build(dags=False)` (the config-errors DAG file, the UI's check) checks each schedule on
+    a bare DAG and keeps none, yet finds exactly the errors the full build does."""
+    from deltaferry.airflow import factory
+
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n  - name: cont\n    schedule: '@continuous'\n"
+                      "  - name: late\n    schedule: every hour\n"
+                      "  - name: cron\n    schedule: '61 * * * *'\n"
+                      "  - name: typo\n    format: xml\n")
+    full = factory.build(str(topics), warehouse=str(tmp_path), log_errors=False)
+    errors_only = factory.build(str(topics), warehouse=str(tmp_path), log_errors=False,
+                                dags=False)
+    assert errors_only.dags == {} and len(full.dags) == 5
+    assert errors_only.errors == full.errors and len(full.errors) == 3
+    assert sorted(e.topic for e in errors_only.broken) == ["cron", "late", "typo"]
 
 
 def test_unreadable_topics_file_is_an_import_error_not_a_crash(tmp_path, monkeypatch):

@@ -299,3 +299,161 @@ def test_an_unreadable_table_is_said_on_the_page_not_a_traceback(warehouse, capl
     assert answer.status_code == 503 and "Cannot read it now" in answer.text
     assert "Traceback" not in answer.text
     assert "deltaferry quarantine page of orders" in caplog.text
+
+
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def fleet_rows() -> list:
+    """Five topics: their last run's state, lag and last success (hours before NOW)."""
+    from datetime import timedelta
+
+    from deltaferry.ui.topics import TopicRow
+
+    def row(name, state, lag, success_hours):
+        success = None if success_hours is None else NOW - timedelta(hours=success_hours)
+        run = None if state is None else LastRun(f"r-{name}", state, "t", last_success=success)
+        return TopicRow(name, "json", f"ingest_{name}", "@hourly", lag=lag, last_run=run)
+
+    return [row("b_paid", "success", 10, 1), row("a_clicks", "failed", 500, 30),
+            row("e_new", None, None, None), row("c_orders", "running", 0, 2),
+            row("d_refunds", "failed", 40, None)]
+
+
+def names(rows) -> list[str]:
+    return [r.name for r in rows]
+
+
+def test_topics_sort_by_state_lag_and_last_success_either_way():
+    from deltaferry.ui.topics import TopicsQuery
+
+    rows = fleet_rows()
+    order = lambda sort, order: names(TopicsQuery(sort, order).arrange(rows))  # noqa: E731
+    assert order("name", "asc") == ["a_clicks", "b_paid", "c_orders", "d_refunds", "e_new"]
+    assert order("name", "desc") == ["e_new", "d_refunds", "c_orders", "b_paid", "a_clicks"]
+    # failed first (ties by name), never run last; descending turns it round
+    assert order("state", "asc") == ["a_clicks", "d_refunds", "c_orders", "b_paid", "e_new"]
+    assert order("state", "desc") == ["e_new", "b_paid", "c_orders", "a_clicks", "d_refunds"]
+    # an unknown lag is last in both orders
+    assert order("lag", "desc") == ["a_clicks", "d_refunds", "b_paid", "c_orders", "e_new"]
+    assert order("lag", "asc") == ["c_orders", "b_paid", "d_refunds", "a_clicks", "e_new"]
+    # never succeeded is the oldest success
+    assert order("last_success", "asc") == ["d_refunds", "e_new", "a_clicks", "c_orders",
+                                            "b_paid"]
+    assert order("last_success", "desc") == ["b_paid", "c_orders", "a_clicks", "d_refunds",
+                                             "e_new"]
+
+
+def test_topics_filter_by_state_lag_last_success_and_name():
+    from deltaferry.ui.topics import TopicsQuery
+
+    rows = fleet_rows()
+
+    def shown(**params):
+        query = TopicsQuery.from_params(params)
+        return names(query.arrange([r for r in rows if query.shows(r, NOW)]))
+
+    assert shown(state="failed") == ["a_clicks", "d_refunds"]
+    assert shown(state="none") == ["e_new"]
+    assert shown(state="FAILED", sort="lag") == ["a_clicks", "d_refunds"]
+    assert shown(min_lag="40") == ["a_clicks", "d_refunds"]          # unknown lag is left out
+    assert shown(min_lag="0", sort="lag", order="asc") == ["c_orders", "b_paid", "d_refunds",
+                                                           "a_clicks"]
+    assert shown(stale_hours="1.5") == ["a_clicks", "c_orders", "d_refunds", "e_new"]
+    assert shown(stale_hours="24", state="failed") == ["a_clicks", "d_refunds"]
+    assert shown(q="ORD") == ["c_orders"]
+    assert shown(q="a", state="failed", min_lag="100") == ["a_clicks"]
+    assert shown(q="nothing") == []
+
+
+def test_topics_query_reads_its_parameters_leniently_and_makes_links():
+    from deltaferry.ui.topics import TopicsQuery
+
+    assert TopicsQuery.from_params({}) == TopicsQuery()
+    odd = TopicsQuery.from_params({"sort": "rm -rf", "order": "up", "min_lag": "-3",
+                                   "stale_hours": "soon", "state": " ", "q": "  x "})
+    assert odd == TopicsQuery(q="x")
+    lag = TopicsQuery.from_params({"sort": "lag"})
+    assert (lag.sort, lag.order) == ("lag", "desc")                 # biggest lag first
+    assert lag.sort_link("lag") == "?sort=lag&order=asc"            # a second click turns it
+    assert lag.sort_link("name") == "?"
+    failed = TopicsQuery.from_params({"state": "failed", "q": "a&b", "stale_hours": "2.5"})
+    assert failed.sort_link("last_success") == \
+        "?sort=last_success&state=failed&q=a%26b&stale_hours=2.5"
+    assert failed.link(state=None) == "?q=a%26b&stale_hours=2.5"
+    assert failed.filtered and not lag.filtered
+    assert TopicsQuery.from_params(dict(
+        item.split("=") for item in failed.link(min_lag=7)[1:].split("&"))).min_lag == 7
+
+
+@pytest.fixture
+def fleet(warehouse, tmp_path, monkeypatch):
+    """The warehouse's topics file with four more topics, their last runs, and watermarks as the
+    broker would give them (every topic asked at once; each gathered topic counted)."""
+    from deltaferry.kafka import TopicOffsets
+    from deltaferry.ui import topics as topics_module
+
+    paths, env = warehouse
+    topics = tmp_path / "fleet.yaml"
+    topics.write_text("topics:\n" + "".join(f"  - name: {name}\n" for name in (
+        TOPIC, "b_paid", "a_clicks", "e_new", "d_refunds")))
+    env = {**env, "DELTAFERRY_TOPICS": str(topics)}
+    held = {TOPIC: 8, "b_paid": 10, "a_clicks": 500, "e_new": 2, "d_refunds": 40}
+    asked: list[list[str]] = []
+
+    def offsets(names, _env):
+        asked.append(list(names))
+        return {n: TopicOffsets(n, {0: (0, held[n])}) for n in names}
+
+    monkeypatch.setattr(topics_module, "fleet_offsets", offsets)
+    runs = {r.dag_id: r.last_run for r in fleet_rows() if r.last_run}
+    runs[f"ingest_{TOPIC}"] = LastRun("r1", "success", "t", last_success=NOW)
+    client = client_for(env, runs=lambda dag_ids: {d: runs[d] for d in dag_ids if d in runs})
+    return client, asked
+
+
+def page_order(client, url: str) -> list[str]:
+    import re
+
+    answer = client.get(url)
+    assert answer.status_code == 200, answer.text[:300]
+    return re.findall(r'<tr data-topic="([^"]+)">', answer.text)
+
+
+def test_topics_page_sorts_and_filters_by_its_query_parameters(fleet):
+    client, asked = fleet
+    # orders: 8 held, 5 committed by the checkpoint -> lag 3; the others were never read
+    assert page_order(client, "/?sort=lag&order=desc") == [
+        "a_clicks", "d_refunds", "b_paid", TOPIC, "e_new"]
+    assert page_order(client, "/?sort=lag&order=asc")[:2] == ["e_new", TOPIC]
+    assert page_order(client, "/?sort=state") == ["a_clicks", "d_refunds", "b_paid", TOPIC,
+                                                  "e_new"]
+    assert page_order(client, "/?state=failed&sort=lag&order=asc") == ["d_refunds", "a_clicks"]
+    assert asked[-1] == ["a_clicks", "d_refunds"]     # only the topics shown were gathered
+    assert page_order(client, "/?min_lag=10&q=D") == ["b_paid", "d_refunds"]  # not orders
+    assert page_order(client, "/?state=none") == ["e_new"]
+    assert page_order(client, "/?state=queued") == []
+    assert len(asked) == 7                            # one watermark request per page
+    assert asked[-1] == []                            # (asking for no topic asks nothing)
+
+
+def test_topics_page_header_links_sort_and_filter(fleet):
+    import html
+    import re
+
+    client, _ = fleet
+    text = client.get("/?state=failed").text
+    links = {key: html.unescape(href) for key, href in re.findall(
+        r'<a id="((?:sort|state)-[a-z_]+)" href="([^"]+)"', text)}
+    assert links["sort-lag"] == "/?sort=lag&state=failed"           # the filter is kept
+    assert links["state-all"] == "/?" and links["state-none"] == "/?state=none"
+    assert 'id="state-failed" href="/?state=failed"\n  class="on">failed (2)' in text
+    assert "running" not in links and "state-success" in links     # states with topics
+    assert page_order(client, links["sort-lag"]) == ["a_clicks", "d_refunds"]
+    lag_page = client.get(links["sort-lag"]).text
+    assert 'href="/?sort=lag&amp;order=asc&amp;state=failed"' in lag_page   # a click turns it
+    assert '<option value="failed" selected>' in lag_page
+    assert 'name="sort" value="lag"' in lag_page                    # the form keeps the sort
+    assert "2 of 5 topic(s) shown." in lag_page
+    assert "No topic matches the filters." in client.get("/?q=zzz").text
+    assert "never" in client.get("/?state=none").text               # e_new never succeeded
