@@ -8,40 +8,88 @@ follows); NAME:pause writes the file and waits until it is deleted, then goes on
 tests stop a service of the stack meanwhile). `tests/integration/test_crash.py` kills a run at
 each point and checks the table and the quarantine after the next runs;
 `tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one.
+
+The variable is a test setting, and an environment that keeps it by mistake reaches every run
+(the Airflow operator copies its environment): a run that reaches the point says so in a WARNING
+naming the variable, and waits at most `WAIT_LIMIT_S` for a test to kill it (or to delete the
+mark), then fails with FaultPointError instead of holding its topic's lock forever. A value
+naming no point, or set without DELTAFERRY_CRASH_MARK, is refused at the first point reached.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
+from deltaferry.errors import ConfigError, DeltaferryError
+
+log = logging.getLogger(__name__)
+
 POINT_VAR = "DELTAFERRY_CRASH_POINT"
 MARK_VAR = "DELTAFERRY_CRASH_MARK"
-#: How often a paused run looks whether its mark is gone (seconds).
+#: How often a stopped or paused run looks whether its mark is gone or its time is up (seconds).
 PAUSE_POLL_S = 0.1
+#: The longest a run stays stopped or paused at a point; the tests kill or resume it in seconds.
+WAIT_LIMIT_S = 600.0
 #: The points, in the order a run reaches them.
 POINTS = ("quarantine-written", "batch-written", "optimized-table", "optimized-quarantine")
+MODES = ("", "continue", "pause")
 _reached: dict[str, int] = {}
 
 
-def point(name: str) -> None:
-    """Stop here if the crash tests asked for `name` (see the module's docstring)."""
-    wanted = os.environ.get(POINT_VAR)
-    if not wanted:
-        return
-    target, _, mode = wanted.partition(":")
+class FaultPointError(DeltaferryError):
+    """A run stopped at a crash point longer than WAIT_LIMIT_S: DELTAFERRY_CRASH_POINT was left
+    set outside the crash tests."""
+
+
+def wanted() -> tuple[str, int, str] | None:
+    """(point, times to pass it first, mode) that DELTAFERRY_CRASH_POINT asks for, or None when
+    unset; ConfigError naming the variable if it names no point or mode, or if
+    DELTAFERRY_CRASH_MARK is not set beside it."""
+    value = os.environ.get(POINT_VAR, "").strip()
+    if not value:
+        return None
+    target, _, mode = value.partition(":")
     target, _, nth = target.partition("@")
-    if target != name:
+    if target not in POINTS or mode not in MODES or not (nth or "0").isdigit():
+        raise ConfigError(POINT_VAR, f"{value!r} is not NAME[@N][:continue|:pause] with NAME one "
+                          f"of {', '.join(POINTS)}; it is a crash-test setting: unset it")
+    if not os.environ.get(MARK_VAR):
+        raise ConfigError(POINT_VAR, f"{value!r} is set without {MARK_VAR}; it is a crash-test "
+                          "setting: unset it")
+    return target, int(nth or 0), mode
+
+
+def point(name: str) -> None:
+    """Nothing unless DELTAFERRY_CRASH_POINT asks for `name`; then mark it and stop, go on or
+    pause as the module's docstring says, saying so in a WARNING, for at most WAIT_LIMIT_S
+    (FaultPointError after that)."""
+    asked = wanted()
+    if asked is None or asked[0] != name:
         return
+    _, nth, mode = asked
     times = _reached[name] = _reached.get(name, 0) + 1
-    if times <= int(nth or 0):
+    if times <= nth:
         return
     mark = os.environ[MARK_VAR]
     with open(mark, "w", encoding="utf-8") as handle:
         handle.write(name)
-    if mode == "pause":
-        while os.path.exists(mark):
-            time.sleep(PAUSE_POLL_S)
+    if mode == "continue":
+        log.warning("%s=%s: crash point %s reached, mark %s written; this is a crash-test "
+                    "setting, unset it outside the tests", POINT_VAR, os.environ[POINT_VAR],
+                    name, mark)
         return
-    while mode != "continue":
-        time.sleep(60)
+    log.warning("%s=%s: this run stops at crash point %s (mark %s) for up to %g s, %s; this is "
+                "a crash-test setting, unset it outside the tests", POINT_VAR,
+                os.environ[POINT_VAR], name, mark, WAIT_LIMIT_S,
+                "until the mark is deleted" if mode == "pause" else "to be killed")
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while time.monotonic() < deadline:
+        if mode == "pause" and not os.path.exists(mark):
+            return
+        time.sleep(PAUSE_POLL_S)
+    raise FaultPointError(
+        f"{POINT_VAR}={os.environ[POINT_VAR]}: this run stopped at crash point {name} for "
+        f"{WAIT_LIMIT_S:g} s and no test {'resumed' if mode == 'pause' else 'killed'} it; it "
+        "is a crash-test setting (tests/integration/test_crash.py): unset it")

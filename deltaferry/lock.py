@@ -12,10 +12,19 @@ if its name is free (`Storage.put_if_absent`: a hard link on a folder, a conditi
 newest generation says who holds the lock, or that it was released. A run takes the lock by
 creating the next generation when the newest is released, or when its holder is dead: on the
 same host, its process is gone (pid and process start time); elsewhere, it has not renewed its
-heartbeat (rewritten every `HEARTBEAT_SECONDS`) for `LEASE_SECONDS`. A takeover is the same
-conditional create, so two runs taking over one dead holder cannot both win. A holder whose
-heartbeat finds a newer generation than its own has lost the lock (it stalled longer than the
-lease) and says so loudly.
+heartbeat (rewritten every `HEARTBEAT_SECONDS`) for `LEASE_SECONDS` (both settable, see
+`lock_timing`). A takeover is the same conditional create, so two runs taking over one dead
+holder cannot both win.
+
+A holder that lost the lock (it stalled longer than the lease, and another run took over) is
+fenced: it commits nothing more. Its heartbeat notes the loss, and every commit point of a run
+(each Delta commit, quarantine append, schema-store write, OPTIMIZE/VACUUM, and the end of a
+micro-batch, before Spark commits its checkpoint) calls `ensure_held` first, which raises
+LockLostError, naming the new holder, once the loss is known; where the heartbeat is overdue
+(the run itself stalled), it asks the storage first. The run then ends with that one line and a
+non-zero exit. The fence lives on the TopicLock of one run: `ensure_held` finds it among the
+locks this process holds now, which `release` leaves, so the next run in the same process (a
+warm driver's next step) starts clean.
 """
 
 from __future__ import annotations
@@ -28,20 +37,23 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
-from deltaferry.errors import DeltaferryError
+from deltaferry.errors import ConfigError, DeltaferryError
 from deltaferry.storage import Storage, join
 
 log = logging.getLogger(__name__)
 
-#: How often a holder rewrites its generation to show it is alive.
+#: How often a holder rewrites its generation to show it is alive (default of HEARTBEAT_VAR).
 HEARTBEAT_SECONDS = 10.0
-#: A holder on another host that has not renewed for this long is taken for dead.
+#: A holder on another host that has not renewed for this long is taken for dead (LEASE_VAR).
 LEASE_SECONDS = 90.0
+#: The settings of both, in seconds; every host running a topic must use the same values.
+LEASE_VAR = "DELTAFERRY_LOCK_LEASE_SECONDS"
+HEARTBEAT_VAR = "DELTAFERRY_LOCK_HEARTBEAT_SECONDS"
 #: Generations kept behind the newest (older ones are deleted by the next holder).
 KEEP_GENERATIONS = 5
 _NAME = re.compile(r"^(\d{12})\.json$")
@@ -50,17 +62,55 @@ _NAME = re.compile(r"^(\d{12})\.json$")
 class TopicLockedError(DeltaferryError):
     """Another run of the topic holds its lock."""
 
-    def __init__(self, topic: str, holder: Holder, location: str, waited: float):
+    def __init__(self, topic: str, holder: Holder, location: str, waited: float,
+                 lease: float = LEASE_SECONDS):
         self.topic = topic
         self.holder = holder
         self.location = location
         waited_text = f" after waiting {waited:.0f} s" if waited >= 1 else ""
         takeover = ("as soon as that process has exited" if holder.host == socket.gethostname()
-                    else f"once its heartbeat is older than {LEASE_SECONDS:.0f} s")
+                    else f"once its heartbeat is older than {lease:g} s")
         super().__init__(
             f"topic {topic!r} is already being run by {holder.describe()}{waited_text}; one run "
             f"per topic at a time (lock {location}). Wait for it to finish (deltaferry run "
             f"--wait SECONDS); if it died, its lock is taken over {takeover}")
+
+
+class LockLostError(DeltaferryError):
+    """This run's lock was taken over by another run (it stalled longer than the lease): the
+    run stops before its next commit, committing nothing more."""
+
+    def __init__(self, topic: str, location: str, taker: Holder | None, lease: float,
+                 before: str):
+        self.topic = topic
+        self.location = location
+        self.taker = taker
+        by = taker.describe() if taker is not None else "another run"
+        super().__init__(
+            f"topic {topic!r}: this run lost its lock {location} to {by} (it stalled longer "
+            f"than the {lease:g} s lease); stopped before {before}, committing nothing more")
+
+
+def lock_timing(env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """(lease, heartbeat) in seconds: LEASE_VAR and HEARTBEAT_VAR from `env` (default
+    os.environ), else LEASE_SECONDS and HEARTBEAT_SECONDS. ConfigError naming the variable if
+    one is not a positive number, or the heartbeat is not under half the lease (a holder must
+    renew at least twice within a lease)."""
+    env = os.environ if env is None else env
+    values = {}
+    for name, default in ((LEASE_VAR, LEASE_SECONDS), (HEARTBEAT_VAR, HEARTBEAT_SECONDS)):
+        text = (env.get(name) or "").strip()
+        try:
+            values[name] = float(text) if text else default
+        except ValueError:
+            values[name] = -1.0
+        if not 0 < values[name] < float("inf"):
+            raise ConfigError(name, f"{text!r} is not a positive number of seconds")
+    lease, heartbeat = values[LEASE_VAR], values[HEARTBEAT_VAR]
+    if heartbeat * 2 > lease:
+        raise ConfigError(HEARTBEAT_VAR, f"{heartbeat:g} s is more than half the lease "
+                          f"({LEASE_VAR}, {lease:g} s): a live holder would be taken over")
+    return lease, heartbeat
 
 
 def process_start(pid: int) -> str | None:
@@ -123,6 +173,24 @@ class Holder:
         return cls(**json.loads(data))
 
 
+#: The locks this process holds now, by the topic folder they guard (`ensure_held`).
+_held: dict[str, TopicLock] = {}
+_held_guard = threading.Lock()
+
+
+def ensure_held(path: str, before: str) -> None:
+    """Nothing if this process still holds the lock of the topic that `path` (a table, the
+    quarantine, the checkpoint, the schema store) belongs to, or holds no lock over it (a
+    library call outside a run); LockLostError naming the new holder if that lock was taken
+    over. `before` names the commit about to happen (for the message). Cheap: a flag, unless
+    the heartbeat is overdue (`TopicLock.check`)."""
+    with _held_guard:
+        locks = [lock for root, lock in _held.items()
+                 if path == root or path.startswith(root.rstrip("/") + "/")]
+    for lock in locks:
+        lock.check(before)
+
+
 class TopicLock:
     """The lock of one topic's runs at `folder` (`<topic>/_lock`), as a context manager.
 
@@ -135,6 +203,8 @@ class TopicLock:
                  clock=time.time):
         self.storage = storage
         self.folder = folder
+        #: The topic's folder, which the lock guards: everything under it (`ensure_held`).
+        self.root = folder.rstrip("/").rpartition("/")[0]
         self.topic = topic
         self.what = what
         self.lease = lease
@@ -142,7 +212,13 @@ class TopicLock:
         self.clock = clock
         self.generation: int | None = None
         self.holder: Holder | None = None
+        #: Set once a renewal found a newer generation: another run took the lock over.
         self.lost = False
+        #: That run's record, as the renewal read it (None if it could not be read).
+        self.taker: Holder | None = None
+        #: When (time.monotonic) the storage last confirmed that the lock is ours.
+        self._confirmed = 0.0
+        self._renewing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -166,6 +242,7 @@ class TopicLock:
     def try_acquire(self) -> Holder | None:
         """Take the lock if it is free or its holder dead; the holder in the way otherwise."""
         while True:
+            confirmed = time.monotonic()
             generation, current = self.newest()
             now = self.clock()
             if current is not None and not current.released:
@@ -176,6 +253,9 @@ class TopicLock:
             mine = Holder.me(self.what, now)
             if self.storage.put_if_absent(self._path(generation + 1), mine.to_bytes()):
                 self.generation, self.holder = generation + 1, mine
+                self.lost, self.taker, self._confirmed = False, None, confirmed
+                with _held_guard:
+                    _held[self.root] = self
                 self._prune(generation + 1)
                 self._start_heartbeat()
                 return None
@@ -191,15 +271,23 @@ class TopicLock:
                 return
             waited = time.monotonic() - started
             if waited >= wait:
-                raise TopicLockedError(self.topic, holder, self.folder, waited)
+                raise TopicLockedError(self.topic, holder, self.folder, waited, self.lease)
             time.sleep(min(poll, wait - waited))
 
     def release(self) -> None:
-        """Give the lock back (a released generation after ours), unless it was taken over."""
+        """Give the lock back (a released generation after ours), unless it was taken over
+        (then the taker's generations are left alone). Either way this process no longer
+        holds it (`ensure_held` no longer finds it)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        with _held_guard:
+            if _held.get(self.root) is self:
+                del _held[self.root]
         if self.generation is None or self.holder is None:
+            return
+        if self.lost:  # the taker's now; LockLostError said so
+            self.generation = self.holder = None
             return
         released = replace(self.holder, released=True, renewed_at=self.clock())
         if not self.storage.put_if_absent(self._path(self.generation + 1), released.to_bytes()):
@@ -208,19 +296,42 @@ class TopicLock:
         self.generation = self.holder = None
 
     def renew(self) -> bool:
-        """Rewrite our generation's heartbeat; False (and `lost`) if a newer generation exists,
-        i.e. another run took the lock over."""
+        """Rewrite our generation's heartbeat; False if a newer generation exists, i.e. another
+        run took the lock over: then `lost` is set and `taker` read, and nothing is written."""
         assert self.generation is not None and self.holder is not None
-        if self.generations()[-1:] != [self.generation]:
-            if not self.lost:
-                log.error("topic %s: lost the lock %s to another run (this run stalled longer "
-                          "than %.0f s); its writes may now race", self.topic, self.folder,
-                          self.lease)
-            self.lost = True
-            return False
-        self.holder = replace(self.holder, renewed_at=self.clock())
-        self.storage.write(self._path(self.generation), self.holder.to_bytes())
-        return True
+        with self._renewing:
+            if self.lost:
+                return False
+            confirmed = time.monotonic()
+            if self.generations()[-1:] != [self.generation]:
+                try:
+                    self.taker = self.newest()[1]
+                except Exception:  # the message then says "another run"
+                    self.taker = None
+                self.lost = True
+                log.debug("topic %s: lost the lock %s to %s", self.topic, self.folder,
+                          self.taker.describe() if self.taker else "another run")
+                return False
+            self.holder = replace(self.holder, renewed_at=self.clock())
+            self.storage.write(self._path(self.generation), self.holder.to_bytes())
+            self._confirmed = confirmed
+            return True
+
+    def check(self, before: str) -> None:
+        """Nothing while the lock is ours; LockLostError (naming the taker) once it was taken
+        over. Reads the `lost` flag the heartbeat sets; when the heartbeat is overdue (no
+        renewal confirmed for 1.5 heartbeats: this run, or its heartbeat, stalled), renews
+        first, so a run resumed after a stall learns of a takeover before it commits."""
+        if self.generation is None:
+            return
+        if not self.lost and time.monotonic() - self._confirmed > 1.5 * self.heartbeat:
+            try:
+                self.renew()
+            except Exception as exc:  # storage down for a moment: the commit will say so
+                log.warning("topic %s: could not confirm the lock %s before %s: %s",
+                            self.topic, self.folder, before, exc)
+        if self.lost:
+            raise LockLostError(self.topic, self.folder, self.taker, self.lease, before)
 
     def _start_heartbeat(self) -> None:
         self._stop.clear()
@@ -228,7 +339,8 @@ class TopicLock:
         def beat() -> None:
             while not self._stop.wait(self.heartbeat):
                 try:
-                    self.renew()
+                    if not self.renew():
+                        return  # lost: the next commit point raises
                 except Exception as exc:  # storage down for a moment: the lease allows it
                     log.warning("topic %s: lock heartbeat failed: %s", self.topic, exc)
 
@@ -247,12 +359,15 @@ class TopicLock:
 
     @contextmanager
     def hold(self, wait: float = 0.0) -> Iterator[TopicLock]:
-        """Hold the lock (acquired with `wait`) for the block. A release the storage refuses (an
-        S3 server that went down with the run, say) is logged, never raised over the run's own
-        outcome: the next run takes the lock over, its holder being gone."""
+        """Hold the lock (acquired with `wait`) for the block; LockLostError at its end if the
+        lock was taken over meanwhile and nothing else failed the block first. A release the
+        storage refuses (an S3 server that went down with the run, say) is logged, never
+        raised over the run's own outcome: the next run takes the lock over, its holder being
+        gone."""
         self.acquire(wait)
         try:
             yield self
+            self.check("the end of the run")
         finally:
             try:
                 self.release()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from deltaferry import steps
 from deltaferry.config import Format, Settings, TopicConfig, load_topics, trigger_seconds
 from deltaferry.errors import EmptyTopicError
-from deltaferry.lock import TopicLock
+from deltaferry.lock import TopicLock, lock_timing
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import storage_for
@@ -112,8 +112,11 @@ def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
 
 
 def topic_lock(ctx: TopicContext, what: str) -> TopicLock:
-    """The lock of `ctx`'s topic (one run at a time), for a run doing `what`."""
-    return TopicLock(storage_for(ctx.paths.lock), ctx.paths.lock, ctx.topic.name, what)
+    """The lock of `ctx`'s topic (one run at a time), for a run doing `what`, with the lease
+    and heartbeat of the environment (`deltaferry.lock.lock_timing`)."""
+    lease, heartbeat = lock_timing()
+    return TopicLock(storage_for(ctx.paths.lock), ctx.paths.lock, ctx.topic.name, what,
+                     lease=lease, heartbeat=heartbeat)
 
 
 def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False,

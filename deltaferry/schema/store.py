@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from deltaferry.errors import SchemaStoreError, VersionConflictError
+from deltaferry.lock import ensure_held
 from deltaferry.storage import Storage, join, storage_for
 
 _VERSION_FILE = re.compile(r"^v(\d{6})\.json$")
@@ -117,6 +118,7 @@ class SchemaStore:
             changes=changes,
         )
         final = self._path(f"v{version.version:06d}.json")
+        ensure_held(self.location, f"writing schema version {version.version} to {final}")
         if not self.storage.put_if_absent(final, version.to_json().encode("utf-8")):
             raise VersionConflictError(
                 self.location, f"version {version.version} was written by another run"
@@ -136,4 +138,5 @@ class SchemaStore:
             },
             indent=2,
         )
+        ensure_held(self.location, f"writing {self._path(COVERED_FILE)}")
         self.storage.write(self._path(COVERED_FILE), text.encode("utf-8"))

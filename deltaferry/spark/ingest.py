@@ -23,6 +23,7 @@ from deltaferry import faults
 from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
+from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, read_checkpoint
 from deltaferry.schema.store import SchemaStore
@@ -443,6 +444,9 @@ class BatchWriter:
             faults.point("batch-written")  # Spark commits the checkpoint after we return
             rows.unpersist()
             parsed.unpersist()
+            # a run that lost its lock must not: raising here leaves the batch uncommitted
+            ensure_held(self.paths.checkpoint, f"committing micro-batch {batch_id} to the "
+                        f"checkpoint {self.paths.checkpoint}")
         finally:
             raw.unpersist()
         total = Phases(self.report.phases)
@@ -618,6 +622,11 @@ def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
         if stop.is_set() and writer.idle() and ingest.checkpoint().committed:
             log.info("stream %s: stopping between micro-batches", topic.name)
             query.stop()
+        try:  # taken over: end now, not when the next micro-batch refuses
+            ensure_held(paths.root, "the next micro-batch")
+        except LockLostError:
+            query.stop()
+            raise
     for batch in progress.add(query.recentProgress):
         log.info("stream %s %s", topic.name, describe_progress(batch))
     if writer.refused is not None:

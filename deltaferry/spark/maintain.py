@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
+from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import record_vacuum
 from deltaferry.storage import storage_for
@@ -56,6 +57,7 @@ def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Main
     started = time.monotonic()
     details = {}
     for name, path in _existing_tables(spark, paths).items():
+        ensure_held(path, f"the OPTIMIZE of {path}")
         metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
         faults.point(f"optimized-{name}")
         m = metrics["metrics"] if metrics else None
@@ -82,9 +84,11 @@ def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Mainta
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     details = {}
     for name, path in _existing_tables(spark, paths).items():
+        ensure_held(path, f"the VACUUM of {path}")
         DeltaTable.forPath(spark, path).vacuum(hours)
         details[name] = f"vacuumed, retention {hours:g} h"
     if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.plan)
+        ensure_held(paths.root, f"recording the VACUUM in {paths.root}")
         record_vacuum(storage_for(paths.root), paths.root)
     report = MaintainReport(topic.name, "vacuum", details, time.monotonic() - started)
     log.info(report.summary())

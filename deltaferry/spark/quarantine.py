@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from deltaferry.errors import DeltaferryError
+from deltaferry.lock import ensure_held
 from deltaferry.spark.kafka_source import HEADERS, HEADERS_DDL, RAW_KEY
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
     if count is None:
         count = bad.count()
     if count:
+        ensure_held(path, f"the quarantine append to {path}")
         (bad.write.format("delta").mode("append")
          .option("txnAppId", f"{app_id}-quarantine").option("txnVersion", batch_id)
          .option("mergeSchema", "true").save(path))
@@ -148,6 +150,7 @@ def create(spark: SparkSession, path: str) -> None:
     from pyspark.sql.types import StructType
 
     ddl = ", ".join(f"{name} {kind}" for name, kind in LAYOUT)
+    ensure_held(path, f"creating the quarantine {path}")
     (DeltaTable.createIfNotExists(spark).location(path)
      .addColumns(StructType.fromDDL(ddl))  # type: ignore[arg-type]
      .property(LAYOUT_PROPERTY, LAYOUT_VERSION)
@@ -171,6 +174,7 @@ def ensure_layout(spark: SparkSession, path: str) -> bool:
         raise QuarantineLayoutError(path, f"not a deltaferry quarantine layout ({problem}); "
                                     "move the table away to let deltaferry start a new one")
     count = old.count()
+    ensure_held(path, f"migrating the quarantine {path}")
     (migrated(old).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .save(path))
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "

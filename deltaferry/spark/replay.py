@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
+from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
@@ -112,6 +113,7 @@ def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> 
     usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
     if usable.isEmpty():  # a MERGE that changes nothing commits nothing: no metrics to read
         return 0
+    ensure_held(path, f"claiming quarantine rows in {path}")
     (DeltaTable.forPath(spark, path).alias("q")
      .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
             "q.kafka_offset = s.kafka_offset AND q.replay_id IS NULL AND q.replayed_at IS NULL")
@@ -129,6 +131,7 @@ def mark(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> N
 
     usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
     claimed = f"q.replay_id = '{replay_id}' AND q.replayed_at IS NULL"
+    ensure_held(path, f"marking quarantine rows replayed in {path}")
     (DeltaTable.forPath(spark, path).alias("q")
      .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
             f"q.kafka_offset = s.kafka_offset AND {claimed}")

@@ -9,6 +9,7 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from deltaferry.lock import ensure_held
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
 from deltaferry.storage import join
 
@@ -67,11 +68,13 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
     )
     if deletion_vectors:
         builder = builder.property("delta.enableDeletionVectors", "true")
+    ensure_held(path, f"creating the table {path}")
     builder.execute()
     detail = DeltaTable.forPath(spark, path).detail().first()
     properties = detail["properties"] if detail is not None else {}
     if deletion_vectors and properties.get("delta.enableDeletionVectors") != "true":
         log.info("turning deletion vectors on for %s (deletion_vectors: true)", path)
+        ensure_held(path, f"turning deletion vectors on for {path}")
         spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
                   "('delta.enableDeletionVectors' = 'true')")
     if properties.get(MAPPING_MODE, "none") != "none":
@@ -117,6 +120,7 @@ def ensure_column_mapping(spark: SparkSession, path: str, source_schema) -> list
     if detail["minReaderVersion"] < 3:  # no table features yet: column mapping's own versions
         properties.update({"delta.minReaderVersion": "2", "delta.minWriterVersion": "5"})
     assignments = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    ensure_held(path, f"turning column mapping on for {path}")
     spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({assignments})")
     log.warning(
         "table %s: turned column mapping on, because field name(s) %s need it (Delta refuses "
@@ -140,6 +144,7 @@ def add_new_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
     existing = set(spark.read.format("delta").load(path).columns)
     new = [f for f in source_schema.fields if f.name not in existing]
     if new:
+        ensure_held(path, f"adding columns to {path}")
         (spark.createDataFrame([], StructType(new)).write.format("delta").mode("append")
          .option("mergeSchema", "true").save(path))
         log.info("new column(s) %s in %s", ", ".join(f.name for f in new), path)
@@ -169,6 +174,7 @@ def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
     if changed:
         log.warning("widening column(s) %s to double in %s (rewrites the table once)",
                     ", ".join(changed), path)
+        ensure_held(path, f"widening columns of {path}")
         (table.select(*columns).write.format("delta").mode("overwrite")
          .option("overwriteSchema", "true").save(path))
     return changed
@@ -265,6 +271,7 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
     if narrowing is not None:
         condition = f"{condition} AND {narrowing}"
     table = DeltaTable.forPath(spark, path)
+    ensure_held(path, f"the MERGE into {path}")
     result = (
         table.alias("t")
         .merge(source.alias("s"), condition)
@@ -386,6 +393,7 @@ def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: 
     """
     from delta.tables import DeltaTable
 
+    ensure_held(path, f"the append to {path}")
     (source.drop(DELETED).write.format("delta").mode("append")
      .option("txnAppId", app_id).option("txnVersion", version).option("userMetadata", tag)
      .option("mergeSchema", "true").save(path))

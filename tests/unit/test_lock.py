@@ -10,10 +10,20 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
-from deltaferry.lock import Holder, TopicLock, TopicLockedError, process_start
+from deltaferry.errors import ConfigError
+from deltaferry.lock import (
+    Holder,
+    LockLostError,
+    TopicLock,
+    TopicLockedError,
+    ensure_held,
+    lock_timing,
+    process_start,
+)
 from deltaferry.storage import LocalStorage
 
 
@@ -153,3 +163,79 @@ def test_a_release_the_storage_refuses_never_hides_the_runs_own_error(tmp_path, 
     assert "could not release the lock" in caplog.text and "takes it over" in caplog.text
     storage.down = False  # the lock still names this (living) process: a later run of
     assert lock(tmp_path).try_acquire().pid == os.getpid()  # another process takes it over
+
+
+def taken_over(folder, generation: int) -> Holder:
+    """Another run's generation after `generation`, as a takeover on another host writes it."""
+    taker = Holder("t", "airflow-worker-7", 4242, None, "ingest job", 1.0, 1.0)
+    write_generation(folder, generation + 1, taker)
+    return taker
+
+
+def test_a_lost_lock_fences_every_commit_of_its_run_with_one_line(tmp_path):
+    folder = tmp_path / "orders" / "_lock"
+    table = str(tmp_path / "orders" / "table")
+    held = lock(folder, heartbeat=0.05, lease=1)
+    with pytest.raises(LockLostError) as caught:
+        with held.hold():
+            ensure_held(table, "the MERGE into the table")  # held: nothing happens
+            ensure_held(str(tmp_path / "other" / "table"), "x")  # another topic: not ours
+            taker = taken_over(folder, held.generation)
+            deadline = time.monotonic() + 5
+            while not held.lost:  # the heartbeat notices
+                assert time.monotonic() < deadline, "the heartbeat never noticed the takeover"
+                time.sleep(0.02)
+            for before in ("the MERGE into the table", "the quarantine append"):
+                with pytest.raises(LockLostError):
+                    ensure_held(table, before)
+    # the block did not fail itself: the end of the hold says so, naming the taker
+    message = str(caught.value)
+    assert message == (
+        f"topic 'orders': this run lost its lock {folder} to {taker.describe()} (it stalled "
+        "longer than the 1 s lease); stopped before the end of the run, committing nothing "
+        "more")
+    assert held.generation is None  # released: this process holds nothing
+    newest = max(p.name for p in folder.iterdir())
+    assert json.loads((folder / newest).read_text())["what"] == "ingest job"  # left alone
+
+
+def test_a_run_resumed_after_a_stall_learns_of_the_takeover_before_its_commit(tmp_path):
+    folder = tmp_path / "orders" / "_lock"
+    held = lock(folder, heartbeat=0.05, lease=1)
+    held.acquire()
+    held._stop.set()  # the heartbeat stalls with the run (as under SIGSTOP)
+    held._thread.join()
+    taker = taken_over(folder, held.generation)
+    time.sleep(0.1)  # longer than 1.5 heartbeats: the commit point asks the storage
+    assert not held.lost
+    with pytest.raises(LockLostError, match="stopped before the append to t"):
+        ensure_held(str(tmp_path / "orders" / "t"), "the append to t")
+    assert held.lost and held.taker == taker
+    held.release()
+
+
+def test_the_fence_of_one_run_never_reaches_the_next_run_in_the_same_process(tmp_path):
+    folder = tmp_path / "orders" / "_lock"
+    table = str(tmp_path / "orders" / "table")
+    first = lock(folder, heartbeat=3600)
+    first.acquire()
+    taken_over(folder, first.generation)
+    assert not first.renew() and first.lost
+    first.release()
+    ensure_held(table, "a commit of no run")  # no lock held here any more: nothing to fence
+    nxt = lock(folder, heartbeat=3600, lease=1)  # the taker's holder is gone (lease 1 s)
+    with nxt.hold():
+        assert not nxt.lost
+        ensure_held(table, "the next run's MERGE")
+
+
+def test_lease_and_heartbeat_come_from_the_environment_or_are_refused_naming_it():
+    assert lock_timing({}) == (90.0, 10.0)
+    assert lock_timing({"DELTAFERRY_LOCK_LEASE_SECONDS": "4",
+                        "DELTAFERRY_LOCK_HEARTBEAT_SECONDS": "0.5"}) == (4.0, 0.5)
+    with pytest.raises(ConfigError, match="DELTAFERRY_LOCK_LEASE_SECONDS: 'soon' is not a"):
+        lock_timing({"DELTAFERRY_LOCK_LEASE_SECONDS": "soon"})
+    with pytest.raises(ConfigError, match="DELTAFERRY_LOCK_HEARTBEAT_SECONDS: '0' is not a"):
+        lock_timing({"DELTAFERRY_LOCK_HEARTBEAT_SECONDS": "0"})
+    with pytest.raises(ConfigError, match="more than half the lease"):
+        lock_timing({"DELTAFERRY_LOCK_LEASE_SECONDS": "10"})  # heartbeat 10 s
