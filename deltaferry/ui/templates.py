@@ -77,7 +77,9 @@ Lag: messages on the topic not yet in the table (broker watermarks against the s
 <button type="submit" id="filter-apply">Filter</button>
 {% if query.filtered %}<a id="filter-clear" href="{{ root }}/{{ query.link(state=None, q='', min_lag=None, stale_hours=None) }}">clear filters</a>{% endif %}
 </form>
-<p class="muted" id="shown">{{ page.rows | length }} of {{ page.total }} topic(s) shown.</p>
+<p class="muted" id="shown">{% if page.pages > 1 %}{{ page.first + 1 }}-{{ page.first + page.rows | length }} of {{ page.matching }} matching, {% endif %}{{ page.rows | length }} of {{ page.total }} topic(s) shown.
+{% if page.pages > 1 %}<span id="pager">{% if page.number > 1 %}<a id="page-prev" href="{{ root }}/{{ query.link(page=page.number - 1) }}">previous</a> · {% endif %}
+page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <a id="page-next" href="{{ root }}/{{ query.link(page=page.number + 1) }}">next</a>{% endif %}</span>{% endif %}</p>
 <table id="topics">
 <tr>{{ sort_header("name", "topic") }}<th>format</th>{{ sort_header("state", "last run") }}<th>result</th>
 {{ sort_header("last_success", "last success") }}<th class="num">rows</th>

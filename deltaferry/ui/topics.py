@@ -30,6 +30,9 @@ from deltaferry.storage import Storage, join, storage_for
 WATERMARK_TIMEOUT_S = 3.0
 #: Topics read at the same time (Delta logs, schema cache, checkpoint).
 GATHER_THREADS = 8
+#: Topics on one page: a 200- or 500-topic file is read a page at a time (each topic with a
+#: table costs two Delta log reads), so the page answers in the same time whatever the fleet.
+PAGE_SIZE = 50
 #: What the page can be sorted by (query parameter ``sort``), with the order a first click asks.
 SORTS = {"name": "asc", "state": "asc", "lag": "desc", "last_success": "asc"}
 #: Last run states in the order a sort by state shows them (ascending: the failed first); any
@@ -133,11 +136,12 @@ class TopicsQuery:
     q: str = ""
     min_lag: int | None = None
     stale_hours: float | None = None
+    page: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> TopicsQuery:
         """The query of the page's URL parameters ``sort``, ``order``, ``state``, ``q``,
-        ``min_lag`` and ``stale_hours``."""
+        ``min_lag``, ``stale_hours`` and ``page`` (from 1)."""
         sort = params.get("sort", "name")
         sort = sort if sort in SORTS else "name"
         order = params.get("order", SORTS[sort])
@@ -145,7 +149,8 @@ class TopicsQuery:
         return cls(sort=sort, order=order if order in ("asc", "desc") else SORTS[sort],
                    state=state, q=(params.get("q") or "").strip()[:200],
                    min_lag=_int_or_none(params.get("min_lag")),
-                   stale_hours=_hours_or_none(params.get("stale_hours")))
+                   stale_hours=_hours_or_none(params.get("stale_hours")),
+                   page=max(1, _int_or_none(params.get("page")) or 1))
 
     @property
     def filtered(self) -> bool:
@@ -160,11 +165,14 @@ class TopicsQuery:
                "order": query.order if query.order != SORTS[query.sort] else None,
                "state": query.state, "q": query.q or None,
                "min_lag": None if query.min_lag is None else str(query.min_lag),
-               "stale_hours": None if query.stale_hours is None else f"{query.stale_hours:g}"}
+               "stale_hours": None if query.stale_hours is None else f"{query.stale_hours:g}",
+               "page": str(query.page) if query.page > 1 else None}
         return {k: v for k, v in out.items() if v is not None}
 
     def link(self, **changes: Any) -> str:
-        """The query string (``?...``, or ``?`` for none) of this query with `changes`."""
+        """The query string (``?...``, or ``?`` for none) of this query with `changes`; a
+        change of anything but the page goes back to the first page."""
+        changes.setdefault("page", 1)
         return "?" + urlencode(self.params(**changes))
 
     def sort_link(self, key: str) -> str:
@@ -230,6 +238,19 @@ class TopicsPage:
     query: TopicsQuery = field(default_factory=TopicsQuery)
     total: int = 0
     states: dict[str, int] = field(default_factory=dict)
+    #: the topics the query shows on all its pages, and this page's first one's position (0-)
+    matching: int = 0
+    first: int = 0
+
+    @property
+    def number(self) -> int:
+        """This page's number, from 1."""
+        return self.first // PAGE_SIZE + 1
+
+    @property
+    def pages(self) -> int:
+        """How many pages the query's topics fill (at least one)."""
+        return max(1, -(-self.matching // PAGE_SIZE))
 
     @property
     def state_counts(self) -> list[tuple[str, int]]:
@@ -292,8 +313,10 @@ def topic_folders(warehouse: str, storage: Storage) -> set[str] | None:
 
 def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
               last_run: LastRun | None = None, current: Any = None,
-              storage: Storage | None = None, in_warehouse: bool = True) -> TopicRow:
-    """Everything the topics page says about one topic; what cannot be read becomes a note.
+              storage: Storage | None = None, in_warehouse: bool = True,
+              lag_only: bool = False) -> TopicRow:
+    """Everything the topics page says about one topic (with `lag_only`, its lag alone); what
+    cannot be read becomes a note.
 
     `current` is the topic's watermarks (`TopicOffsets`) as the caller asked them for all
     topics together, or the exception that says why they could not be read; None asks the
@@ -341,7 +364,9 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
                 else None)
         row.lag = lag(offsets, read)
 
-    if in_warehouse:
+    if lag_only:
+        pass
+    elif in_warehouse:
         attempt("schema", schema)
         attempt("table", rows)
     else:
@@ -386,10 +411,12 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
     """The topics page for the topics file `topics`: of its `visible` topics, those `query`
     shows, in its order, with their last `runs` (by DAG id); and the file's bad entries.
 
-    Only the topics that pass the filters needing no reads (name, state, last success) are
-    gathered: their watermarks in one request to the broker, which of them have a folder in the
-    warehouse in one listing, and the Delta logs, schema caches and checkpoints of those by
-    `GATHER_THREADS` threads sharing one storage client.
+    Only the topics of the query's page (`PAGE_SIZE` of them) are gathered in full: their
+    watermarks in one request to the broker, which of them have a folder in the warehouse in one
+    listing, and the Delta logs, schema caches and checkpoints of those by `GATHER_THREADS`
+    threads sharing one storage client. The page is cut after the filters that need no reads
+    (name, state, last success) and the order; a query on lag (its order, or `min_lag`) first
+    reads the lag of every topic those filters leave (watermarks and checkpoints only).
     """
     import os
 
@@ -411,13 +438,25 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
     except Exception:  # each topic then says what fails
         pass
     folders = topic_folders(warehouse, storage) if shown else set()
-    with ThreadPoolExecutor(max_workers=max(1, min(GATHER_THREADS, len(shown)))) as pool:
-        rows = list(pool.map(lambda t: topic_row(
-            t, warehouse, env, runs.get(t.dag_id), offsets.get(t.name), storage,
-            in_warehouse=folders is None or t.name in folders), shown))
-    rows = query.arrange([r for r in rows if query.shows(r, now)])
+
+    def gather(chosen: list[TopicConfig], lag_only: bool = False) -> list[TopicRow]:
+        with ThreadPoolExecutor(max_workers=max(1, min(GATHER_THREADS, len(chosen)))) as pool:
+            return list(pool.map(lambda t: topic_row(
+                t, warehouse, env, runs.get(t.dag_id), offsets.get(t.name), storage,
+                in_warehouse=folders is None or t.name in folders, lag_only=lag_only), chosen))
+
+    if query.sort == "lag" or query.min_lag is not None:
+        candidates = gather(shown, lag_only=True)
+    else:
+        candidates = [TopicRow(t.name, t.format, t.dag_id, t.schedule,
+                               last_run=runs.get(t.dag_id)) for t in shown]
+    ordered = query.arrange([r for r in candidates if query.shows(r, now)])
+    pages = max(1, -(-len(ordered) // PAGE_SIZE))
+    first = (min(query.page, pages) - 1) * PAGE_SIZE
+    by_name = {t.name: t for t in shown}
+    rows = gather([by_name[r.name] for r in ordered[first:first + PAGE_SIZE]])
     return TopicsPage(topics.path, warehouse, rows, [str(e) for e in topics.errors], query,
-                      len(allowed), states)
+                      len(allowed), states, matching=len(ordered), first=first)
 
 
 def report_of(value) -> dict | None:

@@ -457,3 +457,39 @@ def test_topics_page_header_links_sort_and_filter(fleet):
     assert "2 of 5 topic(s) shown." in lag_page
     assert "No topic matches the filters." in client.get("/?q=zzz").text
     assert "never" in client.get("/?state=none").text               # e_new never succeeded
+
+
+def test_topics_page_reads_one_page_of_a_large_fleet(fleet, monkeypatch):
+    """A page holds PAGE_SIZE topics: only those are read in full (Delta logs, schema); the
+    order and the filters hold across pages, and the pager links walk them."""
+    import html
+    import re
+
+    from deltaferry.ui import topics as topics_module
+
+    client, _ = fleet
+    monkeypatch.setattr(topics_module, "PAGE_SIZE", 2)
+    full: list[str] = []
+    real_row = topics_module.topic_row
+
+    def counted(topic, *args, **kwargs):
+        if not kwargs.get("lag_only"):
+            full.append(topic.name)
+        return real_row(topic, *args, **kwargs)
+
+    monkeypatch.setattr(topics_module, "topic_row", counted)
+    assert page_order(client, "/") == ["a_clicks", "b_paid"]
+    assert full == ["a_clicks", "b_paid"]                 # the other three were not read
+    text = client.get("/?page=2").text
+    assert "3-4 of 5 matching" in text and "page 2 of 3" in text
+    links = dict(re.findall(r'<a id="(page-(?:prev|next))" href="([^"]+)"', text))
+    assert html.unescape(links["page-next"]) == "/?page=3"
+    assert html.unescape(links["page-prev"]) == "/?"
+    assert page_order(client, "/?page=3") == [TOPIC]
+    assert page_order(client, "/?page=99") == [TOPIC]     # past the end: the last page
+    full.clear()
+    # on lag, every topic's lag is read (cheap), the page's topics in full
+    assert page_order(client, "/?sort=lag&order=desc&page=2") == ["b_paid", TOPIC]
+    assert sorted(full) == sorted(["b_paid", TOPIC])
+    sort_link = re.search(r'<a id="sort-name" href="([^"]+)"', text).group(1)
+    assert "page" not in sort_link                        # a new order starts at page 1
