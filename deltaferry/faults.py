@@ -7,7 +7,8 @@ sleeps until killed); NAME@N stops the (N+1)-th time the process reaches it (the
 follows); NAME:pause writes the file and waits until it is deleted, then goes on (the outage
 tests stop a service of the stack meanwhile). `tests/integration/test_crash.py` kills a run at
 each point and checks the table and the quarantine after the next runs;
-`tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one.
+`tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one;
+`tests/integration/test_replay.py` kills a replay at its own point.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ MARK_VAR = "DELTAFERRY_CRASH_MARK"
 PAUSE_POLL_S = 0.1
 #: The points, in the order a run reaches them.
 POINTS = ("quarantine-written", "batch-written", "optimized-table", "optimized-quarantine")
+#: The point of `quarantine replay`: its table commit done, its quarantine rows not marked.
+REPLAY_POINTS = ("replay-landed",)
 _reached: dict[str, int] = {}
 
 
