@@ -7,7 +7,8 @@ sleeps until killed); NAME@N stops the (N+1)-th time the process reaches it (the
 follows); NAME:pause writes the file and waits until it is deleted, then goes on (the outage
 tests stop a service of the stack meanwhile). `tests/integration/test_crash.py` kills a run at
 each point and checks the table and the quarantine after the next runs;
-`tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one.
+`tests/integration/test_outages.py` stops the broker, the S3 server or the registry at one;
+`tests/integration/test_replay.py` kills a replay at its own point.
 
 The variable is a test setting, and an environment that keeps it by mistake reaches every run
 (the Airflow operator copies its environment): a run that reaches the point says so in a WARNING
@@ -35,6 +36,8 @@ WAIT_LIMIT_S = 600.0
 #: The points, in the order a run reaches them.
 POINTS = ("quarantine-written", "batch-written", "optimized-table", "optimized-quarantine")
 MODES = ("", "continue", "pause")
+#: The point of `quarantine replay`: its table commit done, its quarantine rows not marked.
+REPLAY_POINTS = ("replay-landed",)
 _reached: dict[str, int] = {}
 
 
@@ -52,9 +55,10 @@ def wanted() -> tuple[str, int, str] | None:
         return None
     target, _, mode = value.partition(":")
     target, _, nth = target.partition("@")
-    if target not in POINTS or mode not in MODES or not (nth or "0").isdigit():
+    if target not in POINTS + REPLAY_POINTS or mode not in MODES or not (nth or "0").isdigit():
         raise ConfigError(POINT_VAR, f"{value!r} is not NAME[@N][:continue|:pause] with NAME one "
-                          f"of {', '.join(POINTS)}; it is a crash-test setting: unset it")
+                          f"of {', '.join(POINTS + REPLAY_POINTS)}; it is a crash-test setting: "
+                          "unset it")
     if not os.environ.get(MARK_VAR):
         raise ConfigError(POINT_VAR, f"{value!r} is set without {MARK_VAR}; it is a crash-test "
                           "setting: unset it")

@@ -27,6 +27,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
@@ -155,6 +156,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
         counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True)
         report.landed += parsed.where(F.col("reason").isNull()).count()
+        faults.point("replay-landed")  # the table committed, the rows not marked
         mark(spark, paths.quarantine, parsed, replay_id)
     finally:
         parsed.unpersist()

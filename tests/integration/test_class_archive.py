@@ -1,9 +1,8 @@
 """The driver JVM of a run maps the class archive `make setup` built (deltaferry.spark.
-class_archive): checked in the running JVM itself, with the JDK's jcmd."""
+class_archive): checked in the running JVM itself, by its own diagnostic commands (what `jcmd`
+would ask it, without needing the JDK's jcmd: a Java runtime alone runs this test)."""
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -12,7 +11,32 @@ from deltaferry.spark.class_archive import archive_path
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.skipif(shutil.which("jcmd") is None, reason="no jcmd (JDK) on PATH")
+def vm_info(spark) -> str:
+    """`VM.info` of the driver JVM, through its DiagnosticCommand MBean (jdk.management, part
+    of every Java runtime). Called through the public MBeanServer interface's Method: py4j would
+    look the method up on the server's class, which its module does not export."""
+    jvm = spark._jvm
+    gateway = spark.sparkContext._gateway
+
+    def array(kind, *items):
+        made = gateway.new_array(kind, len(items))
+        for i, item in enumerate(items):
+            made[i] = item
+        return made
+
+    klass = jvm.java.lang.Class
+    invoke = klass.forName("javax.management.MBeanServer").getMethod("invoke", array(
+        klass, *(klass.forName(n) for n in ("javax.management.ObjectName", "java.lang.String",
+                                            "[Ljava.lang.Object;", "[Ljava.lang.String;"))))
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    name = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
+    no_arguments = array(jvm.java.lang.String)
+    info = invoke.invoke(server, array(
+        jvm.java.lang.Object, name, "vmInfo", array(jvm.java.lang.Object, no_arguments),
+        array(jvm.java.lang.String, "[Ljava.lang.String;")))
+    return str(info)
+
+
 def test_the_driver_maps_the_class_archive(spark):
     archive = archive_path()
     assert archive is not None and archive.is_file(), "make setup builds the class archive"
@@ -20,8 +44,7 @@ def test_the_driver_maps_the_class_archive(spark):
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
                      .getInputArguments())
     assert f"-XX:SharedArchiveFile={archive}" in arguments
-    info = subprocess.run(["jcmd", str(jvm.ProcessHandle.current().pid()), "VM.info"],
-                          capture_output=True, text=True, check=True).stdout
+    info = vm_info(spark)
     mapped = re.search(r"CDS archive\(s\) mapped at: .*?size (\d+)", info)
     assert mapped, "CDS is off in the driver"
     # the JDK's own base archive is ~13 MB; the dynamic archive on top of it is mapped too

@@ -1,10 +1,11 @@
 """Crash tests: `deltaferry run` (its Python and its Spark JVM, one process group) killed with
-SIGKILL at several points of a run — during a micro-batch (its quarantine rows appended, the
-table not merged), between the Delta commit and the checkpoint commit, during the OPTIMIZE step
-(the table compacted, the quarantine not yet) — then run to the end. The table must
-be exactly the latest state of every key, and the quarantine must hold every bad message once
-(no duplicate (partition, offset)). Each killed run leaves its lock behind: the next run takes
-it over (its process is gone)."""
+SIGKILL at every named point of a run (deltaferry/faults.py POINTS) — during a micro-batch (its
+quarantine rows appended, the table not merged), between the Delta commit and the checkpoint
+commit, during the OPTIMIZE step (the table compacted, the quarantine not yet), and in the
+OPTIMIZE run again after that kill (the quarantine compacted too, the step not reported) — then
+run to the end. The table must be exactly the latest state of every key, the quarantine must
+hold every bad message once (no duplicate (partition, offset)), and both must be compacted.
+Each killed run leaves its lock behind: the next run takes it over (its process is gone)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.faults import MARK_VAR, POINT_VAR
+from deltaferry.faults import MARK_VAR, POINT_VAR, POINTS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 
@@ -32,6 +33,7 @@ CRASHES = [
     ("quarantine-written", "ingest"),          # during a micro-batch: quarantine in, no MERGE
     ("batch-written", "ingest"),               # Delta committed, checkpoint not
     ("optimized-table", "ingest,optimize"),    # OPTIMIZE: table compacted, quarantine not
+    ("optimized-quarantine", "optimize"),      # OPTIMIZE re-run after its kill: both compacted
 ]
 
 
@@ -112,13 +114,16 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     run_step("infer", ctx, spark)
     env = cli_env(tmp_path, topic, "    max_offsets_per_trigger: 300\n"
                   "    optimize_min_files: 2\n", warehouse, kafka_bootstrap)
+    assert [point for point, _ in CRASHES] == list(POINTS)  # every point, in a run's order
     for point, steps in CRASHES:
         run_killed(env, topic, point, steps, tmp_path / "mark")
 
-    done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=env,
+    done = subprocess.run([CLI, "run", topic, "--steps", "ingest,optimize"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "taking over the lock of pid" in done.stderr  # the last killed run's
+    for path in (ctx.paths.table, ctx.paths.quarantine):  # the killed OPTIMIZEs left it compact
+        assert len(spark.read.format("delta").load(path).inputFiles()) == 1, path
 
     assert_table_is_latest_state(spark, ctx, sent)
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)

@@ -1,21 +1,26 @@
 """`deltaferry quarantine show` and `replay` on the real broker and Spark: messages that did not
 fit schema v1 land once a fix (here a v2 written to the schema cache, as a schema hint would)
 makes them parse; an older quarantined message never overwrites a newer row; the quarantine
-rows are marked, not deleted; a replay interrupted after its table commit is finished by the
-next one without applying it twice."""
+rows are marked, not deleted; a replay killed with SIGKILL (its process group: the CLI and its
+Spark JVM) after its table commit and before marking its rows is finished by the next one without
+applying it twice."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
+from deltaferry.faults import MARK_VAR, POINT_VAR, REPLAY_POINTS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import replay_topic, run_step
 from deltaferry.schema.store import SchemaStore
 
 from .test_cli import CLI
+from .test_crash import wait_for_mark
 from .test_pipeline import context, table_version
 
 pytestmark = pytest.mark.integration
@@ -50,8 +55,6 @@ def table(spark, ctx) -> dict:
 
 def test_show_then_replay_lands_what_now_parses_exactly_once(
         spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch):
-    from deltaferry.spark import replay
-
     topic = new_topic("replay", partitions=1)
     produce(kafka_bootstrap, topic, MESSAGES)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
@@ -72,19 +75,32 @@ def test_show_then_replay_lands_what_now_parses_exactly_once(
     assert lines[-3] == "latest 2:" and len(lines) == 7  # 3 reasons
     assert any("<2 bytes, not UTF-8: ff fe>" in line for line in lines[-2:])
 
-    # the fix: a is double; the first replay dies after its table commit (before marking)
+    # the fix: a is double; the first replay, `deltaferry quarantine replay` in a process
+    # group of its own, is killed with SIGKILL after its table commit (before marking)
     pin(ctx.store, "double", len(MESSAGES))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-
-    def crash(*args):
-        raise RuntimeError("killed before marking")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(replay, "mark", crash)
-        with pytest.raises(RuntimeError, match="killed before marking"):
-            replay_topic(topic, reason="does not fit", spark=spark)
+    (point,) = REPLAY_POINTS
+    mark = tmp_path / "mark"
+    killed = subprocess.Popen(
+        [CLI, "quarantine", "replay", topic, "--reason", "does not fit"],
+        env={**os.environ, POINT_VAR: point, MARK_VAR: str(mark)}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_mark(killed, mark, point, 240)
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    deadline = time.monotonic() + 20
+    while True:  # its JVM died with it: nothing of that replay still writes
+        try:
+            os.killpg(killed.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the replay's JVM outlived its process group's kill"
+        time.sleep(0.2)
     assert table(spark, ctx) == {"k": (3.0, 2), "m": (4.5, 3), "n": (6.5, 5)}
+    claimed = spark.read.format("delta").load(ctx.paths.quarantine) \
+        .where("replay_id IS NOT NULL AND replayed_at IS NULL").collect()
+    assert sorted(r["kafka_offset"] for r in claimed) == [1, 3, 5]  # killed before marking
     version = table_version(spark, ctx)
 
     report = replay_topic(topic, spark=spark)  # finishes the interrupted one, then the rest

@@ -2,7 +2,8 @@
 
 Seed 000 ("Dynamic Kafka Schema Producer") shows the producer under two names. Its snippets are
 below exactly as published; only the addresses (broker, registry) and the topic are put in
-their place, as a reader would do. The topic is then ingested into a Delta table.
+their place, as a reader would do. The topic is then ingested into a Delta table: as an upsert
+topic its keyless messages are quarantined, as an append topic they land as rows.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def namespace() -> dict:
 
 def test_seed_000_runs_verbatim_and_its_topic_lands_with_field_6(
         kafka_bootstrap, schema_registry_url, new_topic, spark, tmp_path, monkeypatch):
+    """The demo's two messages land as two rows, the second with its nested field_6, when the
+    topic is an append one; as an upsert topic (which needs keys) both are quarantined."""
     topic = new_topic("seed000", partitions=1)
     ns = run_seed(SEED_000_DEMO, namespace(), bootstrap=kafka_bootstrap,
                   registry=schema_registry_url, topic=topic)
@@ -76,21 +79,34 @@ def test_seed_000_runs_verbatim_and_its_topic_lands_with_field_6(
     run_seed(SEED_000_SOLUTION, ns, registry_placeholder=repr(schema_registry_url),
              topic_placeholder=repr(new_topic("seed000-solution", partitions=1)))
     topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    format: avro\n")
     monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
-    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("DELTAFERRY_KAFKA_BOOTSTRAP", kafka_bootstrap)
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+
+    # As an upsert topic (the default): seed 000's messages have no key, so each one is
+    # quarantined with that reason, none lost; the table gets the demo's columns, no row.
+    topics.write_text(f"topics:\n  - name: {topic}\n    format: avro\n")
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "upsert"))
     ctx = TopicContext.load(topic)
     assert run_step("infer", ctx, spark).schema_version >= 2  # the demo's second version
     report = run_step("ingest", ctx, spark)
-    # Seed 000's messages have no key: each one is quarantined with that reason, none lost
     assert (report.messages_read, report.quarantined) == (2, 2)
     reasons = {r["reason"] for r in spark.read.format("delta").load(ctx.paths.quarantine)
                .select("reason").collect()}
     assert reasons == {"message has no key, so it cannot be upserted by key"}
     columns = spark.read.format("delta").load(ctx.paths.table).columns
     assert "field_6" in columns and "field_1" in columns
+
+    # As an append topic (no key needed): both messages land, the second with its field_6.
+    topics.write_text(f"topics:\n  - name: {topic}\n    format: avro\n    mode: append\n")
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "append"))
+    ctx = TopicContext.load(topic)
+    run_step("infer", ctx, spark)
+    report = run_step("ingest", ctx, spark)
+    assert (report.messages_read, report.quarantined) == (2, 0)
+    rows = (spark.read.format("delta").load(ctx.paths.table).orderBy("kafka_offset")
+            .select("field_1", "field_5.field_5_2", "field_6.field_6_1.field_6_1_1").collect())
+    assert [tuple(r) for r in rows] == [("string", "hello", None), ("string", "hello", "hello")]
 
 
 def test_seed_000_against_a_topic_that_does_not_exist_is_a_clear_error(

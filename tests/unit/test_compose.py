@@ -1,6 +1,7 @@
 """docker-compose.yaml, checked without a Docker engine: the services the issue asks for, pinned
-images, the ports, the mounts, and the environment the DAGs read, resolved by the same code the
-operator uses (connections.py)."""
+images, the ports (on 127.0.0.1 only), the mounts, the environment the DAGs read, resolved by the
+same code the operator uses (connections.py), and its committed secrets said local-only and kept
+off every command line."""
 
 import json
 import re
@@ -66,7 +67,7 @@ def test_every_image_is_pinned_by_version(compose):
 def test_kafka_is_a_single_kraft_node_with_a_host_port(compose):
     env = services(compose)["kafka"]["environment"]
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert "29092:29092" in services(compose)["kafka"]["ports"]
+    assert "127.0.0.1:29092:29092" in services(compose)["kafka"]["ports"]
     assert "kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
 
 
@@ -80,7 +81,7 @@ def test_the_registry_is_the_apicurio_version_stack_up_runs(compose):
     repo, _, tag = registry["image"].rpartition(":")
     assert repo in ("apicurio/apicurio-registry-mem", "apicurio/apicurio-registry-sql")
     assert tag == built == "2.4.2.Final"
-    assert "8081:8080" in registry["ports"]  # the image listens on 8080
+    assert "127.0.0.1:8081:8080" in registry["ports"]  # the image listens on 8080
 
 
 def test_airflow_services_mount_dags_plugins_and_the_library(compose):
@@ -98,7 +99,7 @@ def test_airflow_services_mount_dags_plugins_and_the_library(compose):
         assert (REPO / folder).is_dir()
     for command in ("api-server", "scheduler", "dag-processor", "triggerer"):
         assert services(compose)[f"airflow-{command}"]["command"] == command
-    assert "8080:8080" in services(compose)["airflow-api-server"]["ports"]
+    assert "127.0.0.1:8080:8080" in services(compose)["airflow-api-server"]["ports"]
 
 
 def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(compose):
@@ -114,7 +115,7 @@ def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(c
     bucket, _ = split_s3_uri(env["DELTAFERRY_WAREHOUSE"])
     init = " ".join(services(compose)["minio-init"]["command"])
     assert f"mc mb --ignore-existing local/{bucket}" in init
-    assert "9000:9000" in services(compose)["minio"]["ports"]
+    assert "127.0.0.1:9000:9000" in services(compose)["minio"]["ports"]
     assert env["DELTAFERRY_DEPS"] == "/opt/deltaferry/.deps"
     assert env["DELTAFERRY_TOPICS"] == "/opt/deltaferry/topics.yaml"
     # avro topics: the registry service through the schema_registry_default connection, as
@@ -127,7 +128,7 @@ def test_the_dags_find_spark_kafka_and_the_warehouse_through_their_connections(c
 def test_spark_cluster_is_the_master_the_connection_names(compose):
     master = services(compose)["spark-master"]
     worker = services(compose)["spark-worker"]
-    assert master["hostname"] == "spark-master" and "7077:7077" in master["ports"]
+    assert master["hostname"] == "spark-master" and "127.0.0.1:7077:7077" in master["ports"]
     assert "org.apache.spark.deploy.master.Master" in master["command"]
     assert "spark://spark-master:7077" in worker["command"]
     # driver (scheduler), master and worker share one image: the same Spark, Python and jars path
@@ -160,3 +161,71 @@ def test_protobuf_topics_find_their_schema_and_decoder_in_the_containers(compose
     assert "COPY requirements.lock" in (REPO / "docker" / "Dockerfile").read_text()
     for name in ("spark-master", "spark-worker"):
         assert services(compose)[name]["environment"]["PYTHONPATH"] == "/opt/deltaferry"
+
+
+#: Names of environment variables that hold a secret.
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|FERNET|JWT|MC_HOST", re.I)
+
+
+def secrets(compose) -> dict[str, str]:
+    """Every secret value of the file, by where it is: secret-named variables, the passwords
+    of the AIRFLOW_CONN_* connections and of the database URL."""
+    found: dict[str, str] = {}
+    for service in services(compose).values():
+        for key, value in (service.get("environment") or {}).items():
+            if SECRET_NAME.search(key):
+                found[key] = str(value)
+            if key.startswith("AIRFLOW_CONN_") and json.loads(value).get("password"):
+                found[key] = json.loads(value)["password"]
+            for password in re.findall(r"://[^:/@\s]+:([^@\s]+)@", str(value)):
+                found.setdefault(f"{key} (its URL's password)", password)
+    return found
+
+
+def test_every_secret_of_the_file_is_said_to_be_local_only(compose):
+    text = (REPO / "docker-compose.yaml").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert "LOCAL ONLY" in header and "committed" in header
+    found = secrets(compose)
+    assert {"MINIO_ROOT_PASSWORD", "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET",
+            "POSTGRES_PASSWORD", "AIRFLOW_CONN_AWS_DEFAULT", "MC_HOST_local"} <= set(found)
+    for key in found:
+        assert key.split()[0] in header, f"{key} is not named in the file's local-only note"
+    previous = ""
+    for line in text.splitlines():  # and the line setting one (or the comment above it) says so
+        key = line.strip().split(":", 1)[0]
+        if any(k.split()[0] == key for k in found):
+            assert "local only" in line or "local only" in previous, line
+        previous = line
+
+
+def test_no_secret_is_on_a_command_line(compose):
+    """A container's command, entrypoint and health check are its processes' command lines
+    (`ps` on the host shows them); secrets travel in the environment instead."""
+    values = set(secrets(compose).values())
+    for name, service in services(compose).items():
+        for field in ("command", "entrypoint"):
+            words = service.get(field) or []
+            text = " ".join(words) if isinstance(words, list) else str(words)
+            for value in values:
+                assert value not in text, f"{name}'s {field} holds a secret"
+        test = (service.get("healthcheck") or {}).get("test") or []
+        assert not any(value in " ".join(test) for value in values), name
+    # minio-init still reaches MinIO as its root user, through mc's MC_HOST_<alias> variable
+    minio = services(compose)["minio"]["environment"]
+    init = services(compose)["minio-init"]
+    assert init["environment"]["MC_HOST_local"] == (
+        f"http://{minio['MINIO_ROOT_USER']}:{minio['MINIO_ROOT_PASSWORD']}@minio:9000")
+    assert " local/" in " ".join(init["command"])
+
+
+def test_the_all_admin_ui_and_every_port_listen_on_this_machine_only(compose):
+    api = services(compose)["airflow-api-server"]
+    assert api["environment"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "true"
+    assert api["ports"] == ["127.0.0.1:8080:8080"]
+    for name, service in services(compose).items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    text = (REPO / "docker-compose.yaml").read_text()
+    block = text[text.index("  airflow-api-server:"):text.index("  airflow-scheduler:")]
+    assert '"8080:8080"' in block  # the comment saying how to publish it further
