@@ -173,8 +173,11 @@ def test_the_dockerfiles_install_step_keeps_the_full_pyspark(tmp_path):
                                   timeout=900)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
 
+    # from the image's working folder, not the checkout (whose deltaferry.egg-info a `python -c`
+    # run there would list as installed)
     seen = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", INSPECT], env=env,
-                                     capture_output=True, text=True, check=True).stdout)
+                                     cwd=tmp_path, capture_output=True, text=True,
+                                     check=True).stdout)
     site = venv / "lib" / f"python{base}" / "site-packages"
     assert Path(seen["file"]) == site / "pyspark" / "__init__.py"
     assert seen["version"] == lock_pins()["pyspark"]
