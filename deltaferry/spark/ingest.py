@@ -437,7 +437,7 @@ class BatchWriter:
                 quarantined = quarantine.append(
                     quarantine.rows(parsed, schema_version, batch_id,
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
-                    self.paths.quarantine, app_id, batch_id, unusable)
+                    self.paths.quarantine, app_id, batch_id, unusable, storage=self.storage())
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)
             write_phase = "merge" if keys else "append"
