@@ -2,9 +2,11 @@
 SIGKILL at several points of a run — during a micro-batch (its quarantine rows appended, the
 table not merged), between the Delta commit and the checkpoint commit, during the OPTIMIZE step
 (the table compacted, the quarantine not yet) — then run to the end. The table must
-be exactly the latest state of every key, and the quarantine must hold every bad message once
-(no duplicate (partition, offset)). Each killed run leaves its lock behind: the next run takes
-it over (its process is gone)."""
+be exactly the latest state of every key, each micro-batch MERGEd once, and the quarantine must
+hold every bad message once (no duplicate (partition, offset)). Each killed run leaves its lock
+behind: the next run takes it over (its process is gone). A table with `deletion_vectors: true`
+is killed between the Delta commit of its second micro-batch (a MERGE that marks the rows it
+replaces) and the checkpoint's commit."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from deltaferry.faults import MARK_VAR, POINT_VAR
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 
+from .readers import assert_deletion_vectors, merge_metrics
 from .test_cli import CLI
 from .test_pipeline import assert_table_is_latest_state, context
 
@@ -33,6 +36,11 @@ CRASHES = [
     ("batch-written", "ingest"),               # Delta committed, checkpoint not
     ("optimized-table", "ingest,optimize"),    # OPTIMIZE: table compacted, quarantine not
 ]
+#: With `deletion_vectors: true`: killed between the Delta commit of the second micro-batch
+#: (whose MERGE marks the rows it replaces) and the checkpoint's commit; batches of 100
+#: offsets, so that a batch replaces some of a file's rows (one that replaces them all
+#: removes the file instead of marking its rows).
+DELETION_VECTOR_CRASHES = [("batch-written@1", "ingest")]
 
 
 def messages() -> list[tuple]:
@@ -100,8 +108,11 @@ def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("deletion_vectors, batch, crashes", [
+    (False, 300, CRASHES), (True, 100, DELETION_VECTOR_CRASHES)],
+    ids=["default", "deletion-vectors"])
 def test_killed_runs_at_every_point_end_in_the_exact_state(
-        spark, kafka_bootstrap, new_topic, tmp_path):
+        spark, kafka_bootstrap, new_topic, tmp_path, deletion_vectors, batch, crashes):
     from pyspark.sql import functions as F
 
     topic = new_topic("crash", partitions=3)
@@ -110,9 +121,11 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap)
     run_step("infer", ctx, spark)
-    env = cli_env(tmp_path, topic, "    max_offsets_per_trigger: 300\n"
-                  "    optimize_min_files: 2\n", warehouse, kafka_bootstrap)
-    for point, steps in CRASHES:
+    env = cli_env(tmp_path, topic, f"    max_offsets_per_trigger: {batch}\n"
+                  "    optimize_min_files: 2\n"
+                  f"    deletion_vectors: {str(deletion_vectors).lower()}\n",
+                  warehouse, kafka_bootstrap)
+    for point, steps in crashes:
         run_killed(env, topic, point, steps, tmp_path / "mark")
 
     done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=env,
@@ -121,6 +134,11 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     assert "taking over the lock of pid" in done.stderr  # the last killed run's
 
     assert_table_is_latest_state(spark, ctx, sent)
+    # each micro-batch MERGEd once: the replayed one was skipped, not applied again
+    applied = [m["userMetadata"].split(" attempt ")[0]
+               for m in merge_metrics(spark, ctx.paths.table)]
+    assert len(applied) == len(set(applied)) >= 2, applied
+    assert_deletion_vectors(spark, ctx.paths.table, deletion_vectors)
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
     assert quarantine.groupBy("kafka_partition", "kafka_offset").count() \
         .where(F.col("count") > 1).count() == 0
