@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 
 #: The fewest messages a byte-sized micro-batch holds (huge messages still make progress).
 MIN_BATCH = 100
+#: The size a micro-batch is sized by when no message could be measured (an empty topic, a
+#: sample that read nothing): Kafka's default largest message (the broker's message.max.bytes,
+#: ~1 MiB), so the batch stays within max_bytes_per_trigger for any message a default broker
+#: accepts: a default topic's 256 MiB make batches of 256 messages.
+UNMEASURED_MESSAGE_BYTES = 2**20
+
 
 @dataclass
 class IngestReport:
@@ -432,7 +438,7 @@ class BatchWriter:
                 quarantined = quarantine.append(
                     quarantine.rows(parsed, schema_version, batch_id,
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
-                    self.paths.quarantine, app_id, batch_id, unusable)
+                    self.paths.quarantine, app_id, batch_id, unusable, storage=self.storage())
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id)
             write_phase = "merge" if keys else "append"
@@ -462,20 +468,23 @@ class BatchWriter:
         )
 
 
-def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int | None:
-    """maxOffsetsPerTrigger for a run: as many messages of `average_bytes` as fit in the
-    topic's max_bytes_per_trigger (at least MIN_BATCH), bounded by max_offsets_per_trigger if
-    set; None (no bound) when nothing was measured and no count bound is set."""
+def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int:
+    """maxOffsetsPerTrigger for a run, always a bound: as many messages of `average_bytes` as
+    fit in the topic's max_bytes_per_trigger (at least MIN_BATCH), or of
+    UNMEASURED_MESSAGE_BYTES when nothing was measured (None or 0); at most
+    max_offsets_per_trigger if set."""
+    average = average_bytes or UNMEASURED_MESSAGE_BYTES
+    by_bytes = max(MIN_BATCH, int(topic.max_bytes_per_trigger // max(average, 1.0)))
     bound = topic.max_offsets_per_trigger
-    if not average_bytes:
-        return bound
-    by_bytes = max(MIN_BATCH, int(topic.max_bytes_per_trigger // max(average_bytes, 1.0)))
     return min(by_bytes, bound) if bound else by_bytes
 
 
-def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -> int | None:
+def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -> int:
     """The run's maxOffsetsPerTrigger, from the size of the messages it is about to read (the
-    last ones of each partition's range past the checkpoint); says so in the log."""
+    last ones of each partition's range past the checkpoint); with none to read (a stream
+    that starts caught up reads what arrives next), from the last messages the topic holds;
+    with none measured either way, from UNMEASURED_MESSAGE_BYTES (`messages_per_batch`).
+    Says so in the log."""
     if checkpointed:
         start = checkpointed
     elif topic.starting_offsets == "earliest":
@@ -484,16 +493,22 @@ def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -
         start = current.end()
     ranges = {p: (max(start.get(p, low), low), high)
               for p, (low, high) in current.partitions.items()}
-    sampled = average_message_bytes(settings.kafka_bootstrap, topic.name, ranges,
-                                     settings.kafka_options)
-    limit = messages_per_batch(topic, sampled[0] if sampled else None)
     pending = sum(max(0, high - low) for low, high in ranges.values())
+    sampled = average_message_bytes(settings.kafka_bootstrap, topic.name, ranges,
+                                    settings.kafka_options)
+    if not sampled and not pending:  # nothing to read yet: the messages it holds already
+        sampled = average_message_bytes(settings.kafka_bootstrap, topic.name,
+                                        current.partitions, settings.kafka_options)
+    limit = messages_per_batch(topic, sampled[0] if sampled else None)
+    mib = f"{topic.max_bytes_per_trigger / 2**20:g}"
     if sampled:
-        batches = -(-pending // limit) if limit else 1
         log.info("ingest %s: %d message(s) to read, ~%.0f bytes each (%d sampled): up to %s "
                  "per micro-batch (%s MiB), about %d batch(es)", topic.name, pending,
-                 sampled[0], sampled[1], limit, f"{topic.max_bytes_per_trigger / 2**20:g}",
-                 max(batches, 1))
+                 sampled[0], sampled[1], limit, mib, max(-(-pending // limit), 1))
+    else:
+        log.warning("ingest %s: no message could be sampled to size the micro-batches (%d to "
+                    "read); sizing them as if each were %d bytes: up to %d per micro-batch "
+                    "(%s MiB)", topic.name, pending, UNMEASURED_MESSAGE_BYTES, limit, mib)
     return limit
 
 
@@ -530,8 +545,7 @@ class IngestStream:
             .option("failOnDataLoss", str(self.topic.fail_on_data_loss).lower())
             .option("includeHeaders", "true")  # the quarantine keeps them
         )
-        stream = (reader.option("maxOffsetsPerTrigger", self.limit) if self.limit
-                  else reader).load()
+        stream = reader.option("maxOffsetsPerTrigger", self.limit).load()
         return (
             stream.writeStream.foreachBatch(self.writer)
             .option("checkpointLocation", self.paths.checkpoint)

@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING
 
 from deltaferry.errors import DeltaferryError
 from deltaferry.lock import ensure_held
+from deltaferry.spark import table as delta_table
 from deltaferry.spark.kafka_source import HEADERS, HEADERS_DDL, RAW_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from deltaferry.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -95,18 +98,35 @@ def rows(parsed: DataFrame, schema_version: int, batch_id: int,
 
 
 def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
-           count: int | None = None) -> int:
+           count: int | None = None, *, storage: Storage) -> int:
     """Append the quarantine rows `bad` to the table at `path` once per (app_id, batch_id);
-    how many rows there were. `count`, when the caller counted them already, spares a job
-    (and when it is 0, the write)."""
+    how many rows this call appended: 0 when Delta skipped the write because that transaction
+    is in the log already (a micro-batch replayed after a crash). `count`, when the caller
+    counted the rows already, spares a job (and when it is 0, the write).
+
+    The commit is tagged (`commit_tag`, its userMetadata) and a skipped write is told by the
+    newest commit not being the tagged one, read through `storage` (one small read, as
+    `latest_commit_info`). A log that cannot be read is said in the log and the rows are
+    counted: a figure of the report, never a reason to fail a batch whose write is done."""
     if count is None:
         count = bad.count()
-    if count:
-        ensure_held(path, f"the quarantine append to {path}")
-        (bad.write.format("delta").mode("append")
-         .option("txnAppId", f"{app_id}-quarantine").option("txnVersion", batch_id)
-         .option("mergeSchema", "true").save(path))
-    return count
+    if not count:
+        return 0
+    ensure_held(path, f"the quarantine append to {path}")
+    quarantine_app = f"{app_id}-quarantine"
+    tag = delta_table.commit_tag(quarantine_app, batch_id)
+    (bad.write.format("delta").mode("append")
+     .option("txnAppId", quarantine_app).option("txnVersion", batch_id)
+     .option("userMetadata", tag).option("mergeSchema", "true").save(path))
+    try:
+        info = delta_table.latest_commit_info(bad.sparkSession, path, storage)
+    except Exception as exc:  # the quarantine's storage, or Delta's DeltaLog through py4j
+        log.warning("quarantine %s: its last commit could not be read (%s); batch %d's %d "
+                    "row(s) are counted as appended (a replayed batch's may have been skipped)",
+                    path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    batch_id, count)
+        return count
+    return count if info.get("userMetadata") == tag else 0
 
 
 def layout_problem(schema) -> str | None:

@@ -3,9 +3,12 @@ SIGKILL at every named point of a run (deltaferry/faults.py POINTS) — during a
 quarantine rows appended, the table not merged), between the Delta commit and the checkpoint
 commit, during the OPTIMIZE step (the table compacted, the quarantine not yet), and in the
 OPTIMIZE run again after that kill (the quarantine compacted too, the step not reported) — then
-run to the end. The table must be exactly the latest state of every key, the quarantine must
-hold every bad message once (no duplicate (partition, offset)), and both must be compacted.
-Each killed run leaves its lock behind: the next run takes it over (its process is gone)."""
+run to the end. The table must be exactly the latest state of every key, each micro-batch
+MERGEd once, the quarantine must hold every bad message once (no duplicate (partition,
+offset)), and both must be compacted. Each killed run leaves its lock behind: the next run
+takes it over (its process is gone). A table with `deletion_vectors: true` is killed between
+the Delta commit of its second micro-batch (a MERGE that marks the rows it replaces) and the
+checkpoint's commit."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from deltaferry.faults import MARK_VAR, POINT_VAR, POINTS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 
+from .readers import assert_deletion_vectors, merge_metrics
 from .test_cli import CLI
 from .test_pipeline import assert_table_is_latest_state, context
 
@@ -35,6 +39,11 @@ CRASHES = [
     ("optimized-table", "ingest,optimize"),    # OPTIMIZE: table compacted, quarantine not
     ("optimized-quarantine", "optimize"),      # OPTIMIZE re-run after its kill: both compacted
 ]
+#: With `deletion_vectors: true`: killed between the Delta commit of the second micro-batch
+#: (whose MERGE marks the rows it replaces) and the checkpoint's commit; batches of 100
+#: offsets, so that a batch replaces some of a file's rows (one that replaces them all
+#: removes the file instead of marking its rows).
+DELETION_VECTOR_CRASHES = [("batch-written@1", "ingest")]
 
 
 def messages() -> list[tuple]:
@@ -102,8 +111,11 @@ def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("deletion_vectors, batch, crashes", [
+    (False, 300, CRASHES), (True, 100, DELETION_VECTOR_CRASHES)],
+    ids=["default", "deletion-vectors"])
 def test_killed_runs_at_every_point_end_in_the_exact_state(
-        spark, kafka_bootstrap, new_topic, tmp_path):
+        spark, kafka_bootstrap, new_topic, tmp_path, deletion_vectors, batch, crashes):
     from pyspark.sql import functions as F
 
     topic = new_topic("crash", partitions=3)
@@ -112,10 +124,13 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap)
     run_step("infer", ctx, spark)
-    env = cli_env(tmp_path, topic, "    max_offsets_per_trigger: 300\n"
-                  "    optimize_min_files: 2\n", warehouse, kafka_bootstrap)
-    assert [point for point, _ in CRASHES] == list(POINTS)  # every point, in a run's order
-    for point, steps in CRASHES:
+    env = cli_env(tmp_path, topic, f"    max_offsets_per_trigger: {batch}\n"
+                  "    optimize_min_files: 2\n"
+                  f"    deletion_vectors: {str(deletion_vectors).lower()}\n",
+                  warehouse, kafka_bootstrap)
+    if crashes is CRASHES:
+        assert [point for point, _ in crashes] == list(POINTS)  # every point, in a run's order
+    for point, steps in crashes:
         run_killed(env, topic, point, steps, tmp_path / "mark")
 
     done = subprocess.run([CLI, "run", topic, "--steps", "ingest,optimize"], env=env,
@@ -126,6 +141,11 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
         assert len(spark.read.format("delta").load(path).inputFiles()) == 1, path
 
     assert_table_is_latest_state(spark, ctx, sent)
+    # each micro-batch MERGEd once: the replayed one was skipped, not applied again
+    applied = [m["userMetadata"].split(" attempt ")[0]
+               for m in merge_metrics(spark, ctx.paths.table)]
+    assert len(applied) == len(set(applied)) >= 2, applied
+    assert_deletion_vectors(spark, ctx.paths.table, deletion_vectors)
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
     assert quarantine.groupBy("kafka_partition", "kafka_offset").count() \
         .where(F.col("count") > 1).count() == 0

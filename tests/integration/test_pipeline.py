@@ -17,7 +17,7 @@ from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.plan import decide
 from deltaferry.schema.store import SchemaStore
 
-from .readers import assert_plain_table, assert_readers_agree
+from .readers import assert_deletion_vectors, assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
 
@@ -125,9 +125,14 @@ def second_batch():
     ]
 
 
-def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["default", "deletion-vectors"])
+def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path, deletion_vectors):
+    """The core scenario on a default table and on one with `deletion_vectors: true` (whose
+    MERGEs mark the rows they replace instead of copying them; read back by the readers the
+    README names for such a table)."""
     topic = new_topic("core", partitions=3)
-    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=16)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=16,
+                  deletion_vectors=deletion_vectors)
     batch1 = first_batch()
     produce(kafka_bootstrap, topic, batch1)
 
@@ -195,14 +200,51 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path):
     optimize, vacuum = run_step("maintain", ctx, spark)
     assert "table" in optimize.tables and "quarantine" in vacuum.tables
     assert_table_is_latest_state(spark, ctx, [m for m in everything if m[0] != "k8" or m in batch1])
-    # a plain table (no field name needs column mapping): delta-rs and Polars read what Spark does
+    # a plain table (no field name needs column mapping): delta-rs (its SQL engine with deletion
+    # vectors) and Polars read what Spark does
     assert_plain_table(spark, ctx.paths.table)
+    assert_deletion_vectors(spark, ctx.paths.table, deletion_vectors)
     assert len(assert_readers_agree(spark, ctx.paths.table)) == len(amounts)
     assert len(assert_readers_agree(spark, ctx.paths.quarantine)) == 4
 
     full = run_step("infer", ctx, spark, reinfer=True)
     assert full.full and full.offsets_scanned == len(everything)
     assert not full.changed  # a full re-inference keeps every field it already had
+
+
+def test_deletion_vectors_turned_on_for_an_existing_table(spark, kafka_bootstrap, new_topic,
+                                                          tmp_path, caplog):
+    """A default table (reader 1 / writer 2, which delta-rs' to_pyarrow_table reads) switched to
+    `deletion_vectors: true`: the next run upgrades its protocol (reader 3 / writer 7, the
+    deletionVectors feature) and its MERGE marks the rows it updates or deletes instead of
+    copying them; Spark, Polars and delta-rs' SQL engine read it, to_pyarrow_table() and
+    to_pandas() refuse it, as the README says; `deletion_vectors: false` again leaves it on."""
+    from deltaferry.spark.table import ensure_table
+
+    topic = new_topic("dv-on", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    first = [(f"k{i}", {"n": i, "tag": "a"}) for i in range(20)]
+    produce(kafka_bootstrap, topic, first)
+    run_step("infer", ctx, spark)
+    run_step("ingest", ctx, spark)
+    assert_deletion_vectors(spark, ctx.paths.table, False)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == 20  # by to_pyarrow_table
+    upgraded_at = table_version(spark, ctx) + 1
+
+    switched = context(topic, tmp_path / "wh", kafka_bootstrap, deletion_vectors=True)
+    second = [(f"k{i}", {"n": 100 + i, "tag": "b"}) for i in range(0, 20, 2)] + [
+        ("k1", None), ("k3", None), ("new", {"n": -1, "tag": "b"})]
+    produce(kafka_bootstrap, topic, second)
+    with caplog.at_level("INFO", logger="deltaferry.spark.table"):
+        report = run_step("ingest", switched, spark)
+    assert any("turning deletion vectors on" in r.getMessage() for r in caplog.records)
+    assert (report.inserted, report.updated, report.deleted) == (1, 10, 2)
+    assert_table_is_latest_state(spark, ctx, first + second)
+    assert_deletion_vectors(spark, ctx.paths.table, True, since=upgraded_at)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == 19  # Polars, delta-rs' SQL
+
+    ensure_table(spark, ctx.paths.table, deletion_vectors=False)  # never turned off again
+    assert_deletion_vectors(spark, ctx.paths.table, True, since=upgraded_at)
 
 
 def test_fields_arriving_after_inference_are_not_dropped(spark, kafka_bootstrap, new_topic, tmp_path):
@@ -263,7 +305,7 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     version = table_version(spark, ctx)
     committed = report.phases["commit"]
     writer(batch, 0)  # the replay
-    assert (report.inserted, report.updated) == (2, 0)
+    assert (report.inserted, report.updated, report.quarantined) == (2, 0, 1)  # skipped: 0 more
     assert report.phases["commit"] == committed  # Delta skipped it: no commit of its was timed
     assert table_version(spark, ctx) == version
     assert spark.read.format("delta").load(ctx.paths.quarantine).count() == 1

@@ -19,6 +19,7 @@ from deltaferry.kafka import produce
 from deltaferry.pipeline import replay_topic, run_step
 from deltaferry.schema.store import SchemaStore
 
+from .readers import assert_deletion_vectors, assert_readers_agree
 from .test_cli import CLI
 from .test_crash import wait_for_mark
 from .test_pipeline import context, table_version
@@ -53,17 +54,22 @@ def table(spark, ctx) -> dict:
             for r in spark.read.format("delta").load(ctx.paths.table).collect()}
 
 
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["default", "deletion-vectors"])
 def test_show_then_replay_lands_what_now_parses_exactly_once(
-        spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch):
+        spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, deletion_vectors):
+    """Show, then replay into a default table and into one with `deletion_vectors: true`
+    (whose replay MERGE marks the row it updates instead of copying its file)."""
+
     topic = new_topic("replay", partitions=1)
     produce(kafka_bootstrap, topic, MESSAGES)
-    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, deletion_vectors=deletion_vectors)
     pin(ctx.store, "long", len(MESSAGES))
     assert run_step("ingest", ctx, spark).quarantined == 5
     assert table(spark, ctx) == {"k": (3, 2), "n": (5, 4)}
 
     topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n")
+    topics.write_text(f"topics:\n  - name: {topic}\n"
+                      f"    deletion_vectors: {str(deletion_vectors).lower()}\n")
     env = {"DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
            "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}
     shown = subprocess.run([CLI, "quarantine", "show", topic, "--latest", "2"],
@@ -119,4 +125,7 @@ def test_show_then_replay_lands_what_now_parses_exactly_once(
     again = replay_topic(topic, spark=spark)
     assert (again.read, again.landed, again.still_failing) == (2, 0, 2)
     assert table_version(spark, ctx) == version
+    # the replay's MERGE (n updated) marked the row it replaced, with deletion vectors
+    assert_deletion_vectors(spark, ctx.paths.table, deletion_vectors, since=version)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == 3
 

@@ -146,10 +146,25 @@ def test_micro_batches_are_sized_by_bytes_and_bounded_by_count():
     assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=256 * mib), 1024) == 262144
     assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=256 * mib,
                                           max_offsets_per_trigger=50_000), 1024) == 50_000
-    # huge messages still make progress; nothing measured: only the count bound, if any
+    # huge messages still make progress
     assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=mib), 10 * mib) == MIN_BATCH
-    assert messages_per_batch(TopicConfig("t"), None) is None
-    assert messages_per_batch(TopicConfig("t", max_offsets_per_trigger=7), None) == 7
+
+
+@pytest.mark.parametrize("measured", [None, 0, 0.0])
+def test_micro_batches_are_bounded_when_nothing_was_measured(measured):
+    """No size sampled and no count bound: still a bound, as if each message were Kafka's
+    default largest (so a batch stays within max_bytes_per_trigger); a count bound still
+    bounds it further."""
+    from deltaferry.config import TopicConfig
+    from deltaferry.spark.ingest import MIN_BATCH, UNMEASURED_MESSAGE_BYTES, messages_per_batch
+
+    mib = 2**20
+    assert UNMEASURED_MESSAGE_BYTES == mib
+    assert messages_per_batch(TopicConfig("t"), measured) == 256  # 256 MiB of 1 MiB messages
+    assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=mib), measured) == MIN_BATCH
+    assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=4096 * mib),
+                              measured) == 4096
+    assert messages_per_batch(TopicConfig("t", max_offsets_per_trigger=7), measured) == 7
 
 
 def test_batch_bounds_and_deletion_vectors_are_checked():
