@@ -1,16 +1,28 @@
 """Benchmark: deltaferry against the notebook it replaces (seed 004, ported in
 bench/seed004_port.py), side by side on the same topic, each run as a fresh process.
 
-1. backlog: N JSON messages (~1 KB, over N/10 keys, 3 partitions): the port, then
-   `deltaferry run`, each on its own folder;
-2. +5 %: N/20 new messages (updates of existing keys), both run again.
+Three contenders, each on a folder of its own:
 
-Prints the wall time of each run (process start to exit), its peak RSS (the process and its
-children), the ratios, and deltaferry's own figures: each step's time and, for ingest, where a
-micro-batch's time went (Kafka read, decode, latest per key + MERGE, ...).
+* the port on Spark's defaults, as the notebook ran (none of deltaferry's tuning);
+* the port in deltaferry's session settings (`seed004_port.py --tuned`: the same driver JVM
+  options and class archive, shuffle partitions, listing parallelism, ... as `deltaferry
+  run` gets), so that what deltaferry's pipeline gains is seen apart from those settings;
+* `deltaferry run` (its pipeline and its tuning).
 
-    make bench-notebook                  # 200,000 messages
-    make bench-notebook N=50000
+1. backlog: N JSON messages (~1 KB, over N/10 keys, 3 partitions) into a fresh folder;
+2. +5 %: N/20 new messages (updates of existing keys), each contender again on its folder.
+
+Each is repeated in `--repeats` rounds (default 3), the contenders' order turning from one
+round to the next (`fair.rounds`: each takes each place in turn); a ratio is the median of
+the rounds' ratios (each round's runs ran back to back). Prints each run's wall time (process
+start to exit) and peak RSS (the process and its children), the ratios, and deltaferry's own
+figures: each step's time and, for ingest, where a micro-batch's time went.
+
+The default N is 210,000 so that the +5 % run's 10,500 records sit off deltaferry's tuning
+limits (`ONE_TASK_RECORDS`, `KEY_FILTER_LIMIT`: 10,000); a size on one is warned about.
+
+    make bench-notebook                  # 210,000 messages, 3 rounds
+    make bench-notebook N=50000 REPEATS=5
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from bench_pipeline import messages  # noqa: E402
+from fair import rounds, spread, warn_on_limits  # noqa: E402
 
 
 class TreePeak:
@@ -77,13 +90,6 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     return seconds, rss, out
 
 
-def run_port(topic: str, bootstrap: str, bucket: Path, env) -> tuple[float, int, dict]:
-    seconds, rss, out = timed([sys.executable, str(BENCH / "seed004_port.py"), "--topic", topic,
-                               "--bootstrap", bootstrap, "--bucket", str(bucket)], env)
-    line = next(x for x in out.splitlines() if x.startswith("SEED004 "))
-    return seconds, rss, json.loads(line.split(" ", 1)[1])
-
-
 def run_deltaferry(topic: str, env, report: Path) -> tuple[float, int, list[dict]]:
     seconds, rss, _ = timed([str(Path(sys.executable).parent / "deltaferry"), "run", topic,
                              "--report", str(report)], env)
@@ -112,11 +118,47 @@ def describe_ingest(reports: list[dict]) -> str:
             f"{ingest['seconds']:.1f} s = {rate:,.0f} msg/s; per phase: {phases}")
 
 
-def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 3
-            ) -> list[dict]:
-    """The port and `deltaferry run` on one topic of `count` messages over `keys` keys, then
-    on `count / 20` more: each run printed; per run its label, messages, both times, the
-    ratio and deltaferry's ingest report."""
+#: The default backlog: its +5 % run (10,500 records) off ONE_TASK_RECORDS and
+#: KEY_FILTER_LIMIT (10,000), which a 200,000-message backlog's sat on.
+MESSAGES = 210_000
+
+#: The contenders, and whether each figure includes deltaferry's tuning.
+CONTENDERS = ("port", "port-tuned", "deltaferry")
+LABELS = {"port": "seed-004 port, Spark's defaults",
+          "port-tuned": "seed-004 port, deltaferry's session settings",
+          "deltaferry": "deltaferry run"}
+TUNING = {"port": "no (the notebook as it ran)",
+          "port-tuned": "yes: deltaferry's session settings, not its pipeline",
+          "deltaferry": "yes: its session settings and its pipeline"}
+
+
+def run_contender(contender: str, topic: str, bootstrap: str, folder: Path, env,
+                  report: Path) -> dict:
+    """One fresh-process run of `contender` on its `folder`: seconds, peak RSS and what it
+    reported."""
+    if contender == "deltaferry":
+        own = {**env, "DELTAFERRY_WAREHOUSE": str(folder / "warehouse")}
+        seconds, rss, reports = run_deltaferry(topic, own, report)
+        ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
+        return {"seconds": seconds, "rss": rss, "reports": reports, "ingest": ingest,
+                "detail": describe_steps(reports)}
+    command = [sys.executable, str(BENCH / "seed004_port.py"), "--topic", topic,
+               "--bootstrap", bootstrap, "--bucket", str(folder / "seed004")]
+    if contender == "port-tuned":
+        command.append("--tuned")
+    seconds, rss, out = timed(command, env)
+    line = next(x for x in out.splitlines() if x.startswith("SEED004 "))
+    port = json.loads(line.split(" ", 1)[1])
+    return {"seconds": seconds, "rss": rss, "port": port,
+            "detail": ", ".join(f"{k} {v}" for k, v in port.items())}
+
+
+def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 3,
+            repeats: int = 3, contenders: tuple[str, ...] = CONTENDERS) -> list[dict]:
+    """The contenders on one topic of `count` messages over `keys` keys, then on `count / 20`
+    more, each in `repeats` rounds of turning order (each round's contenders on folders of
+    their own). Per phase: its label, messages, each contender's seconds per round, the
+    per-round ratios of each port to deltaferry, and deltaferry's ingest reports."""
     env = dict(os.environ)
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         env.update(stack.up())
@@ -126,46 +168,71 @@ def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 
     folder = Path(tempfile.mkdtemp(prefix="deltaferry-bench-notebook-"))
     (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
     env.update({"DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
-                "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
                 "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap})
     produced = produce(bootstrap, topic, messages(count, keys, message_bytes))
+    extra = count // 20
+    warn_on_limits("the backlog", produced)
+    warn_on_limits("the +5 % run", extra)
     print(f"topic {topic}: {produced} messages, {keys} keys, ~{message_bytes} B, "
-          f"{partitions} partitions; {os.cpu_count()} cores; each run a fresh process",
-          flush=True)
+          f"{partitions} partitions; {os.cpu_count()} cores; each run a fresh process; "
+          f"{repeats} round(s), the order turning", flush=True)
 
+    orders = rounds(list(contenders), repeats)
     results = []
-    for label, extra in (("backlog", 0), ("+5 %", count // 20)):
-        if extra:
+    for label, new in (("backlog", produced), ("+5 %", extra)):
+        if label != "backlog":
             more = messages(count + extra, keys, message_bytes, seed=2)
             produce(bootstrap, topic, list(more)[count:])
-        port_s, port_rss, port = run_port(topic, bootstrap, folder / "seed004", env)
-        ours_s, ours_rss, reports = run_deltaferry(topic, env, folder / f"report-{extra}.json")
-        ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
-        results.append({"label": label, "messages": extra or produced, "port_s": port_s,
-                        "ours_s": ours_s, "ratio": port_s / ours_s, "ingest": ingest})
-        print(f"\n{label}: {extra or produced} new messages", flush=True)
-        print(f"  seed-004 port   {port_s:7.1f} s  peak RSS {port_rss / 2**20:6.0f} MiB  "
-              f"({', '.join(f'{k} {v}' for k, v in port.items())})")
-        print(f"  deltaferry run  {ours_s:7.1f} s  peak RSS {ours_rss / 2**20:6.0f} MiB  "
-              f"({describe_steps(reports)})")
-        print(f"  {describe_ingest(reports)}")
-        print(f"  ratio {port_s / ours_s:.2f}x", flush=True)
+        print(f"\n{label}: {new:,} new messages", flush=True)
+        runs: dict[str, list[dict]] = {c: [] for c in contenders}
+        for index, order in enumerate(orders):
+            print(f"  round {index + 1}: {' -> '.join(order)}", flush=True)
+            for contender in order:
+                run = run_contender(contender, topic, bootstrap,
+                                    folder / f"round{index}-{contender}", env,
+                                    folder / f"report-{label[0]}-{index}.json")
+                runs[contender].append(run)
+                print(f"    {LABELS[contender]:<46} {run['seconds']:7.1f} s  peak RSS "
+                      f"{run['rss'] / 2**20:6.0f} MiB  ({run['detail']})", flush=True)
+                if run.get("ingest"):
+                    print(f"      {describe_ingest(run['reports'])}", flush=True)
+        seconds = {c: [r["seconds"] for r in runs[c]] for c in contenders}
+        ratios = {}
+        if "deltaferry" in contenders:
+            ratios = {c: [p / o for p, o in zip(seconds[c], seconds["deltaferry"], strict=True)]
+                      for c in contenders if c != "deltaferry"}
+        for contender, values in ratios.items():
+            print(f"  {LABELS[contender]} / deltaferry run: {spread(values, 'x', 2)} "
+                  "(median of the rounds' ratios)", flush=True)
+        ingests = [r["ingest"] for r in runs.get("deltaferry", []) if r.get("ingest")]
+        results.append({"label": label, "messages": new, "seconds": seconds, "ratios": ratios,
+                        "ingests": ingests})
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument("--keys", type=int, help="distinct keys (default: messages / 10)")
     parser.add_argument("--message-bytes", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of each run, the contenders' order turning (default 3)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     keys = args.keys or max(1, args.messages // 10)
-    results = compare(args.messages, keys, args.message_bytes, args.partitions)
-    print("\n| run | seed-004 port | deltaferry run | ratio |\n|---|---|---|---|")
+    results = compare(args.messages, keys, args.message_bytes, args.partitions, args.repeats)
+    print(f"\n{args.repeats} round(s); seconds are medians (range, rounds); a ratio is the "
+          "median of the rounds' ratios to deltaferry run")
+    print("| run | contender | includes deltaferry's tuning | seconds | ratio to deltaferry run |"
+          "\n|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['label']} ({r['messages']:,}) | {r['port_s']:.0f} s | {r['ours_s']:.0f} s "
-              f"| {r['ratio']:.2f}x |")
+        for contender in CONTENDERS:
+            ratio = (spread(r["ratios"][contender], "x", 2) if contender in r["ratios"]
+                     else "-")
+            print(f"| {r['label']} ({r['messages']:,}) | {LABELS[contender]} | "
+                  f"{TUNING[contender]} | {spread(r['seconds'][contender])} | {ratio} |")
     return 0
 
 

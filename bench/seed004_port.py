@@ -11,9 +11,14 @@ arguments and plain files; everything else is the notebook's own logic:
 
 Its Spark session is what the notebook would get: local[*], the same jars (Kafka source,
 Delta) and driver memory as deltaferry's, and otherwise Spark's defaults (the notebook sets
-none: 200 shuffle partitions, tiered JIT compilation).
+none: 200 shuffle partitions, VACUUM's file listing in 10,000 tasks, the JVM's tiered JIT, no
+class archive). With --tuned it gets deltaferry's own session settings instead
+(`deltaferry.spark.session.builder_settings` for a local master: LOCAL_DEFAULTS, the driver
+JVM options of `driver_java_options` with the class archive, no progress bars), so that
+deltaferry's pipeline can be compared with the notebook's apart from those settings.
 
     python bench/seed004_port.py --topic T --bootstrap HOST:PORT --bucket DIR [--update-schema]
+        [--tuned]
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ def main() -> int:
     parser.add_argument("--bucket", required=True,
                         help="the topic's folder (the notebook's bucket)")
     parser.add_argument("--update-schema", action="store_true")
+    parser.add_argument("--tuned", action="store_true",
+                        help="deltaferry's session settings instead of Spark's defaults")
     args = parser.parse_args()
 
     from delta.tables import DeltaTable
@@ -60,13 +67,16 @@ def main() -> int:
     from pyspark.sql.functions import col, expr, from_json
     from pyspark.sql.types import StructType
 
-    from deltaferry.spark.session import COMMON_CONF, spark_jars_csv
+    from deltaferry.spark.session import COMMON_CONF, builder_settings, spark_jars_csv
 
     started = time.monotonic()
-    builder = (SparkSession.builder.appName("seed004-port").master("local[*]")
-               .config("spark.jars", spark_jars_csv())
-               .config("spark.driver.memory", os.environ.get("DELTAFERRY_DRIVER_MEMORY", "2g")))
-    for key, value in COMMON_CONF.items():  # the Delta extensions, UTC
+    builder = SparkSession.builder.appName("seed004-port").master("local[*]")
+    if args.tuned:  # what deltaferry's get_spark gives a local session it starts itself
+        settings = builder_settings("local[*]", submitted=False)
+    else:  # the notebook's: the Delta extensions, UTC, the jars and the driver memory only
+        settings = {**COMMON_CONF, "spark.jars": spark_jars_csv(),
+                    "spark.driver.memory": os.environ.get("DELTAFERRY_DRIVER_MEMORY", "2g")}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -129,8 +139,11 @@ def main() -> int:
     timings["stream"] = time.monotonic() - mark
     rows = spark.read.format("delta").load(delta_location).count()
     timings["total"] = time.monotonic() - started
-    print("SEED004 " + json.dumps({"rows": rows, **{k: round(v, 2) for k, v in timings.items()}}),
-          flush=True)
+    print("SEED004 " + json.dumps({
+        "rows": rows, **{k: round(v, 2) for k, v in timings.items()},
+        "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "java_options": spark.conf.get("spark.driver.extraJavaOptions", "") or "-"}),
+        flush=True)
     return 0
 
 
