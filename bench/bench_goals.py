@@ -243,14 +243,14 @@ def commit() -> str:
         return "unknown"
 
 
-def write_results(path: Path, text: str, args: argparse.Namespace) -> None:
+def write_results(path: Path, text: str, args: argparse.Namespace, seconds: float) -> None:
     """The table with when, where and how it was measured: the dated record of the figures."""
     path.parent.mkdir(parents=True, exist_ok=True)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     path.write_text(
         f"# bench-goals {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n\n"
         f"commit {commit()}; {platform.node()}, {os.cpu_count()} cores; load average at the "
-        f"end {load}; driver memory {driver_memory()}; arguments: "
+        f"end {load}; took {seconds / 60:.1f} min; driver memory {driver_memory()}; arguments: "
         f"{' '.join(sys.argv[1:]) or '(defaults)'}\n\n{text}\n", encoding="utf-8")
 
 
@@ -282,6 +282,7 @@ def main() -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     upserts = tuple(int(u) for u in args.upserts.split(",") if u.strip())
+    started = time.monotonic()
     configure_logging()
     if not os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         os.environ.update(stack.up())
@@ -325,7 +326,7 @@ def main() -> int:
     print(f"\n{text}", flush=True)
     results = args.results or (Path(__file__).resolve().parent / "out"
                                / f"goals-{time.strftime('%Y%m%d-%H%M%S')}.md")
-    write_results(results, text, args)
+    write_results(results, text, args, time.monotonic() - started)
     print(f"written to {results}", flush=True)
     return status
 
