@@ -8,7 +8,9 @@ merge:   9,500 and 10,500 upserts of existing keys (either side of KEY_FILTER_LI
          commit's operationMetrics (rows copied, files rewritten).
 backlog: a 2,000,000-message backlog (~300 B each) ingested by `run_step` with the default
          2 GB driver: batches (sized by bytes), messages/s, where the time went, peak RSS of
-         the driver (this process and its Spark JVM, not the stack's services).
+         the driver (this process and its Spark JVM, not the stack's services). Run alone
+         (--part backlog) the driver is fresh, as a scheduled ingest's is: bench_goals runs it
+         so; after --part merge the heap the MERGEs grew is counted too.
 
     make bench-merge                       # both
     .venv/bin/python bench/bench_merge.py --part merge --big 2000000 --small 20000
@@ -17,6 +19,7 @@ backlog: a 2,000,000-message backlog (~300 B each) ingested by `run_step` with t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -158,11 +161,12 @@ def bench_backlog(spark, messages: int, keys: int) -> dict:
         seconds = time.monotonic() - started
     print(f"  ingest: {report.messages_read:,} messages in {report.batches} batch(es), "
           f"{seconds:.0f} s = {report.messages_read / seconds:,.0f} msg/s, peak RSS "
-          f"{memory.peak / 2**20:,.0f} MiB (this Python driver and its Spark JVM; the stack's "
-          f"services not counted); {describe_phases(report.phases)}",
+          f"{memory.describe()}: this Python driver and its Spark JVM, the stack's services not "
+          f"counted; {describe_phases(report.phases)}",
           flush=True)
     return {"messages": report.messages_read, "batches": report.batches, "seconds": seconds,
-            "peak_rss": memory.peak, "phases": dict(report.phases)}
+            "peak_rss": memory.peak, "peak_split": memory.describe(),
+            "phases": dict(report.phases)}
 
 
 def main() -> int:
@@ -185,7 +189,8 @@ def main() -> int:
         bench_merge(spark, args.small, args.big,
                     tuple(int(u) for u in args.upserts.split(",") if u.strip()), args.repeats)
     if args.part in ("backlog", "both"):
-        bench_backlog(spark, args.messages, args.keys)
+        result = bench_backlog(spark, args.messages, args.keys)
+        print("BACKLOG " + json.dumps(result), flush=True)  # for bench_goals' fresh run
     return 0
 
 

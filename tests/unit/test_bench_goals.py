@@ -85,6 +85,7 @@ def test_merge_goals_are_judged_on_both_sides_of_the_key_list_limit():
     rows = bench_goals.merge_goals(merged, 20_000, 2_000_000, bench_merge.UPSERTS)
     ratios = [r for r in rows if r.target == "<= 2x" and "rows copied" not in r.goal]
     assert [r.met for r in ratios] == [True, False]
+    assert "under KEY_FILTER_LIMIT" in ratios[0].goal and "over" in ratios[1].goal
 
 
 def test_default_sizes_sit_on_no_tuning_limit():
