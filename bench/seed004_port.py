@@ -138,11 +138,13 @@ def main() -> int:
      .awaitTermination())
     timings["stream"] = time.monotonic() - mark
     rows = spark.read.format("delta").load(delta_location).count()
+    java_options = spark.conf.get("spark.driver.extraJavaOptions", "") or ""
     timings["total"] = time.monotonic() - started
     print("SEED004 " + json.dumps({
         "rows": rows, **{k: round(v, 2) for k, v in timings.items()},
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
-        "java_options": spark.conf.get("spark.driver.extraJavaOptions", "") or "-"}),
+        "c1_only": "-XX:TieredStopAtLevel=1" in java_options,
+        "class_archive": "-XX:SharedArchiveFile=" in java_options}),
         flush=True)
     return 0
 
