@@ -44,7 +44,15 @@ def _stack(args: argparse.Namespace) -> int:
     def up() -> dict[str, str]:
         return stack.up(cluster=args.cluster)
 
-    return _local_service("stack", args.action, up, stack.down, stack.status)
+    def down() -> list[str]:
+        """The stack, then this user's warm drivers of the default folder (deltaferry.spark.warm:
+        started by tasks outside `deltaferry airflow`, e.g. an operator in a test or a script);
+        they start again when a task needs them."""
+        from deltaferry.spark import warm
+
+        return stack.down() + warm.stop_pools({})
+
+    return _local_service("stack", args.action, up, down, stack.status)
 
 
 def _airflow(args: argparse.Namespace) -> int:

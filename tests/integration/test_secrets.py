@@ -57,11 +57,13 @@ class CommandLines:
         self._stop.set()
         self._thread.join(10)
 
-    def spark_drivers_of(self, topic: str) -> list[str]:
+    def spark_drivers_of(self, topic: str, warm: bool = False) -> list[str]:
         """The sampled command lines of Spark driver JVMs started for `topic` (their app name
-        holds it; other Spark applications on the machine are not ours)."""
+        holds it; other Spark applications on the machine are not ours); with `warm`, of the
+        warm drivers (deltaferry.spark.warm), whose app name is the pool's, not a topic's."""
+        mark = "deltaferry-warm-" if warm else topic
         return sorted(line for line in self.seen
-                      if "org.apache.spark.deploy.SparkSubmit" in line and topic in line)
+                      if "org.apache.spark.deploy.SparkSubmit" in line and mark in line)
 
 
 def secrets_of(stack_env: dict[str, str]) -> dict[str, str]:
@@ -77,10 +79,11 @@ def assert_secret_free(secrets: dict[str, str], where: str, text: str) -> None:
 
 
 def assert_nothing_leaked(secrets, lines: CommandLines, topic: str, outputs: dict[str, str],
-                          warehouse: str, log_root: Path) -> None:
+                          warehouse: str, log_root: Path, warm: bool = False) -> None:
     """No secret in any sampled command line, output, *.log file under `log_root`, or object of
-    the warehouse (and the sampler did see the topic's Spark driver JVM)."""
-    assert lines.samples >= 5 and lines.spark_drivers_of(topic), (
+    the warehouse (and the sampler did see the topic's Spark driver JVM, or with `warm` the
+    warm driver's)."""
+    assert lines.samples >= 5 and lines.spark_drivers_of(topic, warm), (
         "the sampler never saw the Spark driver JVM")
     for line in lines.seen:
         assert_secret_free(secrets, f"a process's command line ({line[:80]}...)", line)
@@ -152,12 +155,16 @@ def test_cli_run_on_s3_through_sasl_puts_no_secret_anywhere(stack_env, s3_wareho
                           s3_warehouse, tmp_path_factory.getbasetemp())
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["spark-submit", "warm-driver"])
 def test_airflow_task_with_connections_puts_no_secret_anywhere(stack_env, s3_warehouse, tmp_path,
                                                                tmp_path_factory, monkeypatch,
-                                                               capfd):
-    """The DAG's infer and ingest tasks as the operator runs them (spark-submit, its driver JVM),
-    Kafka and S3 from Airflow connections only: the test's own environment has neither."""
+                                                               capfd, warm):
+    """The DAG's infer and ingest tasks as the operator runs them, Kafka and S3 from Airflow
+    connections only (the test's own environment has neither): by spark-submit (its driver
+    JVM), and in a warm driver (the pool's processes, their command lines and the pool's log,
+    kept under the test's folder)."""
     from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
+    from deltaferry.spark import warm as warm_drivers
 
     topic, expected = topic_with_messages(stack_env, "noleak-airflow")
     for name in CREDENTIAL_VARS:
@@ -174,15 +181,21 @@ def test_airflow_task_with_connections_puts_no_secret_anywhere(stack_env, s3_war
         "extra": {"endpoint_url": stack_env["DELTAFERRY_S3_ENDPOINT"]}}))
     monkeypatch.setenv("DELTAFERRY_WAREHOUSE", s3_warehouse)
     monkeypatch.setenv("DELTAFERRY_SPARK_MASTER", "local[2]")
+    monkeypatch.setenv(warm_drivers.ENABLED_VAR, "on" if warm else "off")
+    monkeypatch.setenv(warm_drivers.DIR_VAR, str(tmp_path / "pool"))
     monkeypatch.chdir(tmp_path)
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n")
     reports = {}
-    with CommandLines() as lines:
-        for step in ("infer", "ingest"):
-            task = DeltaferrySparkSubmitOperator(task_id=step, topic=topic, step=step,
-                                                 topics_file=str(topics))
-            reports[step] = task.execute({"params": {}})
+    try:
+        with CommandLines() as lines:
+            for step in ("infer", "ingest"):
+                task = DeltaferrySparkSubmitOperator(task_id=step, topic=topic, step=step,
+                                                     topics_file=str(topics))
+                reports[step] = task.execute({"params": {}})
+    finally:
+        warm_drivers.stop_pools()
+    assert bool(lines.spark_drivers_of(topic, warm=True)) == warm  # the path asked for
     ingest = reports["ingest"]  # one dict per task
     assert ingest["messages_read"] == 40, reports
     captured = capfd.readouterr()  # Airflow's task logging writes to the process's stdout
@@ -194,7 +207,7 @@ def test_airflow_task_with_connections_puts_no_secret_anywhere(stack_env, s3_war
         monkeypatch.setenv(name, value)  # to read the table and the bucket back
     assert table_rows(s3_warehouse, topic, stack_env) == expected
     assert_nothing_leaked(secrets_of(stack_env), lines, topic, {"the task's log": log_text},
-                          s3_warehouse, tmp_path_factory.getbasetemp())
+                          s3_warehouse, tmp_path_factory.getbasetemp(), warm=warm)
 
 
 def test_wrong_sasl_password_fails_before_spark_in_one_line(stack_env, s3_warehouse, tmp_path):
