@@ -99,15 +99,21 @@ def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     wait_for_mark(run, mark, point, 240)
+    kill_group(run, "run")
+
+
+def kill_group(run: subprocess.Popen, what: str) -> int:
+    """SIGKILL `run`'s process group (started with start_new_session) and wait until none of
+    it is left, its JVM included (nothing of it still writes); `run`'s exit status."""
     os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
+    status = run.wait()
     deadline = time.monotonic() + 20
-    while True:  # the JVM died with it: nothing of that run still writes
+    while True:
         try:
             os.killpg(run.pid, 0)
         except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, "the run's JVM outlived its process group's kill"
+            return status
+        assert time.monotonic() < deadline, f"the {what}'s JVM outlived its process group's kill"
         time.sleep(0.2)
 
 

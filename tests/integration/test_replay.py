@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -21,7 +20,7 @@ from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_deletion_vectors, assert_readers_agree
 from .test_cli import CLI
-from .test_crash import wait_for_mark
+from .test_crash import kill_group, wait_for_mark
 from .test_pipeline import context, table_version
 
 pytestmark = pytest.mark.integration
@@ -93,16 +92,7 @@ def test_show_then_replay_lands_what_now_parses_exactly_once(
         env={**os.environ, POINT_VAR: point, MARK_VAR: str(mark)}, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     wait_for_mark(killed, mark, point, 240)
-    os.killpg(killed.pid, signal.SIGKILL)
-    assert killed.wait() == -signal.SIGKILL
-    deadline = time.monotonic() + 20
-    while True:  # its JVM died with it: nothing of that replay still writes
-        try:
-            os.killpg(killed.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, "the replay's JVM outlived its process group's kill"
-        time.sleep(0.2)
+    assert kill_group(killed, "replay") == -signal.SIGKILL
     assert table(spark, ctx) == {"k": (3.0, 2), "m": (4.5, 3), "n": (6.5, 5)}
     claimed = spark.read.format("delta").load(ctx.paths.quarantine) \
         .where("replay_id IS NOT NULL AND replayed_at IS NULL").collect()
