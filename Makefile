@@ -27,6 +27,7 @@ help:
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
+	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true  # the commit convention
 	@$(BIN)/python -m deltaferry.spark.class_archive  # the driver JVM's class archive (once per JVM and jars)
 
 $(VENV)/.tools:
