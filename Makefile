@@ -35,11 +35,12 @@ $(VENV)/.tools:
 	scripts/ensure-tools.sh
 	mkdir -p $(VENV) && touch $@
 
-$(VENV)/.installed: requirements.lock overrides.txt pyproject.toml | $(VENV)/.tools
+$(VENV)/.installed: requirements.lock overrides.txt pyproject.toml dev/pyproject.toml | $(VENV)/.tools
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip install -q --python $(BIN)/python --override overrides.txt -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e dev/  # the harness: deltaferry_dev
 	touch $@
 
 $(DEPS)/jars/spark/.resolved: jvm/spark/pom.xml $(VENV)/.installed
@@ -55,10 +56,11 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 
 test: setup lint test-unit docs test-integration
 
-# ruff (style, imports, bugbear) and mypy over the library, the tests, the benchmarks, the DAGs.
+# ruff (style, imports, bugbear) and mypy over the library, the harness, the tests, the
+# benchmarks, the DAGs.
 lint: setup
-	$(BIN)/ruff check deltaferry tests bench dags plugins
-	$(BIN)/mypy deltaferry
+	$(BIN)/ruff check deltaferry dev tests bench dags plugins
+	$(BIN)/mypy deltaferry dev/deltaferry_dev
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q
@@ -74,7 +76,7 @@ test-integration: setup
 	$(BIN)/pytest tests/integration -q -m integration
 
 demo: setup
-	$(BIN)/python -m deltaferry.dev.demo
+	$(BIN)/python -m deltaferry_dev.demo
 
 # A local Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, in the
 # background, on the local stack: http://localhost:8080 (or AIRFLOW__API__PORT, or a free port).

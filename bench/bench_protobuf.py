@@ -23,13 +23,13 @@ import time
 import uuid
 
 from deltaferry.config import REPO_ROOT, Settings, TopicConfig
-from deltaferry.dev import stack
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, configure_logging, run_step
 from deltaferry.schema.proto_sources import compile_proto
 from deltaferry.schema.protobuf import MessagePlan, decode_batch, spark_type
 from deltaferry.schema.store import SchemaStore
+from deltaferry_dev import stack
 
 PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 

@@ -114,7 +114,7 @@ PY
 
 def closed_registry_env(user: str | None = None) -> dict[str, str]:
     """A registry URL on a loopback port nothing listens on (credentials in the URL if `user`)."""
-    from deltaferry.dev.stack.process import free_ports
+    from deltaferry_dev.stack.process import free_ports
 
     (port,) = free_ports(1)
     auth = f"{user}:pw-secret@" if user else ""

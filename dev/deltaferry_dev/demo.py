@@ -112,8 +112,8 @@ def say(text: str) -> None:
 def main() -> int:
     """Start the stack and a local Airflow, produce, run the topic's DAG through the scheduler,
     print the table."""
-    from deltaferry.dev.airflow import services
-    from deltaferry.dev.airflow.rest import run_through_scheduler
+    from deltaferry_dev.airflow import services
+    from deltaferry_dev.airflow.rest import run_through_scheduler
 
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))

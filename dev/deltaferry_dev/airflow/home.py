@@ -1,4 +1,4 @@
-"""The Airflow home of the local Airflow (`deltaferry.dev.airflow.services`): its environment and
+"""The Airflow home of the local Airflow (`deltaferry_dev.airflow.services`): its environment and
 metadata database.
 
 The Airflow home is ``.airflow`` at the repository root unless AIRFLOW_HOME says otherwise;
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from deltaferry.errors import DeltaferryError
-from deltaferry.jvm import REPO_ROOT
+from deltaferry_dev import REPO_ROOT
 
 DEFAULT_HOME = REPO_ROOT / ".airflow"
 MIGRATED_MARK = ".deltaferry-db-migrated"
@@ -38,7 +38,7 @@ def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None =
     if env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
         for key in ("SQL_ALCHEMY_CONNECT_ARGS", "SQL_ALCHEMY_CONNECT_ARGS_ASYNC"):
             env.setdefault(f"AIRFLOW__DATABASE__{key}",
-                           "deltaferry.dev.airflow.home.SQLITE_CONNECT_ARGS")
+                           "deltaferry_dev.airflow.home.SQLITE_CONNECT_ARGS")
     env.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
     env.update(extra)
     return env
