@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from deltaferry.config import REPO_ROOT, Settings, TopicConfig
+from deltaferry.config import Settings, TopicConfig
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
@@ -22,6 +23,8 @@ from deltaferry.schema.store import SchemaStore
 from .readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ORDER_PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 NAME = "shop/order.proto"

@@ -2,6 +2,8 @@
 file, and applying them to inferred schemas so the cache carries the hinted types and the
 merge never widens a hinted field away from its hint."""
 
+from pathlib import Path
+
 import pytest
 
 from deltaferry.config import load_topics, parse_topics
@@ -140,10 +142,9 @@ topics:
 
 def test_the_demo_topics_hints_file_loads():
     """schemas/demo_events.yaml, which the demo's topic entry names, is valid."""
-    from deltaferry.config import REPO_ROOT
-
+    repo = Path(__file__).resolve().parents[2]
     topics = parse_topics({"topics": [{"name": "demo_events",
                                        "schema_hints_file": "schemas/demo_events.yaml"}]},
-                          str(REPO_ROOT / "topics.yaml"))
+                          str(repo / "topics.yaml"))
     assert topics.errors == []
     assert {h.path: h.type for h in topics.topics[0].schema_hints}
