@@ -6,10 +6,10 @@ Maven resolves `jvm/spark/pom.xml` and `jvm/kafka/pom.xml` into `<deps>/jars/spa
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry.errors import SetupError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ _VERSION_SUFFIX = re.compile(r"-\d[\w.]*(-\d+)?\.jar$")
 
 def deps_dir() -> Path:
     """The folder `make setup` resolves JVM libraries (and other binaries) into."""
-    return Path(os.environ.get("DELTAFERRY_DEPS", REPO_ROOT / ".deps")).resolve()
+    return Path(envvars.DEPS.value() or REPO_ROOT / ".deps").resolve()
 
 
 def jars_in(kind: str) -> list[Path]:

@@ -37,7 +37,7 @@ class Settings:
         bootstrap = envvars.KAFKA_BOOTSTRAP.value(env)
         if not bootstrap:
             raise ConfigError(
-                "DELTAFERRY_KAFKA_BOOTSTRAP",
+                envvars.KAFKA_BOOTSTRAP.name,
                 "not set: export the brokers as host:port[,host:port], or run "
                 '`export $(deltaferry stack up)` for a local broker',
             )
@@ -45,7 +45,7 @@ class Settings:
             host, _, port = broker.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(
-                    "DELTAFERRY_KAFKA_BOOTSTRAP", f"{broker!r} is not host:port"
+                    envvars.KAFKA_BOOTSTRAP.name, f"{broker!r} is not host:port"
                 )
         return cls(
             warehouse=warehouse,
@@ -67,13 +67,13 @@ def parse_kafka_options(text: str) -> dict[str, str]:
     try:
         options = json.loads(text)
     except ValueError:
-        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "is not a JSON object") from None
+        raise ConfigError(envvars.KAFKA_OPTIONS.name, "is not a JSON object") from None
     if not isinstance(options, dict):
-        raise ConfigError("DELTAFERRY_KAFKA_OPTIONS", "must be a JSON object of properties")
+        raise ConfigError(envvars.KAFKA_OPTIONS.name, "must be a JSON object of properties")
     bad = sorted(k for k in options if k.startswith("kafka.") or k == "bootstrap.servers")
     if bad:
         raise ConfigError(
-            "DELTAFERRY_KAFKA_OPTIONS",
+            envvars.KAFKA_OPTIONS.name,
             f"give client properties without the 'kafka.' prefix and without bootstrap.servers "
             f"(use DELTAFERRY_KAFKA_BOOTSTRAP): {', '.join(bad)}",
         )
