@@ -22,8 +22,8 @@ import tempfile
 import time
 import uuid
 
-from deltaferry.config import REPO_ROOT, Settings, TopicConfig
-from deltaferry.dev import stack
+from deltaferry.config import Settings, TopicConfig
+from deltaferry.dev import REPO_ROOT, stack
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, configure_logging, run_step

@@ -6,3 +6,8 @@ The library (every other module of deltaferry) never imports from here, so an in
 deltaferry on a real cluster carries none of it into its jobs; `deltaferry stack` and
 `deltaferry airflow` on the command line are the only doors in.
 """
+
+from pathlib import Path
+
+#: The source checkout the harness runs from (the library itself assumes none).
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent

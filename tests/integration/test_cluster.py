@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from deltaferry.dev import REPO_ROOT
 from deltaferry.dev.airflow import services
 from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 from deltaferry.storage import S3Settings
 

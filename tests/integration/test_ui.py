@@ -23,10 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deltaferry.dev import REPO_ROOT
 from deltaferry.dev.airflow import services
 from deltaferry.dev.airflow.rest import follow, wait_until
 from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 
 pytestmark = pytest.mark.integration

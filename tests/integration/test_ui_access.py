@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
+from deltaferry.dev import REPO_ROOT
 from deltaferry.dev.airflow import services
 from deltaferry.dev.airflow.rest import wait_until
 from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic
 
 from .per_dag_auth import ACCESS_VAR

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.jvm import REPO_ROOT, deps_dir
+from deltaferry.dev import REPO_ROOT
+from deltaferry.jvm import deps_dir
 from deltaferry.kafka import produce
 
 pytestmark = pytest.mark.integration

@@ -58,3 +58,16 @@ def test_a_variable_reads_the_mapping_it_is_given_else_its_default(monkeypatch):
     assert envvars.POOL.value({"DELTAFERRY_POOL": " mine "}) == "mine"
     assert envvars.POOL.value({"DELTAFERRY_POOL": ""}) == "deltaferry"
     assert envvars.POOL.raw({}) is None and not envvars.POOL.is_set({})
+
+
+def test_no_default_assumes_a_source_checkout(tmp_path, monkeypatch):
+    from deltaferry.config import topics_path, warehouse_from_env
+    from deltaferry.jvm import deps_dir
+
+    for variable in (envvars.TOPICS, envvars.WAREHOUSE, envvars.DEPS):
+        monkeypatch.delenv(variable.name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert deps_dir() == tmp_path.resolve() / ".deps"
+    assert warehouse_from_env() == str(tmp_path / "warehouse")
+    assert topics_path() == str(tmp_path / "topics.yaml")
+    assert not hasattr(__import__("deltaferry.jvm").jvm, "REPO_ROOT")

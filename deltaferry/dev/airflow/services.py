@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from deltaferry.dev import REPO_ROOT
 from deltaferry.dev.airflow.home import airflow_command, airflow_env, ensure_database
 from deltaferry.dev.stack.process import (
     ManagedProcess,
@@ -39,7 +40,6 @@ from deltaferry.dev.stack.process import (
     wait_ready,
 )
 from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.spark import warm
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")

@@ -36,10 +36,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from deltaferry.dev import REPO_ROOT
 from deltaferry.dev.stack import kafka, registry, s3, spark
 from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
 
 __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
