@@ -251,7 +251,7 @@ class TopicConfig:
     """One validated entry of the topics file."""
 
     name: Annotated[str, BeforeValidator(lambda v: validate_topic_name(v))] = option(
-        ..., "a legal Kafka topic name (required)")
+        ..., "a legal Kafka topic name")
     format: Annotated[str, _supported("format", FORMATS)] = option(
         "json", "json | avro | protobuf (avro and protobuf: Confluent wire format through the "
         "Schema Registry; protobuf may instead name a .proto file)")
