@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 
-from deltaferry.config import Settings, TopicConfig
+from deltaferry.config import ProtobufOptions, Settings, TopicConfig
 from deltaferry.dev import REPO_ROOT, stack
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
@@ -163,7 +163,8 @@ def main() -> int:
     rate_json = ingest(spark, settings, TopicConfig(json_topic,
                        max_offsets_per_trigger=args.max_offsets), "json", args.messages)
     rate_proto = ingest(spark, settings, TopicConfig(proto_topic, format="protobuf",
-                        message="shop.Order", max_offsets_per_trigger=args.max_offsets),
+                        protobuf=ProtobufOptions(message="shop.Order"),
+                        max_offsets_per_trigger=args.max_offsets),
                         "protobuf", args.messages)
     print(f"protobuf ingest / JSON ingest: {rate_proto / rate_json:.2f}")
     return 0

@@ -169,7 +169,7 @@ def check_reachable(settings: RegistrySettings) -> None:
 
 def uses_registry(topic: TopicConfig) -> bool:
     """Whether `topic`'s values are read through the Schema Registry."""
-    return topic.format == "avro" or (topic.format == "protobuf" and not topic.proto_file)
+    return topic.format == "avro" or (topic.format == "protobuf" and not topic.protobuf.proto_file)
 
 
 def check_topic_registry(topic: TopicConfig, env: Mapping[str, str] | None = None) -> None:

@@ -337,36 +337,6 @@ class TopicConfig:
         """Whether rows are identified by the Kafka key (mode upsert without merge_key)."""
         return not self.appends and not self.merge_key
 
-    # transitional: the flat spelling of the per-format options (removed once call sites read
-    # the sections)
-    @property
-    def subject_strategy(self) -> str:
-        return self.avro.subject_strategy
-
-    @property
-    def record_name(self) -> str | None:
-        return self.avro.record_name
-
-    @property
-    def schema_version(self) -> int | None:
-        return self.avro.schema_version
-
-    @property
-    def message(self) -> str | None:
-        return self.protobuf.message
-
-    @property
-    def proto_file(self) -> str | None:
-        return self.protobuf.proto_file
-
-    @property
-    def schema_hints(self) -> tuple[Hint, ...]:
-        return self.json.schema_hints
-
-    @property
-    def schema_hints_file(self) -> str | None:
-        return self.json.schema_hints_file
-
 
 @options(frozen=True, config=_CONFIG)
 class FileOptions:

@@ -129,9 +129,9 @@ topics:
 """)
     topics = load_topics(path)
     a, b = topics.topics
-    assert [(h.path, h.type) for h in a.schema_hints] == [("amount", "decimal(18,2)"), ("address.zip", "string")]
-    assert [(h.path, h.type) for h in b.schema_hints] == [("amount", "decimal(18,2)"), ("created", "timestamp")]
-    assert b.schema_hints_file == str((tmp_path / "schemas" / "b.yaml").resolve())
+    assert [(h.path, h.type) for h in a.json.schema_hints] == [("amount", "decimal(18,2)"), ("address.zip", "string")]
+    assert [(h.path, h.type) for h in b.json.schema_hints] == [("amount", "decimal(18,2)"), ("created", "timestamp")]
+    assert b.json.schema_hints_file == str((tmp_path / "schemas" / "b.yaml").resolve())
     errors = {e.topic: str(e) for e in topics.errors}
     assert errors["c"] == "topics[2] ('c'): schema_hints: field 'created': 'datetime' is not a type a hint can give (one of bigint, boolean, byte, date, double, float, int, integer, long, real, short, smallint, string, timestamp, tinyint, decimal(p,s))"
     assert errors["d"] == "topics[3] ('d'): schema_hints is only for format json (format avro takes its types from its schema, not from inference)"
@@ -147,4 +147,4 @@ def test_the_demo_topics_hints_file_loads():
                                        "schema_hints_file": "schemas/demo_events.yaml"}]},
                           str(repo / "topics.yaml"))
     assert topics.errors == []
-    assert {h.path: h.type for h in topics.topics[0].schema_hints}
+    assert {h.path: h.type for h in topics.topics[0].json.schema_hints}
