@@ -1,25 +1,24 @@
 """Where the JVM libraries resolved by `make setup` live, and how Spark is pointed at them.
 
 Maven resolves `jvm/spark/pom.xml` and `jvm/kafka/pom.xml` into `<deps>/jars/spark` and
-`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS` or `.deps` at the repository root.
+`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` in the current directory.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry.errors import SetupError
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _VERSION_SUFFIX = re.compile(r"-\d[\w.]*(-\d+)?\.jar$")
 
 
 def deps_dir() -> Path:
-    """The folder `make setup` resolves JVM libraries (and other binaries) into."""
-    return Path(os.environ.get("DELTAFERRY_DEPS", REPO_ROOT / ".deps")).resolve()
+    """The folder `make setup` resolves JVM libraries (and other binaries) into:
+    DELTAFERRY_DEPS, else ``.deps`` in the current directory."""
+    return Path(envvars.DEPS.value() or ".deps").resolve()
 
 
 def jars_in(kind: str) -> list[Path]:

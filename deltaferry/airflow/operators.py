@@ -35,6 +35,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from deltaferry import env as envvars
 from deltaferry import steps
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
@@ -89,14 +90,14 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     )
 
     env = os.environ if env is None else env
-    conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"),
+    conf: dict[str, Any] = {"spark.log.level": envvars.SPARK_LOG_LEVEL.value(env),
                             **QUIET_CONF, **BATCH_CONF}
     java_options = driver_java_options(env)
     if java_options:  # the driver runs here (client mode), on any master
         conf["spark.driver.extraJavaOptions"] = java_options
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
-        conf["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
+        conf["spark.driver.memory"] = envvars.DRIVER_MEMORY.value(env)
     conf.update(extra_spark_conf(env))
     conf.update(user_conf or {})
     return conf
@@ -120,7 +121,7 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     python = worker_python(master, env)
     if python:
-        env.setdefault("PYSPARK_PYTHON", python)
+        env.setdefault(envvars.PYSPARK_PYTHON.name, python)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the task log as they happen
     return env
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry.jvm import deps_dir, pyspark_jars_dir
 
 #: Where the archives live, under the deps folder `make setup` fills.
@@ -38,11 +39,10 @@ FOLDER = "cds"
 
 def java_binary(env: Mapping[str, str] | None = None) -> Path | None:
     """The `java` a driver PySpark launches runs: JAVA_HOME's, else the one on PATH."""
-    env = os.environ if env is None else env
-    home = env.get("JAVA_HOME")
+    home = envvars.JAVA_HOME.raw(env)
     if home and (Path(home) / "bin" / "java").exists():
         return (Path(home) / "bin" / "java").resolve()
-    found = shutil.which("java", path=env.get("PATH"))
+    found = shutil.which("java", path=(os.environ if env is None else env).get("PATH"))
     return Path(found).resolve() if found else None
 
 
@@ -130,9 +130,9 @@ def build(timeout: float = 600.0) -> Path | None:
         stale.unlink()
     partial = Path(tempfile.mkdtemp(prefix="cds-", dir=path.parent)) / path.name
     env = {**os.environ,
-           "DELTAFERRY_DRIVER_JAVA_OPTIONS":
+           envvars.DRIVER_JAVA_OPTIONS.name:
                f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"}
-    for name in ("DELTAFERRY_SPARK_MASTER", "DELTAFERRY_SPARK_CONF"):
+    for name in (envvars.SPARK_MASTER.name, envvars.SPARK_CONF.name):
         env.pop(name, None)
     started = time.monotonic()
     # PySpark's JVM exits when the Python process that launched it does; the archive is

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 from deltaferry.storage import S3Settings
+from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
 from deltaferry_dev.stack.process import free_ports
 

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic
+from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import wait_until
 from deltaferry_dev.stack.process import free_ports

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
+from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.home import airflow_env
 
