@@ -31,6 +31,7 @@ def publish(reports: list[dict]) -> None:
 
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
+    from deltaferry.formats import check_topic_registry
     from deltaferry.pipeline import (
         TopicContext,
         configure_logging,
@@ -38,7 +39,6 @@ def main(step: str, argv: list[str] | None = None) -> int:
         run_step,
         topic_lock,
     )
-    from deltaferry.registry import check_topic_registry
     from deltaferry.spark.session import get_spark
     from deltaferry.storage import check_warehouse
 

@@ -10,40 +10,18 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 
 from deltaferry import steps
-from deltaferry.config import Format, Settings, TopicConfig, load_topics, trigger_seconds
+from deltaferry.config import TopicConfig, trigger_seconds
+from deltaferry.context import TopicContext
 from deltaferry.errors import EmptyTopicError
+from deltaferry.formats import check_topic_registry, format_of
 from deltaferry.lock import TopicLock, lock_timing
-from deltaferry.paths import TopicPaths
-from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class TopicContext:
-    """Everything a step needs to know about one topic, resolved once."""
-
-    topic: TopicConfig
-    settings: Settings
-    paths: TopicPaths
-    store: SchemaStore
-
-    @classmethod
-    def load(cls, name: str, topics_file: str | None = None, debug: bool = False,
-             env: Mapping[str, str] | None = None) -> TopicContext:
-        """Resolve `name` from the topics file and the environment `env` (default os.environ;
-        debug: separate locations)."""
-        topic = load_topics(topics_file).get(name)
-        settings = Settings.from_env(env)
-        paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
-        store = SchemaStore(paths.schema, storage_for(paths.schema, env))
-        return cls(topic, settings, paths, store)
-
 
 def configure_logging(level: int = logging.INFO) -> None:
     """Timestamped deltaferry log lines on stderr (what a task log shows)."""
@@ -58,7 +36,6 @@ def check_before_spark(ctx: TopicContext) -> None:
     bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
     started."""
     from deltaferry.kafka import topic_offsets
-    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import check_warehouse
 
     topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
@@ -67,9 +44,9 @@ def check_before_spark(ctx: TopicContext) -> None:
 
 
 def needs_spark(step: str, topic: TopicConfig) -> bool:
-    """Whether `step` of `topic` runs in Spark: the infer step of avro and protobuf topics
-    reads writer schemas (the registry, a .proto file) only."""
-    return not (step == "infer" and topic.format != Format.JSON)
+    """Whether `step` of `topic` runs in Spark: every step but the infer step of a format
+    whose inference reads writer schemas only (avro, protobuf)."""
+    return step != "infer" or format_of(topic).infer_needs_spark
 
 
 def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
@@ -90,18 +67,8 @@ def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
         problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
         if problem:
             log.warning("%s", problem)
-    if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
-        from deltaferry.spark.avro import registry_version
-
-        return registry_version(ctx.topic)
-    if step == "infer" and ctx.topic.format == Format.PROTOBUF:  # writer schemas, no Spark
-        from deltaferry.schema.proto_sources import infer_protobuf
-
-        return infer_protobuf(ctx.topic, ctx.store)
     if step == "infer":
-        from deltaferry.spark.infer import infer_schema
-
-        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer)
+        return format_of(ctx.topic).infer(ctx, spark, reinfer=reinfer)
     if step == "ingest":
         from deltaferry.spark.ingest import ingest_topic
 
@@ -165,7 +132,6 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
 def replay_topic(name: str, reason: str | None = None, wait: float = 0.0, spark=None):
     """Replay the topic's quarantined messages (those whose reason contains `reason`) into its
     table, holding the topic's lock; the report (deltaferry.spark.replay)."""
-    from deltaferry.registry import check_topic_registry
     from deltaferry.spark.replay import replay_quarantine
     from deltaferry.spark.session import get_spark
     from deltaferry.storage import check_warehouse

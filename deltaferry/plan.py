@@ -75,7 +75,7 @@ def infer_skip(topic: TopicConfig, current: TopicOffsets, latest_version: int | 
     """Skip inference when a schema is cached, unless a re-inference is asked for: the cache
     is reused. Messages inference has not read are no reason to read the topic twice: ingest
     infers from them, in the micro-batch it holds anyway, before parsing
-    (deltaferry.spark.decoding.JsonDecoder), and grows the cached schema."""
+    (deltaferry.formats.json.JsonDecoder), and grows the cached schema."""
     if reinfer or latest_version is None:
         return None
     unread = lag(current, covered)
@@ -278,15 +278,15 @@ def decide(step: str, ctx, reinfer: bool = False, env: Mapping[str, str] | None 
     None when it has work (or when that cannot be told without Spark). Raises KafkaError for
     an unreachable broker, a missing topic, or a checkpoint or schema cache ahead of the topic;
     RegistryError when an avro topic's Schema Registry does not answer (infer and ingest)."""
+    from deltaferry.formats import check_topic_registry, format_of
     from deltaferry.kafka import topic_offsets
-    from deltaferry.registry import check_topic_registry
     from deltaferry.storage import storage_for
 
     topic, settings, paths = ctx.topic, ctx.settings, ctx.paths
     if step in ("infer", "ingest"):
         check_topic_registry(topic, env)
-    if step == "infer" and (reinfer or topic.format != "json"):
-        return None  # a re-inference reads everything; avro's infer step asks the registry
+    if step == "infer" and (reinfer or not format_of(topic).infer_needs_spark):
+        return None  # a re-inference reads everything; one without Spark is cheap
     if step in ("infer", "ingest"):
         current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
         if step == "infer":

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from deltaferry import faults
 from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
+from deltaferry.formats import decoder_for, key_decoder_for
+from deltaferry.formats.json import CORRUPT
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
@@ -29,16 +31,8 @@ from deltaferry.plan import lag, read_checkpoint
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import (
-    Decoder,
-    KeyDecoder,
-    StringKeys,
-    decoder_for,
-    key_decoder_for,
-    with_reason,
-)
+from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, with_reason
 from deltaferry.spark.failures import run_failure
-from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
 from deltaferry.storage import Storage, join, storage_for
 

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
+from deltaferry.formats import decoder_for, key_decoder_for
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
+from deltaferry.spark.decoding import Decoder, KeyDecoder
 from deltaferry.spark.ingest import apply_rows, parse_within, table_rows
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import pytest
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
-from deltaferry.schema.avro import IncompatibleShapeError
+from deltaferry.producer.schema import IncompatibleShapeError
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
@@ -153,8 +153,8 @@ def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_re
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    from deltaferry.formats.avro import reader_schema
     from deltaferry.registry import RegistryError
-    from deltaferry.spark.avro import reader_schema
 
     client = SchemaRegistryClient({"url": schema_registry_url})
     topic = f"pinned-{uuid.uuid4().hex[:8]}"

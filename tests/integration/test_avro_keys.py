@@ -9,10 +9,10 @@ import json
 import pytest
 
 from deltaferry.config import Settings, TopicConfig
+from deltaferry.formats.avro import REASON_FRAMING
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.store import SchemaStore
-from deltaferry.spark.avro import REASON_FRAMING
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ import subprocess
 
 import pytest
 
+from deltaferry.formats.json import REASON_NOT_JSON
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 from deltaferry.spark.decoding import (
     REASON_MERGE_KEY_NULL,
-    REASON_NOT_JSON,
     REASON_TOMBSTONE_APPEND,
     REASON_TOMBSTONE_MERGE_KEY,
 )

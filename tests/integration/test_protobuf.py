@@ -12,11 +12,11 @@ from decimal import Decimal
 import pytest
 
 from deltaferry.config import REPO_ROOT, Settings, TopicConfig
+from deltaferry.formats.protobuf.sources import compile_proto
+from deltaferry.formats.protobuf.wire import encode_frame
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
-from deltaferry.schema.proto_sources import compile_proto
-from deltaferry.schema.protobuf import encode_frame
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
@@ -260,8 +260,8 @@ def test_registry_schemas_with_references_and_as_proto_text(schema_registry_url,
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from google.protobuf import message_factory
 
-    from deltaferry.schema.proto_sources import RegistrySchemas
-    from deltaferry.schema.protobuf import decode_batch, spark_type
+    from deltaferry.formats.protobuf.sources import RegistrySchemas
+    from deltaferry.formats.protobuf.wire import decode_batch, spark_type
 
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
     common = 'syntax = "proto3"; package pay; message Money { int64 units = 1; string currency = 2; }'

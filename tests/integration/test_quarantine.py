@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from deltaferry.formats.json import REASON_NOT_UTF8
 from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
-from deltaferry.spark.decoding import REASON_KEY_NOT_UTF8, REASON_NOT_UTF8
+from deltaferry.spark.decoding import REASON_KEY_NOT_UTF8
 
 from .test_pipeline import context
 

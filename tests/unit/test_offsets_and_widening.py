@@ -65,7 +65,7 @@ def test_prune_drops_what_pyspark_ships(tmp_path):
 
 
 def test_relaxed_schema_accepts_every_widening_but_not_a_clash():
-    from deltaferry.spark.infer import relaxed
+    from deltaferry.formats.json import relaxed
 
     cached = {"type": "struct", "fields": [
         {"name": "n", "type": "long", "nullable": True, "metadata": {}},
