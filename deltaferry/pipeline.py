@@ -19,6 +19,7 @@ from deltaferry.context import TopicContext
 from deltaferry.errors import EmptyTopicError
 from deltaferry.formats import check_topic_registry, format_of
 from deltaferry.lock import TopicLock, lock_timing
+from deltaferry.state import TopicState
 from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,13 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def check_before_spark(ctx: TopicContext) -> None:
+def check_before_spark(ctx: TopicContext, state: TopicState | None = None) -> None:
     """Say Kafka, warehouse and registry problems (unreachable broker, missing topic, missing
     bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
-    started."""
-    from deltaferry.kafka import topic_offsets
+    started. The watermarks read are kept in `state`, the run's snapshot of the topic."""
     from deltaferry.storage import check_warehouse
 
-    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
+    (state or TopicState(ctx)).offsets  # noqa: B018  (reading them is the check)
     check_warehouse(ctx.settings.warehouse)
     check_topic_registry(ctx.topic)
 
@@ -61,18 +61,20 @@ def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
             "every executor reaches (s3://bucket/prefix)")
 
 
-def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
-    """Run one single step (infer, ingest, optimize or vacuum); its report."""
+def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False,
+               state: TopicState | None = None):
+    """Run one single step (infer, ingest, optimize or vacuum); its report. `state`: the
+    run's snapshot of the topic (its watermarks are read once per run)."""
     if spark is not None:
         problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
         if problem:
             log.warning("%s", problem)
     if step == "infer":
-        return format_of(ctx.topic).infer(ctx, spark, reinfer=reinfer)
+        return format_of(ctx.topic).infer(ctx, spark, reinfer=reinfer, state=state)
     if step == "ingest":
         from deltaferry.spark.ingest import ingest_topic
 
-        return ingest_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store)
+        return ingest_topic(spark, ctx, state)
     from deltaferry.spark import maintain
 
     return getattr(maintain, step)(spark, ctx.topic, ctx.paths)
@@ -109,18 +111,19 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
     from deltaferry.spark.session import get_spark
 
     ctx = TopicContext.load(name)
-    check_before_spark(ctx)
+    state = TopicState(ctx)
+    check_before_spark(ctx, state)
     reports: list = []
     with topic_lock(ctx, f"deltaferry run {name} --steps {steps_text}").hold(wait):
         for step in steps.parse_steps(steps_text):
-            skip = decide(step, ctx, reinfer=reinfer)
+            skip = decide(step, ctx, reinfer=reinfer, state=state)
             if skip is not None:
                 reports.append(skip)
                 continue
             if spark is None and needs_spark(step, ctx.topic):
                 spark = get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
             try:
-                reports.append(run_single(step, ctx, spark, reinfer=reinfer))
+                reports.append(run_single(step, ctx, spark, reinfer=reinfer, state=state))
             except EmptyTopicError as exc:
                 log.warning("%s", exc)
                 break
@@ -165,24 +168,28 @@ def stop_on_signals(stop: threading.Event,
             signal.signal(number, handler)
 
 
-def first_schema(ctx: TopicContext, spark, stop: threading.Event) -> bool:
+def first_schema(ctx: TopicContext, spark, stop: threading.Event,
+                 state: TopicState | None = None) -> TopicState | None:
     """Make sure the topic has a schema before a stream starts: infer it if there are messages
     nobody inferred from; on an empty topic, wait (one check per trigger interval) for its
-    first message. False if `stop` was set before there was one."""
+    first message. The topic's state as last read (`state` if it did not wait); None if `stop`
+    was set before there was a message."""
     from deltaferry.plan import decide
 
     said = False
+    state = state or TopicState(ctx)
     while not stop.is_set():
         try:
-            if decide("infer", ctx) is None:
-                print(run_single("infer", ctx, spark).summary())
-            return True
+            if decide("infer", ctx, state=state) is None:
+                print(run_single("infer", ctx, spark, state=state).summary())
+            return state
         except EmptyTopicError as exc:
             if not said:
                 log.info("%s; waiting for its first message", exc)
                 said = True
             stop.wait(trigger_seconds(ctx.topic.trigger_interval))
-    return False
+            state = TopicState(ctx)  # the next check reads the watermarks again
+    return None
 
 
 def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event | None = None):
@@ -193,15 +200,17 @@ def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event
     from deltaferry.spark.session import get_spark
 
     ctx = TopicContext.load(name)
-    check_before_spark(ctx)
+    state: TopicState | None = TopicState(ctx)
+    check_before_spark(ctx, state)
     stop = stop or threading.Event()
     with topic_lock(ctx, f"deltaferry stream {name}").hold(wait):
         spark = spark or get_spark(f"deltaferry-stream-{name}", ctx.settings.spark_master)
         with stop_on_signals(stop):  # after Spark started: pyspark sets its own SIGINT handler
-            if not first_schema(ctx, spark, stop):
+            state = first_schema(ctx, spark, stop, state)
+            if state is None:
                 log.info("stream %s: stopped before its first message", name)
                 return None
-            report = run_stream(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store, stop)
+            report = run_stream(spark, ctx, stop, state=state)
     log.info("stream %s: stopped cleanly; lock released", name)
     print(report.summary())
     return report

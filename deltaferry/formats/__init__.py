@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from deltaferry.context import TopicContext
-    from deltaferry.kafka import TopicOffsets
     from deltaferry.schema.store import SchemaStore
     from deltaferry.spark.decoding import Decoder, KeyDecoder
+    from deltaferry.state import TopicState
 
 
 class TopicFormat(Protocol):
@@ -36,8 +36,8 @@ class TopicFormat(Protocol):
         ...
 
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
-              offsets: TopicOffsets | None = None) -> Any:
-        """The infer step's report (`offsets`: the topic's watermarks, if already read)."""
+              state: TopicState | None = None) -> Any:
+        """The infer step's report (`state`: the run's snapshot of the topic, if any)."""
         ...
 
     def decoder(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> Decoder:

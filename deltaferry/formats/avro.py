@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from deltaferry.context import TopicContext
-    from deltaferry.kafka import TopicOffsets
+    from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ class AvroFormat:
         return True
 
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
-              offsets: TopicOffsets | None = None) -> RegistryReport:
+              state: TopicState | None = None) -> RegistryReport:
         return registry_version(ctx.topic)
 
     def decoder(self, spark: SparkSession, topic: TopicConfig, store=None) -> AvroDecoder:

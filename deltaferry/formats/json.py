@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from deltaferry.context import TopicContext
+    from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
 
@@ -323,10 +324,10 @@ class JsonFormat:
         return False
 
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
-              offsets: TopicOffsets | None = None) -> InferReport:
+              state: TopicState | None = None) -> InferReport:
         assert spark is not None  # infer_needs_spark
         return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer,
-                            offsets=offsets)
+                            offsets=state.offsets if state else None)
 
     def decoder(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> JsonDecoder:
         return JsonDecoder(spark, topic, store)

@@ -11,7 +11,7 @@ from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
-from deltaferry.plan import record_vacuum
+from deltaferry.state import record_vacuum
 from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Mainta
         ensure_held(path, f"the VACUUM of {path}")
         DeltaTable.forPath(spark, path).vacuum(hours)
         details[name] = f"vacuumed, retention {hours:g} h"
-    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.plan)
+    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.state)
         ensure_held(paths.root, f"recording the VACUUM in {paths.root}")
         record_vacuum(storage_for(paths.root), paths.root)
     report = MaintainReport(topic.name, "vacuum", details, time.monotonic() - started)

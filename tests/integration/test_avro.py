@@ -212,8 +212,8 @@ def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch
     """A real proxy answers 503 for the writer schema: the client retries, the run fails, the
     batch is not committed (nothing in the table or the quarantine, the checkpoint has no
     commit); once the registry answers again the next run lands every message."""
-    from deltaferry.plan import read_checkpoint
     from deltaferry.producer import DynamicSchemaProducer
+    from deltaferry.state import read_checkpoint
     from deltaferry.storage import storage_for
 
     from .registry_proxy import failing_schema_lookups

@@ -21,7 +21,7 @@ import pytest
 
 from deltaferry.faults import MARK_VAR, POINT_VAR
 from deltaferry.kafka import produce
-from deltaferry.plan import parse_offset_log
+from deltaferry.state import parse_offset_log
 from deltaferry.storage import S3Settings, storage_for
 
 from .test_cli import CLI

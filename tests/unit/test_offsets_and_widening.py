@@ -11,9 +11,9 @@ from deltaferry.kafka import (
     offsets_json,
     ranges_to_read,
 )
-from deltaferry.plan import parse_offset_log
 from deltaferry.schema.rules import widened_type
 from deltaferry.spark.table import quote
+from deltaferry.state import parse_offset_log
 
 
 def test_ranges_cover_only_what_is_new():

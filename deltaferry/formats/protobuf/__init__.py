@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from deltaferry.context import TopicContext
     from deltaferry.formats.protobuf.sources import ProtobufSchemaReport
-    from deltaferry.kafka import TopicOffsets
+    from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class ProtobufFormat:
         return not topic.proto_file
 
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
-              offsets: TopicOffsets | None = None) -> ProtobufSchemaReport:
+              state: TopicState | None = None) -> ProtobufSchemaReport:
         return infer_protobuf(ctx.topic, ctx.store)
 
     def decoder(self, spark: SparkSession, topic: TopicConfig,
