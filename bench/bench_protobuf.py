@@ -101,7 +101,7 @@ def ingest(spark, settings, topic: TopicConfig, label: str, n: int) -> float:
     ctx = TopicContext(topic, settings, paths, SchemaStore(paths.schema))
     run_step("infer", ctx, spark)
     started = time.monotonic()
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     seconds = time.monotonic() - started
     print(f"ingest {label:<9} {n:>9} messages {seconds:8.1f} s {n / seconds:10.0f} msg/s "
           f"({report.batches} batches, {report.inserted} rows)", flush=True)

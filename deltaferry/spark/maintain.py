@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import TopicConfig
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.state import record_vacuum
@@ -16,6 +15,8 @@ from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from deltaferry.context import TopicContext
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,11 @@ def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
     return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
 
 
-def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
-    """Compact the small files that hourly micro-batches leave behind."""
+def optimize(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
+    """Compact the small files that hourly micro-batches leave behind; the report."""
     from delta.tables import DeltaTable
 
+    topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     details = {}
     for name, path in _existing_tables(spark, paths).items():
@@ -69,10 +71,12 @@ def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Main
     return report
 
 
-def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
-    """Delete files no table version younger than the topic's retention still needs."""
+def vacuum(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
+    """Delete files no table version younger than the topic's retention still needs; the
+    report."""
     from delta.tables import DeltaTable
 
+    topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     hours = topic.vacuum_retention_hours
     if hours < DELTA_SAFE_RETENTION_HOURS:
