@@ -63,3 +63,24 @@ def test_only_steps_that_read_the_topic_check_its_registry():
     assert {n for n, s in steps.STEPS.items()
             if any(p.reads_topic for p in s.singles())} == {"infer", "ingest"}
     assert steps.Replay().reads_topic and steps.Stream().reads_topic
+
+
+def test_one_run_of_several_steps_asks_the_broker_for_the_watermarks_once(tmp_path,
+                                                                         monkeypatch):
+    import deltaferry.kafka
+    from deltaferry.kafka import TopicOffsets
+
+    asked = []
+
+    def watermarks(bootstrap, topic, options=None, **_):
+        asked.append(topic)
+        return TopicOffsets(topic, {0: (0, 10)})
+
+    @dataclass(frozen=True)
+    class Reads(Fake):
+        def run_one(self, ctx, spark, state, reinfer):
+            return state.offsets.end()
+
+    monkeypatch.setattr(deltaferry.kafka, "topic_offsets", watermarks)
+    reports = run_steps(context(tmp_path), [Reads("a"), Reads("b")], "test", check_kafka=True)
+    assert reports == [{0: 10}, {0: 10}] and asked == ["orders"]
