@@ -31,14 +31,6 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def check_before_spark(ctx: TopicContext, state: TopicState | None = None) -> None:
-    """Say Kafka, warehouse and registry problems (unreachable broker, missing topic, missing
-    bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
-    started. The watermarks read are kept in `state`, the run's snapshot of the topic."""
-    (state or TopicState(ctx)).offsets  # noqa: B018  (reading them is the check)
-    steps.preflight(ctx, [steps.Step("any", reads_topic=True)])
-
-
 def needs_spark(step: str, topic: TopicConfig) -> bool:
     """Whether `step` of `topic` runs in Spark: every step but the infer step of a format
     whose inference reads writer schemas only (avro, protobuf)."""

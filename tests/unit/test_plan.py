@@ -152,13 +152,13 @@ def test_the_checkpoint_query_id_is_read_from_its_metadata_file(tmp_path):
         checkpoint_query_id(LocalStorage(), str(checkpoint))
 
 
-def test_one_run_asks_the_broker_for_the_watermarks_once(tmp_path, monkeypatch):
-    """Pre-flight and the infer and ingest decisions of one run share its state."""
+def test_the_decisions_of_one_run_ask_the_broker_for_the_watermarks_once(tmp_path,
+                                                                         monkeypatch):
+    """The infer and ingest decisions of one run share its state."""
     import deltaferry.kafka
     from deltaferry.config import Settings
     from deltaferry.context import TopicContext
     from deltaferry.paths import TopicPaths
-    from deltaferry.pipeline import check_before_spark
     from deltaferry.plan import decide
     from deltaferry.schema.store import SchemaStore
     from deltaferry.state import TopicState
@@ -174,7 +174,6 @@ def test_one_run_asks_the_broker_for_the_watermarks_once(tmp_path, monkeypatch):
     ctx = TopicContext(TOPIC, Settings(str(tmp_path), "127.0.0.1:1"), paths,
                        SchemaStore(paths.schema))
     state = TopicState(ctx)
-    check_before_spark(ctx, state)
     assert decide("infer", ctx, state=state) is None  # no schema cached yet
     assert decide("ingest", ctx, state=state) is None  # nothing read yet
     assert asked == ["orders"]
