@@ -98,13 +98,13 @@ def microbatch(spark, bootstrap: str, table_keys: int = 20_000, size: int = 100,
         produce(bootstrap, topic, messages(size, table_keys, 1000, seed=100 + i))
         run_step("infer", ctx, spark)
         started = time.monotonic()
-        report = run_step("ingest", ctx, spark)
+        [report] = run_step("ingest", ctx, spark)
         steps.append(time.monotonic() - started)
         batches += [b["duration_ms"] / 1000 for b in report.progress]
         phases.append(describe_phases(report.phases))
     produce(bootstrap, topic, messages(size * runs, table_keys, 1000, seed=200))
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     later = [b["duration_ms"] / 1000 for b in report.progress]
     print(f"micro-batch, warm: {size} messages MERGEd into a {table_keys:,}-row table in a "
           "running session", flush=True)

@@ -158,7 +158,7 @@ def bench_backlog(spark, messages: int, keys: int) -> dict:
     run_step("infer", ctx, spark)
     with DriverPeak() as memory:
         started = time.monotonic()
-        report = run_step("ingest", ctx, spark)
+        [report] = run_step("ingest", ctx, spark)
         seconds = time.monotonic() - started
     print(f"  ingest: {report.messages_read:,} messages in {report.batches} batch(es), "
           f"{seconds:.0f} s = {report.messages_read / seconds:,.0f} msg/s, peak RSS "

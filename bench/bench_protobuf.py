@@ -1,7 +1,7 @@
 """Benchmark: protobuf decoding, and a protobuf topic's ingest next to a JSON topic of the same
 content.
 
-1. decode: `deltaferry.schema.protobuf.decode_batch` plus the Arrow conversion Spark's Python
+1. decode: `deltaferry.formats.protobuf.wire.decode_batch` plus the Arrow conversion Spark's Python
    worker does, in this one process (one core): messages/s per core.
 2. ingest: N orders written once as Confluent-framed protobuf (confluent-kafka's serializer,
    the stack's Schema Registry) and once as JSON, each ingested by the same `run_step` in one
@@ -23,11 +23,11 @@ import time
 import uuid
 
 from deltaferry.config import ProtobufOptions, Settings, TopicConfig
+from deltaferry.formats.protobuf.sources import compile_proto
+from deltaferry.formats.protobuf.wire import MessagePlan, decode_batch, spark_type
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, configure_logging, run_step
-from deltaferry.schema.proto_sources import compile_proto
-from deltaferry.schema.protobuf import MessagePlan, decode_batch, spark_type
 from deltaferry.schema.store import SchemaStore
 from deltaferry_dev import REPO_ROOT, stack
 
@@ -76,7 +76,7 @@ def bench_decode(file, cls, n: int) -> None:
     from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from deltaferry.schema.protobuf import encode_frame
+    from deltaferry.formats.protobuf.wire import encode_frame
 
     target = spark_type(file.message_named("shop.Order"))
     plans = {(1, (1,)): MessagePlan(file, "shop.Order", 1)}
@@ -101,7 +101,7 @@ def ingest(spark, settings, topic: TopicConfig, label: str, n: int) -> float:
     ctx = TopicContext(topic, settings, paths, SchemaStore(paths.schema))
     run_step("infer", ctx, spark)
     started = time.monotonic()
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     seconds = time.monotonic() - started
     print(f"ingest {label:<9} {n:>9} messages {seconds:8.1f} s {n / seconds:10.0f} msg/s "
           f"({report.batches} batches, {report.inserted} rows)", flush=True)

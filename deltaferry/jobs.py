@@ -1,4 +1,5 @@
-"""What the `deltaferry/spark_jobs/` entry points run: parse arguments, run one step, report.
+"""What the `deltaferry/spark_jobs/` entry points (and the warm drivers) run: parse arguments,
+run one step through the runner (`deltaferry.pipeline.run_steps`), report.
 
 The last stdout line of a job is its reports as JSON, prefixed with REPORT_PREFIX; when
 DELTAFERRY_REPORT_FILE names a file, the same JSON is written there too, which is how the
@@ -31,16 +32,7 @@ def publish(reports: list[dict]) -> None:
 
 def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
-    from deltaferry.pipeline import (
-        TopicContext,
-        configure_logging,
-        needs_spark,
-        run_step,
-        topic_lock,
-    )
-    from deltaferry.registry import check_topic_registry
-    from deltaferry.spark.session import get_spark
-    from deltaferry.storage import check_warehouse
+    from deltaferry.pipeline import TopicContext, configure_logging, run_steps
 
     parser = argparse.ArgumentParser(prog=steps.get(step).script_name,
                                      description=f"deltaferry {step}")
@@ -58,14 +50,10 @@ def main(step: str, argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
-        check_warehouse(ctx.settings.warehouse)  # bucket, credentials, endpoint: before the JVM
-        if step in ("infer", "ingest"):
-            check_topic_registry(ctx.topic)  # the registry of avro/protobuf topics answers
-        with topic_lock(ctx, f"{step} job").hold(args.wait):  # before the JVM starts
-            spark = (get_spark(f"deltaferry-{step}-{args.topic}", ctx.settings.spark_master)
-                     if needs_spark(step, ctx.topic) else None)
-            reports = run_step(step, ctx, spark, reinfer=getattr(args, "reinfer", False),
-                               hold_lock=False)
+        # the Airflow operator decided already whether the step has work (decide=False)
+        reports = run_steps(ctx, [steps.get(step)], f"{step} job", wait=args.wait,
+                            reinfer=getattr(args, "reinfer", False), decide=False,
+                            app_name=f"deltaferry-{step}-{args.topic}")
     except EmptyTopicError as exc:
         print(f"deltaferry: {exc}", file=sys.stderr)
         publish([{"topic": args.topic, "step": step, "empty": True,
@@ -74,7 +62,6 @@ def main(step: str, argv: list[str] | None = None) -> int:
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)
         return 2
-    reports = reports if isinstance(reports, list) else [reports]
     for report in reports:
         print(report.summary(), file=sys.stderr)
     publish([r.as_dict() for r in reports])

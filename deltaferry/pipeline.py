@@ -1,48 +1,26 @@
-"""The three steps of a topic, as one library call each, `run_topic` that chains them, and
-`stream_topic` that keeps ingesting until stopped.
-
-`deltaferry run`, `deltaferry stream`, the `deltaferry/spark_jobs/` entry points and the Airflow
-tasks call these.
+"""The one runner of a topic's steps (`run_steps`: checks before the JVM, the topic's lock,
+Spark if a step needs it, each step unless it has nothing to do, the reports), and the calls
+built on it: `run_topic` (`deltaferry run`), `stream_topic` (`deltaferry stream`),
+`replay_topic` (`deltaferry quarantine replay`); the spark-submit jobs (deltaferry.jobs) and so
+the Airflow tasks and warm drivers run their step through it too.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Sequence
+from contextlib import nullcontext
 
 from deltaferry import steps
-from deltaferry.config import Format, Settings, TopicConfig, load_topics, trigger_seconds
+from deltaferry.config import TopicConfig
+from deltaferry.context import TopicContext
 from deltaferry.errors import EmptyTopicError
 from deltaferry.lock import TopicLock, lock_timing
-from deltaferry.paths import TopicPaths
-from deltaferry.schema.store import SchemaStore
+from deltaferry.state import TopicState
 from deltaferry.storage import storage_for
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class TopicContext:
-    """Everything a step needs to know about one topic, resolved once."""
-
-    topic: TopicConfig
-    settings: Settings
-    paths: TopicPaths
-    store: SchemaStore
-
-    @classmethod
-    def load(cls, name: str, topics_file: str | None = None, debug: bool = False,
-             env: Mapping[str, str] | None = None) -> TopicContext:
-        """Resolve `name` from the topics file and the environment `env` (default os.environ;
-        debug: separate locations)."""
-        topic = load_topics(topics_file).get(name)
-        settings = Settings.from_env(env)
-        paths = TopicPaths.for_topic(settings.warehouse, topic.name, debug=debug)
-        store = SchemaStore(paths.schema, storage_for(paths.schema, env))
-        return cls(topic, settings, paths, store)
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -53,23 +31,10 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def check_before_spark(ctx: TopicContext) -> None:
-    """Say Kafka, warehouse and registry problems (unreachable broker, missing topic, missing
-    bucket, bad credentials, unreachable S3 endpoint or Schema Registry) before the JVM is
-    started."""
-    from deltaferry.kafka import topic_offsets
-    from deltaferry.registry import check_topic_registry
-    from deltaferry.storage import check_warehouse
-
-    topic_offsets(ctx.settings.kafka_bootstrap, ctx.topic.name, ctx.settings.kafka_options)
-    check_warehouse(ctx.settings.warehouse)
-    check_topic_registry(ctx.topic)
-
-
 def needs_spark(step: str, topic: TopicConfig) -> bool:
-    """Whether `step` of `topic` runs in Spark: the infer step of avro and protobuf topics
-    reads writer schemas (the registry, a .proto file) only."""
-    return not (step == "infer" and topic.format != Format.JSON)
+    """Whether `step` of `topic` runs in Spark: every step but the infer step of a format
+    whose inference reads writer schemas only (avro, protobuf)."""
+    return steps.get(step).needs_spark(topic)
 
 
 def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
@@ -84,31 +49,11 @@ def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
             "every executor reaches (s3://bucket/prefix)")
 
 
-def run_single(step: str, ctx: TopicContext, spark, reinfer: bool = False):
-    """Run one single step (infer, ingest, optimize or vacuum); its report."""
-    if spark is not None:
-        problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
-        if problem:
-            log.warning("%s", problem)
-    if step == "infer" and ctx.topic.format == Format.AVRO:  # the registry's version, no Spark
-        from deltaferry.spark.avro import registry_version
-
-        return registry_version(ctx.topic)
-    if step == "infer" and ctx.topic.format == Format.PROTOBUF:  # writer schemas, no Spark
-        from deltaferry.schema.proto_sources import infer_protobuf
-
-        return infer_protobuf(ctx.topic, ctx.store)
-    if step == "infer":
-        from deltaferry.spark.infer import infer_schema
-
-        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer)
-    if step == "ingest":
-        from deltaferry.spark.ingest import ingest_topic
-
-        return ingest_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store)
-    from deltaferry.spark import maintain
-
-    return getattr(maintain, step)(spark, ctx.topic, ctx.paths)
+def warn_local_warehouse(ctx: TopicContext, spark) -> None:
+    """Log `local_warehouse_on_cluster`'s warning for the session `spark`, if any."""
+    problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
+    if problem:
+        log.warning("%s", problem)
 
 
 def topic_lock(ctx: TopicContext, what: str) -> TopicLock:
@@ -119,15 +64,59 @@ def topic_lock(ctx: TopicContext, what: str) -> TopicLock:
                      lease=lease, heartbeat=heartbeat)
 
 
+def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=None,
+              wait: float = 0.0, reinfer: bool = False, decide: bool = True,
+              check_kafka: bool = False, hold_lock: bool = True, stop_when_empty: bool = False,
+              app_name: str | None = None) -> list:
+    """The runner of every way a topic's steps run: the steps' checks before the JVM, the
+    topic's lock (waiting up to `wait` seconds for another run; not taken with
+    `hold_lock=False`, the caller holds it), the broker's watermarks (`check_kafka`: read
+    before any step, so an unreachable broker or a missing topic is said before the JVM), then
+    each step in order: skipped when it has nothing to do (`decide`, deltaferry.plan),
+    else run, Spark started (as `app_name`) for the first step that needs it unless `spark`
+    is given. The list of reports. A step finding the topic empty raises EmptyTopicError, or
+    with `stop_when_empty` is logged and ends the run.
+
+    One snapshot of the topic's state (deltaferry.state), read under the lock so that no
+    other run changes it meanwhile, serves the whole run."""
+    from deltaferry.spark.session import get_spark
+
+    steps.preflight(ctx, list(todo))
+    reports: list = []
+    with topic_lock(ctx, what).hold(wait) if hold_lock else nullcontext():
+        state = TopicState(ctx)
+        if check_kafka:
+            state.offsets  # noqa: B018  (reading them is the check)
+        for step in todo:
+            skip = step.skip(ctx, state, reinfer=reinfer) if decide else None
+            if skip is not None:
+                reports.append(skip)
+                continue
+            if spark is None and step.needs_spark(ctx.topic):
+                spark = get_spark(app_name or f"deltaferry-{ctx.topic.name}",
+                                  ctx.settings.spark_master)
+            if spark is not None:
+                warn_local_warehouse(ctx, spark)
+            try:
+                reports.extend(step.run(ctx, spark, state, reinfer=reinfer))
+            except EmptyTopicError as exc:
+                if not stop_when_empty:
+                    raise
+                log.warning("%s", exc)
+                break
+    return reports
+
+
 def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False,
-             hold_lock: bool = True, wait: float = 0.0):
-    """Run a step of deltaferry.steps: its report, or for a composite step (maintain) the list
-    of its parts' reports. Holds the topic's lock (waiting up to `wait` seconds for another
-    run) unless the caller holds it already (`hold_lock=False`)."""
+             hold_lock: bool = True, wait: float = 0.0) -> list:
+    """Run a step of deltaferry.steps (never skipped, no checks before it); the list of its
+    reports (one per part of a composite step). Holds the topic's lock (waiting up to `wait`
+    seconds for another run) unless the caller holds it already (`hold_lock=False`)."""
     definition = steps.get(step)
     with topic_lock(ctx, f"{step} step").hold(wait) if hold_lock else nullcontext():
-        reports = [run_single(single, ctx, spark, reinfer) for single in definition.runs]
-    return reports if definition.parts else reports[0]
+        if spark is not None:
+            warn_local_warehouse(ctx, spark)
+        return definition.run(ctx, spark, reinfer=reinfer)
 
 
 def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
@@ -138,25 +127,10 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
     that has work. An empty topic is not a failure: the run says so and stops. The whole run
     holds the topic's lock (waiting up to `wait` seconds for another run to finish).
     """
-    from deltaferry.plan import decide
-    from deltaferry.spark.session import get_spark
-
     ctx = TopicContext.load(name)
-    check_before_spark(ctx)
-    reports: list = []
-    with topic_lock(ctx, f"deltaferry run {name} --steps {steps_text}").hold(wait):
-        for step in steps.parse_steps(steps_text):
-            skip = decide(step, ctx, reinfer=reinfer)
-            if skip is not None:
-                reports.append(skip)
-                continue
-            if spark is None and needs_spark(step, ctx.topic):
-                spark = get_spark(f"deltaferry-{name}", ctx.settings.spark_master)
-            try:
-                reports.append(run_single(step, ctx, spark, reinfer=reinfer))
-            except EmptyTopicError as exc:
-                log.warning("%s", exc)
-                break
+    todo = [steps.get(single) for single in steps.parse_steps(steps_text)]
+    reports = run_steps(ctx, todo, f"deltaferry run {name} --steps {steps_text}", spark, wait,
+                        reinfer=reinfer, check_kafka=True, stop_when_empty=True)
     for report in reports:
         print(report.summary())
     return reports
@@ -165,77 +139,26 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
 def replay_topic(name: str, reason: str | None = None, wait: float = 0.0, spark=None):
     """Replay the topic's quarantined messages (those whose reason contains `reason`) into its
     table, holding the topic's lock; the report (deltaferry.spark.replay)."""
-    from deltaferry.registry import check_topic_registry
-    from deltaferry.spark.replay import replay_quarantine
-    from deltaferry.spark.session import get_spark
-    from deltaferry.storage import check_warehouse
-
     ctx = TopicContext.load(name)
-    check_warehouse(ctx.settings.warehouse)
-    check_topic_registry(ctx.topic)
-    with topic_lock(ctx, f"deltaferry quarantine replay {name}").hold(wait):
-        spark = spark or get_spark(f"deltaferry-replay-{name}", ctx.settings.spark_master)
-        report = replay_quarantine(spark, ctx.topic, ctx.paths, ctx.store, reason)
+    [report] = run_steps(ctx, [steps.Replay(reason=reason)],
+                         f"deltaferry quarantine replay {name}", spark, wait,
+                         app_name=f"deltaferry-replay-{name}")
     print(report.summary())
     return report
-
-
-@contextmanager
-def stop_on_signals(stop: threading.Event,
-                    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT set `stop` (and say so) instead of ending the process;
-    the previous handlers are put back after. Main thread only (Python's rule for signals)."""
-    def handle(number: int, _frame) -> None:
-        if not stop.is_set():
-            log.info("%s received: stopping after the current micro-batch",
-                     signal.Signals(number).name)
-        stop.set()
-
-    previous = {number: signal.signal(number, handle) for number in signals}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-def first_schema(ctx: TopicContext, spark, stop: threading.Event) -> bool:
-    """Make sure the topic has a schema before a stream starts: infer it if there are messages
-    nobody inferred from; on an empty topic, wait (one check per trigger interval) for its
-    first message. False if `stop` was set before there was one."""
-    from deltaferry.plan import decide
-
-    said = False
-    while not stop.is_set():
-        try:
-            if decide("infer", ctx) is None:
-                print(run_single("infer", ctx, spark).summary())
-            return True
-        except EmptyTopicError as exc:
-            if not said:
-                log.info("%s; waiting for its first message", exc)
-                said = True
-            stop.wait(trigger_seconds(ctx.topic.trigger_interval))
-    return False
 
 
 def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event | None = None):
     """Ingest `name` continuously (deltaferry.spark.ingest.stream_topic: a micro-batch every
     trigger_interval) until SIGTERM or SIGINT (or `stop`), holding the topic's lock the whole
-    time; infers the schema first where there is none. The report of the whole run."""
-    from deltaferry.spark.ingest import stream_topic as run_stream
-    from deltaferry.spark.session import get_spark
-
+    time; infers the schema first where there is none. The report of the whole run (None
+    when stopped before the topic's first message)."""
     ctx = TopicContext.load(name)
-    check_before_spark(ctx)
-    stop = stop or threading.Event()
-    with topic_lock(ctx, f"deltaferry stream {name}").hold(wait):
-        spark = spark or get_spark(f"deltaferry-stream-{name}", ctx.settings.spark_master)
-        with stop_on_signals(stop):  # after Spark started: pyspark sets its own SIGINT handler
-            if not first_schema(ctx, spark, stop):
-                log.info("stream %s: stopped before its first message", name)
-                return None
-            report = run_stream(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store, stop)
+    step = steps.Stream(stop=stop or threading.Event())
+    [report] = run_steps(ctx, [step], f"deltaferry stream {name}", spark, wait,
+                         check_kafka=True, app_name=f"deltaferry-stream-{name}")
+    if report is None:
+        log.info("stream %s: stopped before its first message", name)
+        return None
     log.info("stream %s: stopped cleanly; lock released", name)
     print(report.summary())
     return report

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from deltaferry import env as envvars
-from deltaferry.config import SUBJECT_STRATEGIES, TopicConfig
+from deltaferry.config import SUBJECT_STRATEGIES
 from deltaferry.errors import ConfigError, DeltaferryError
 
 #: The pre-Spark check gives up quickly: one attempt more, 10 s each.
@@ -165,15 +165,3 @@ def check_reachable(settings: RegistrySettings) -> None:
         reason = str(exc).replace(settings.url, settings.safe_url) or type(exc).__name__
         raise RegistryError(settings.safe_url, f"unreachable ({reason}); is it running? "
                             f"check {URL_VAR}") from None
-
-
-def uses_registry(topic: TopicConfig) -> bool:
-    """Whether `topic`'s values are read through the Schema Registry."""
-    return topic.format == "avro" or (topic.format == "protobuf" and not topic.protobuf.proto_file)
-
-
-def check_topic_registry(topic: TopicConfig, env: Mapping[str, str] | None = None) -> None:
-    """For a topic read through the registry (avro, protobuf without proto_file), check that
-    its registry (from `env`, default os.environ) answers; nothing for other topics."""
-    if uses_registry(topic):
-        check_reachable(RegistrySettings.from_env(env))

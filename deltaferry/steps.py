@@ -1,18 +1,33 @@
-"""The steps of a topic, defined once: what the CLI, the spark-submit jobs, the Airflow operator
-and the DAG factory all read.
+"""The steps of a topic, defined once as objects: what each needs (Spark or not), what it checks
+before the JVM starts, when it has nothing to do and what it runs. The runner
+(`deltaferry.pipeline.run_steps`), the spark-submit jobs, the Airflow operator and the DAG
+factory all read them.
 
 A DAG runs `DAG_STEPS` in order, each as the Airflow task `task_id` that spark-submits the
 step's script (`deltaferry/spark_jobs/`). `maintain` (OPTIMIZE then VACUUM in one Spark session)
 is for the command line and spark-submit users; the DAGs keep the two apart so that each is
-retried and skipped on its own.
+retried and skipped on its own. `Replay` and `Stream` are steps of the command line only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from deltaferry.errors import ConfigError
+from deltaferry.errors import ConfigError, EmptyTopicError
+
+if TYPE_CHECKING:
+    from deltaferry.config import TopicConfig
+    from deltaferry.context import TopicContext
+    from deltaferry.state import TopicState
+
+log = logging.getLogger(__name__)
 
 JOBS_DIR = Path(__file__).resolve().parent / "spark_jobs"
 
@@ -20,12 +35,14 @@ JOBS_DIR = Path(__file__).resolve().parent / "spark_jobs"
 @dataclass(frozen=True)
 class Step:
     """One step: its name, its Airflow task id, its spark-submit script, and the steps it runs
-    (itself, or the parts of a composite step)."""
+    (itself, or the parts of a composite step). Subclasses say what it runs (`run_one`)."""
 
     name: str
-    task_id: str
-    script_name: str
+    task_id: str = ""
+    script_name: str = ""
     parts: tuple[str, ...] = ()
+    #: Whether it reads the topic's messages (then its Schema Registry is checked first).
+    reads_topic: bool = False
 
     @property
     def script(self) -> Path:
@@ -37,12 +54,186 @@ class Step:
         """The single steps this step runs, in order."""
         return self.parts or (self.name,)
 
+    def singles(self) -> list[Step]:
+        """The single steps this step runs, in order, as steps."""
+        return [get(name) for name in self.parts] if self.parts else [self]
+
+    def needs_spark(self, topic: TopicConfig) -> bool:
+        """Whether running this step of `topic` needs a Spark session."""
+        return any(single.needs_spark(topic) for single in self.singles()) if self.parts \
+            else True
+
+    def preflight(self, ctx: TopicContext, env: Mapping[str, str] | None = None) -> None:
+        """This step's checks before a JVM starts (`preflight`)."""
+        preflight(ctx, [self], env)
+
+    def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
+             env: Mapping[str, str] | None = None) -> Any:
+        """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM);
+        None when it has work. A composite step is decided part by part, when it runs."""
+        from deltaferry.plan import decide
+
+        return None if self.parts else decide(self.name, ctx, reinfer=reinfer, env=env,
+                                              state=state)
+
+    def run(self, ctx: TopicContext, spark: Any, state: TopicState | None = None,
+            reinfer: bool = False) -> list:
+        """Run the step (each part of a composite one); the list of reports."""
+        return [single.run_one(ctx, spark, state, reinfer) for single in self.singles()]
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        """Run this single step; its report."""
+        raise NotImplementedError(f"step {self.name} runs its parts")
+
+
+@dataclass(frozen=True)
+class Infer(Step):
+    """The schema: inferred from the messages (json, in Spark) or read from writer schemas
+    (avro, protobuf: no Spark); deltaferry.formats."""
+
+    def needs_spark(self, topic: TopicConfig) -> bool:
+        from deltaferry.formats import format_of
+
+        return format_of(topic).infer_needs_spark
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        from deltaferry.formats import format_of
+
+        return format_of(ctx.topic).infer(ctx, spark, reinfer=reinfer, state=state)
+
+
+@dataclass(frozen=True)
+class Ingest(Step):
+    """What is new in the topic, into its table (deltaferry.spark.ingest)."""
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        from deltaferry.spark.ingest import ingest_topic
+
+        return ingest_topic(spark, ctx, state)
+
+
+@dataclass(frozen=True)
+class Maintain(Step):
+    """OPTIMIZE or VACUUM of the topic's tables (deltaferry.spark.maintain, by name)."""
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        from deltaferry.spark import maintain
+
+        return getattr(maintain, self.name)(spark, ctx)
+
+
+@dataclass(frozen=True)
+class Replay(Step):
+    """`deltaferry quarantine replay`: the quarantined messages whose reason contains
+    `reason` (all if None) into the table (deltaferry.spark.replay); never skipped."""
+
+    name: str = "replay"
+    reads_topic: bool = True
+    reason: str | None = None
+
+    def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
+             env: Mapping[str, str] | None = None) -> Any:
+        return None
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        from deltaferry.spark.replay import replay_quarantine
+
+        return replay_quarantine(spark, ctx, self.reason)
+
+
+@dataclass(frozen=True)
+class Stream(Step):
+    """`deltaferry stream`: ingest continuously until `stop` is set (or SIGTERM or SIGINT),
+    inferring the schema first where there is none; never skipped. Its report is None when
+    it was stopped before the topic's first message."""
+
+    name: str = "stream"
+    reads_topic: bool = True
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
+             env: Mapping[str, str] | None = None) -> Any:
+        return None
+
+    def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
+                reinfer: bool) -> Any:
+        from deltaferry.spark.ingest import stream_topic
+
+        with stop_on_signals(self.stop):  # after Spark started: pyspark sets its own handler
+            state = first_schema(ctx, spark, self.stop, state)
+            if state is None:
+                return None
+            return stream_topic(spark, ctx, self.stop, state=state)
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event,
+                    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT set `stop` (and say so) instead of ending the process;
+    the previous handlers are put back after. Main thread only (Python's rule for signals)."""
+    def handle(number: int, _frame) -> None:
+        if not stop.is_set():
+            log.info("%s received: stopping after the current micro-batch",
+                     signal.Signals(number).name)
+        stop.set()
+
+    previous = {number: signal.signal(number, handle) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def first_schema(ctx: TopicContext, spark, stop: threading.Event,
+                 state: TopicState | None = None) -> TopicState | None:
+    """Make sure the topic has a schema before a stream starts: infer it if there are messages
+    nobody inferred from; on an empty topic, wait (one check per trigger interval) for its
+    first message. The topic's state as last read (`state` if it did not wait); None if `stop`
+    was set before there was a message."""
+    infer = get("infer")
+    said = False
+    from deltaferry.config import trigger_seconds
+    from deltaferry.state import TopicState
+
+    state = state or TopicState(ctx)
+    while not stop.is_set():
+        try:
+            if infer.skip(ctx, state) is None:
+                print(infer.run_one(ctx, spark, state, False).summary())
+            return state
+        except EmptyTopicError as exc:
+            if not said:
+                log.info("%s; waiting for its first message", exc)
+                said = True
+            stop.wait(trigger_seconds(ctx.topic.trigger_interval))
+            state = TopicState(ctx)  # the next check reads the watermarks again
+    return None
+
+
+def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None = None
+              ) -> None:
+    """Say warehouse and registry problems (missing bucket, bad credentials, unreachable S3
+    endpoint or Schema Registry) of running the steps `todo` before a JVM is started, each
+    checked once: the registry only when a step reads the topic. Raises DeltaferryError."""
+    from deltaferry.formats import check_topic_registry
+    from deltaferry.storage import check_warehouse
+
+    check_warehouse(ctx.settings.warehouse)
+    if any(single.reads_topic for step in todo for single in step.singles()):
+        check_topic_registry(ctx.topic, env)
+
 
 STEPS: dict[str, Step] = {s.name: s for s in (
-    Step("infer", "infer_schema", "infer_schema.py"),
-    Step("ingest", "ingest", "ingest.py"),
-    Step("optimize", "optimize", "optimize.py"),
-    Step("vacuum", "vacuum", "vacuum.py"),
+    Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True),
+    Ingest("ingest", "ingest", "ingest.py", reads_topic=True),
+    Maintain("optimize", "optimize", "optimize.py"),
+    Maintain("vacuum", "vacuum", "vacuum.py"),
     Step("maintain", "maintain", "maintain.py", parts=("optimize", "vacuum")),
 )}
 #: What every topic's DAG runs, in order.

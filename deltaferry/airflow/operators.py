@@ -301,12 +301,12 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         return data if isinstance(data, list) else [data]
 
     def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
-        """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM)."""
-        from deltaferry.pipeline import TopicContext
-        from deltaferry.plan import decide
+        """The step's Skip when it has nothing to do (decided without a JVM, deltaferry.plan);
+        the run itself goes through the runner in the job (deltaferry.jobs)."""
+        from deltaferry.context import TopicContext
 
         ctx = TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
-        return decide(self.step, ctx, reinfer=reinfer, env=env)
+        return steps.get(self.step).skip(ctx, reinfer=reinfer, env=env)
 
     def _skip(self, context, report: dict) -> None:
         """End the task as skipped (no asset event), its report as the XCom return value."""

@@ -43,9 +43,9 @@ def one_report(step: str, reports: list[dict]) -> dict:
 
 #: Where each kind of report is defined (imported only when one is read back).
 KINDS = {
-    "InferReport": "deltaferry.spark.infer",
-    "RegistryReport": "deltaferry.spark.avro",
-    "ProtobufSchemaReport": "deltaferry.schema.proto_sources",
+    "InferReport": "deltaferry.formats.json",
+    "RegistryReport": "deltaferry.formats.avro",
+    "ProtobufSchemaReport": "deltaferry.formats.protobuf.sources",
     "IngestReport": "deltaferry.spark.ingest",
     "MaintainReport": "deltaferry.spark.maintain",
     "Skip": "deltaferry.plan",

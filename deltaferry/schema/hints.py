@@ -8,7 +8,7 @@ dotted through nested objects (a name holding a dot or a backquote is backquoted
 ``smallint``/``short``, ``int``/``integer``, ``bigint``/``long``, ``float``, ``double``,
 ``decimal(p,s)``, ``date``, ``timestamp``). Paths into arrays and complex types are not hints:
 a value that does not fit must be told apart from a missing one, field by field
-(`deltaferry.spark.decoding.hint_problem`).
+(`deltaferry.formats.json.hint_problem`).
 
 Hints are applied to every inferred schema before it is merged into the cache
 (`apply_hints`), so the hinted type is what the cache, the parse schema and the table carry,

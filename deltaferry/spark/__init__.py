@@ -1,1 +1,2 @@
-"""The Spark side: session, schema inference, ingest (streaming upsert) and maintenance."""
+"""The Spark side: session, ingest (streaming upsert), replay and maintenance; the formats'
+schema inference and decoders are in deltaferry.formats."""

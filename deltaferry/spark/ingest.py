@@ -22,28 +22,23 @@ from typing import TYPE_CHECKING
 from deltaferry import faults
 from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
+from deltaferry.formats import decoder_for, key_decoder_for
+from deltaferry.formats.json import CORRUPT
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
-from deltaferry.plan import lag, read_checkpoint
-from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import (
-    Decoder,
-    KeyDecoder,
-    StringKeys,
-    decoder_for,
-    key_decoder_for,
-    with_reason,
-)
+from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, with_reason
 from deltaferry.spark.failures import run_failure
-from deltaferry.spark.infer import CORRUPT
 from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
+from deltaferry.state import TopicState, lag, read_checkpoint
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from deltaferry.context import TopicContext
 
 log = logging.getLogger(__name__)
 
@@ -517,13 +512,13 @@ class IngestStream:
     Kafka stream. `start` starts the query with a trigger: availableNow (`ingest_topic`) or a
     processing-time trigger (`stream_topic`)."""
 
-    def __init__(self, spark: SparkSession, topic: TopicConfig, settings: Settings,
-                 paths: TopicPaths, store: SchemaStore):
+    def __init__(self, spark: SparkSession, ctx: TopicContext, state: TopicState | None = None):
         self.started = time.monotonic()
+        topic, settings, paths, store = ctx.topic, ctx.settings, ctx.paths, ctx.store
         self.spark, self.topic, self.settings, self.paths = spark, topic, settings, paths
-        current = topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
-        checkpointed = read_checkpoint(storage_for(paths.checkpoint), paths.checkpoint,
-                                       topic.name).offsets
+        state = state or TopicState(ctx)
+        current = state.offsets
+        checkpointed = state.checkpoint.offsets
         check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
                         paths.root)
         self.report = IngestReport(topic.name, mode=topic.mode)
@@ -554,7 +549,7 @@ class IngestStream:
         )
 
     def checkpoint(self):
-        """The checkpoint's newest batch (deltaferry.plan.CheckpointState)."""
+        """The checkpoint's newest batch (deltaferry.state.CheckpointState)."""
         return read_checkpoint(storage_for(self.paths.checkpoint), self.paths.checkpoint,
                                self.topic.name)
 
@@ -597,10 +592,12 @@ def await_query(query, writer: BatchWriter, timeout: float | None = None) -> boo
         raise
 
 
-def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
-                 store: SchemaStore) -> IngestReport:
-    """Run the availableNow streaming query for `topic` until everything available is in."""
-    ingest = IngestStream(spark, topic, settings, paths, store)
+def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | None = None
+                 ) -> IngestReport:
+    """Run the availableNow streaming query for the topic of `ctx` until everything available
+    is in; its report. `state`: the run's snapshot of the topic (its watermarks)."""
+    topic = ctx.topic
+    ingest = IngestStream(spark, ctx, state)
     query = ingest.start(availableNow=True)
     await_query(query, ingest.writer)
     progress = [batch_progress(p, topic.name) for p in query.recentProgress
@@ -610,8 +607,8 @@ def ingest_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     return ingest.finish(progress)
 
 
-def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, paths: TopicPaths,
-                 store: SchemaStore, stop: threading.Event, poll: float = 0.5) -> IngestReport:
+def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
+                 poll: float = 0.5, state: TopicState | None = None) -> IngestReport:
     """Run `topic`'s ingest query with a processing-time trigger (a micro-batch every
     `trigger_interval` when there are new messages) until `stop` is set, then stop it between
     two micro-batches: when no batch is being written and the checkpoint's newest batch is
@@ -619,7 +616,8 @@ def stream_topic(spark: SparkSession, topic: TopicConfig, settings: Settings, pa
     after `stop` was set, before such a moment came, is refused before it writes anything
     (Spark logs the query's end as an error; the next start reads the batch again). Each batch
     is logged as it ends; the report covers the whole run."""
-    ingest = IngestStream(spark, topic, settings, paths, store)
+    topic, paths = ctx.topic, ctx.paths
+    ingest = IngestStream(spark, ctx, state)
     writer = ingest.writer
     writer.stop = stop
     interval = trigger_seconds(topic.trigger_interval)

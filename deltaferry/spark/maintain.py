@@ -8,14 +8,15 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import TopicConfig
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
-from deltaferry.plan import record_vacuum
+from deltaferry.state import record_vacuum
 from deltaferry.storage import storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from deltaferry.context import TopicContext
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,11 @@ def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
     return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
 
 
-def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
-    """Compact the small files that hourly micro-batches leave behind."""
+def optimize(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
+    """Compact the small files that hourly micro-batches leave behind; the report."""
     from delta.tables import DeltaTable
 
+    topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     details = {}
     for name, path in _existing_tables(spark, paths).items():
@@ -69,10 +71,12 @@ def optimize(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Main
     return report
 
 
-def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> MaintainReport:
-    """Delete files no table version younger than the topic's retention still needs."""
+def vacuum(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
+    """Delete files no table version younger than the topic's retention still needs; the
+    report."""
     from delta.tables import DeltaTable
 
+    topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     hours = topic.vacuum_retention_hours
     if hours < DELTA_SAFE_RETENTION_HOURS:
@@ -87,7 +91,7 @@ def vacuum(spark: SparkSession, topic: TopicConfig, paths: TopicPaths) -> Mainta
         ensure_held(path, f"the VACUUM of {path}")
         DeltaTable.forPath(spark, path).vacuum(hours)
         details[name] = f"vacuumed, retention {hours:g} h"
-    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.plan)
+    if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.state)
         ensure_held(paths.root, f"recording the VACUUM in {paths.root}")
         record_vacuum(storage_for(paths.root), paths.root)
     report = MaintainReport(topic.name, "vacuum", details, time.monotonic() - started)

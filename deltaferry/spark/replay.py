@@ -29,16 +29,18 @@ from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
+from deltaferry.formats import decoder_for, key_decoder_for
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
-from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
+from deltaferry.spark.decoding import Decoder, KeyDecoder
 from deltaferry.spark.ingest import apply_rows, parse_within, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from deltaferry.context import TopicContext
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +184,14 @@ def new_replay_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-def replay_quarantine(spark: SparkSession, topic: TopicConfig, paths: TopicPaths,
-                      store: SchemaStore, reason: str | None = None) -> ReplayReport:
-    """Replay the quarantined messages of `topic` not replayed yet (those whose reason contains
-    `reason`, if given) into its table, exactly once; finishes an interrupted replay first."""
+def replay_quarantine(spark: SparkSession, ctx: TopicContext,
+                      reason: str | None = None) -> ReplayReport:
+    """Replay the quarantined messages of the topic of `ctx` not replayed yet (those whose
+    reason contains `reason`, if given) into its table, exactly once; finishes an interrupted
+    replay first. The report."""
     from pyspark.sql import functions as F
 
+    topic, paths, store = ctx.topic, ctx.paths, ctx.store
     started = time.monotonic()
     quarantine.ensure_layout(spark, paths.quarantine)
     delta_table.ensure_table(spark, paths.table)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from deltaferry.lake import is_delta_table, open_table
-from deltaferry.plan import SMALL_FILE_BYTES
+from deltaferry.state import SMALL_FILE_BYTES
 
 #: How many commits the page lists, and how far back it looks for the last OPTIMIZE/VACUUM.
 COMMITS_SHOWN = 10

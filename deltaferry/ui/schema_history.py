@@ -194,7 +194,8 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     """The schema history of `topic`: its cache (`store`) and, for a topic read through the
     Schema Registry, the subject's versions (a registry that does not answer is said on the
     page, the rest still shows)."""
-    from deltaferry.registry import subject_name, uses_registry
+    from deltaferry.formats import uses_registry
+    from deltaferry.registry import subject_name
 
     history = SchemaHistory(topic.name, topic.format, store.location)
     numbers = store.versions()

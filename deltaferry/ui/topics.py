@@ -24,8 +24,8 @@ from urllib.parse import urlencode
 from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, parse_kafka_options, warehouse_from_env
 from deltaferry.paths import TopicPaths
-from deltaferry.plan import lag, parse_offset_log
-from deltaferry.storage import Storage, join, storage_for
+from deltaferry.state import committed_offsets, lag
+from deltaferry.storage import Storage, storage_for
 
 #: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
@@ -259,26 +259,6 @@ class TopicsPage:
         rank = {state: i for i, state in enumerate(STATE_ORDER)}
         return sorted(self.states.items(), key=lambda item: (
             item[0] == NO_RUN, rank.get(item[0], len(rank)), item[0]))
-
-
-def committed_offsets(storage: Storage, checkpoint: str, topic: str) -> dict[int, int] | None:
-    """The offsets of `topic` that the streaming checkpoint's last *committed* batch read up
-    to (None when no batch was committed yet): the newest commit's offset log, else (it is
-    gone) the newest batch with both."""
-    def batches(folder: str) -> set[int]:
-        return {int(n) for n in storage.list(join(checkpoint, folder)) if n.isdigit()}
-
-    commits = batches("commits")
-    if not commits:
-        return None
-    try:  # Spark writes a batch's offset log before its commit: the newest commit's is there
-        text = storage.read(join(checkpoint, "offsets", str(max(commits))))
-    except FileNotFoundError:
-        committed = commits & batches("offsets")
-        if not committed:
-            return None
-        text = storage.read(join(checkpoint, "offsets", str(max(committed))))
-    return parse_offset_log(text.decode("utf-8"), topic)
 
 
 def kafka_settings(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:

@@ -166,7 +166,7 @@ def create_app(user: Callable[..., Any],
                         q=quarantine_of(topic, settings, int(latest) if latest.isdigit() else None),
                         **context)
         if page == "health":
-            from deltaferry.plan import SMALL_FILE_BYTES
+            from deltaferry.state import SMALL_FILE_BYTES
 
             return html(request, "health.html", tables=health_of(topic, settings),
                         small_file_bytes=SMALL_FILE_BYTES,
@@ -217,7 +217,7 @@ def create_app(user: Callable[..., Any],
                                settings)
 
     def health_of(topic: TopicConfig, settings: Mapping[str, str]):
-        from deltaferry.plan import maintenance_record
+        from deltaferry.state import maintenance_record
         from deltaferry.storage import storage_for
         from deltaferry.ui.health import table_health
 

@@ -85,7 +85,7 @@ def sample_orders(n: int = 6, seed: int = 5):
     from google.protobuf import message_factory
 
     from deltaferry.config import load_topics
-    from deltaferry.schema.proto_sources import ProtoFileSchemas
+    from deltaferry.formats.protobuf.sources import ProtoFileSchemas
 
     entry = load_topics().get(PROTO_TOPIC)
     assert entry.protobuf.proto_file and entry.protobuf.message

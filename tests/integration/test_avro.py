@@ -10,7 +10,7 @@ import pytest
 from deltaferry.config import AvroOptions, Settings, TopicConfig
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
-from deltaferry.schema.avro import IncompatibleShapeError
+from deltaferry.producer.schema import IncompatibleShapeError
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
@@ -117,9 +117,9 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     produce(kafka_bootstrap, topic, [("k5", "not avro at all"), ("k4", None)])
     ctx = avro_context(topic, kafka_bootstrap, tmp_path)
     paths = ctx.paths
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     assert infer.schema_version == 2
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.quarantined == 1 and report.schema_version == 2
 
     def state():
@@ -136,7 +136,7 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     # a new version's field reaches the table on the next run: no restart, no failure
     producer.produce({"id": 6, "name": "f", "tags": ["x"]}, key="k6")     # v3
     assert producer.flush(30) == 0
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.schema_version == 3
     table = spark.read.format("delta").load(paths.table)
     assert "tags" in table.columns
@@ -153,8 +153,8 @@ def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_re
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    from deltaferry.formats.avro import reader_schema
     from deltaferry.registry import RegistryError
-    from deltaferry.spark.avro import reader_schema
 
     client = SchemaRegistryClient({"url": schema_registry_url})
     topic = f"pinned-{uuid.uuid4().hex[:8]}"
@@ -200,7 +200,7 @@ def test_unknown_schema_id_goes_to_quarantine_with_the_reason(
     unknown = 987654  # well framed, but no schema of the registry has this id
     produce(kafka_bootstrap, topic, [("k2", b"\x00" + struct.pack(">I", unknown) + b"\x02")])
     ctx = avro_context(topic, kafka_bootstrap, tmp_path)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.quarantined == 1 and report.inserted == 1
     bad = spark.read.format("delta").load(ctx.paths.quarantine).collect()
     assert [(r["kafka_key"], r["reason"]) for r in bad] == [
@@ -214,8 +214,8 @@ def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch
     """A real proxy answers 503 for the writer schema: the client retries, the run fails, the
     batch is not committed (nothing in the table or the quarantine, the checkpoint has no
     commit); once the registry answers again the next run lands every message."""
-    from deltaferry.plan import read_checkpoint
     from deltaferry.producer import DynamicSchemaProducer
+    from deltaferry.state import read_checkpoint
     from deltaferry.storage import storage_for
 
     from .registry_proxy import failing_schema_lookups
@@ -238,7 +238,7 @@ def test_registry_5xx_is_retried_then_fails_the_run_without_committing_the_batch
         assert spark.read.format("delta").load(ctx.paths.quarantine).count() == 0
 
         proxy.failing = None  # the registry answers again: the next run lands everything
-        report = run_step("ingest", ctx, spark)
+        [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == 6 and report.quarantined == 0 and report.inserted == 6
     rows = spark.read.format("delta").load(ctx.paths.table).collect()
     assert sorted(r["kafka_key"] for r in rows) == [f"k{i}" for i in range(6)]

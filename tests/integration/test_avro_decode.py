@@ -9,7 +9,7 @@ import struct
 import fastavro
 import pytest
 
-from deltaferry.spark import avro
+from deltaferry.formats import avro
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from deltaferry.config import Settings, TopicConfig
+from deltaferry.formats.avro import REASON_FRAMING
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.store import SchemaStore
-from deltaferry.spark.avro import REASON_FRAMING
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +96,7 @@ def test_avro_keys_land_by_their_decoded_key_in_typed_columns(
     assert {f"{topic}-key", f"{topic}-value"} <= subjects
     ctx = avro_keyed_context(topic, kafka_bootstrap, tmp_path)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (2, 1)
 
     table = spark.read.format("delta").load(ctx.paths.table)
@@ -121,7 +121,7 @@ def test_avro_keys_land_by_their_decoded_key_in_typed_columns(
     producer.send(b1, None)
     producer.send(a2, {"item": "pear", "qty": 6})
     producer.flush()
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.updated, report.deleted) == (1, 1, 1)
     assert state() == {("a", 1): ("apple", 4, '{"tenant":"a","id":1}'),
                        ("a", 2): ("pear", 6, '{"tenant":"a","id":2}')}
@@ -142,7 +142,7 @@ def test_a_primitive_avro_key_lands_in_one_key_column(
     producer.send(8, {"item": "pear", "qty": 3})
     producer.flush()
     ctx = avro_keyed_context(topic, kafka_bootstrap, tmp_path)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (2, 0)
     rows = spark.read.format("delta").load(ctx.paths.table).collect()
     assert sorted((r["key"], r["kafka_key"], r["qty"]) for r in rows) == [

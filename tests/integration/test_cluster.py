@@ -137,7 +137,7 @@ def protobuf_topic(env: dict[str, str], prefix: str) -> tuple[str, dict[str, int
     """Plain bodies of schemas/shop/order.proto (decoded by a Python UDF on the executors)."""
     from google.protobuf import message_factory
 
-    from deltaferry.schema.proto_sources import compile_proto
+    from deltaferry.formats.protobuf.sources import compile_proto
 
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     create_topic(env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=2)

@@ -13,11 +13,11 @@ import subprocess
 
 import pytest
 
+from deltaferry.formats.json import REASON_NOT_JSON
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 from deltaferry.spark.decoding import (
     REASON_MERGE_KEY_NULL,
-    REASON_NOT_JSON,
     REASON_TOMBSTONE_APPEND,
     REASON_TOMBSTONE_MERGE_KEY,
 )
@@ -116,13 +116,13 @@ def test_merge_key_upserts_by_a_compound_payload_key(spark, kafka_bootstrap, new
     ]
     produce(kafka_bootstrap, topic, first)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.updated, report.quarantined) == (3, 0, 3)
 
     second = [(None, {"tenant": "a", "id": 1, "qty": q}) for q in (3, 4)] + [
         ("anything", {"tenant": "b", "id": 1, "qty": 70, "note": "new field"})]
     produce(kafka_bootstrap, topic, second)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.updated, report.quarantined) == (0, 2, 0)
 
     rows = delta_rs_rows(ctx.paths.table, "tenant, id, qty, note, kafka_key", "tenant, id")

@@ -21,7 +21,7 @@ import pytest
 
 from deltaferry.faults import MARK_VAR, POINT_VAR
 from deltaferry.kafka import produce
-from deltaferry.plan import parse_offset_log
+from deltaferry.state import parse_offset_log
 from deltaferry.storage import S3Settings, storage_for
 
 from .test_cli import CLI
@@ -149,7 +149,7 @@ def test_broker_stopped_during_ingest(outage_stack, spark, tmp_path):
     assert_table_is_latest_state(spark, ctx, sent[:BATCH])  # batch 0 whole, nothing of 1
 
     stack.start_service("kafka", stack_dir)  # the same data and port
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == len(sent) - BATCH
     assert_table_is_latest_state(spark, ctx, sent)
     assert quarantined_values(spark, ctx.paths.quarantine) == bad_values(sent)
@@ -189,7 +189,7 @@ def test_s3_stopped_during_a_commit(outage_stack, spark, tmp_path, monkeypatch):
     # ... but its quarantine commit was made before the outage
     assert quarantined_values(spark, ctx.paths.quarantine) == bad_values(sent)
 
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == len(sent) - BATCH
     assert_table_is_latest_state(spark, ctx, sent)
     assert quarantined_values(spark, ctx.paths.quarantine) == bad_values(sent)  # each once
@@ -245,6 +245,6 @@ def test_registry_stopped_during_ingest_of_an_avro_topic(outage_stack, spark, tm
 
     stack.start_service("registry", stack_dir)  # its database kept: the same schema ids
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", registry)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == BATCH and report.quarantined == 0
     assert table() == latest(sent)

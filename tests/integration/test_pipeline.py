@@ -136,13 +136,13 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path, deletion_vec
     batch1 = first_batch()
     produce(kafka_bootstrap, topic, batch1)
 
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     assert (infer.schema_version, infer.changed, infer.full) == (1, True, True)
     assert infer.offsets_scanned == len(batch1)
     fields = {f["name"] for f in ctx.store.latest().schema["fields"]}
     assert fields == {"id", "version", "amount", "user", "customer", "items"}
 
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == len(batch1)
     assert report.batches >= 3  # bounded: 16 offsets per micro-batch at most
     assert report.quarantined == 3
@@ -170,19 +170,19 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path, deletion_vec
 
     # a run with nothing new changes nothing
     version = table_version(spark, ctx)
-    again = run_step("ingest", ctx, spark)
+    [again] = run_step("ingest", ctx, spark)
     assert (again.messages_read, again.inserted, again.updated, again.deleted) == (0, 0, 0, 0)
     assert table_version(spark, ctx) == version
-    assert run_step("infer", ctx, spark).offsets_scanned == 0
+    assert run_step("infer", ctx, spark)[0].offsets_scanned == 0
 
     batch2 = second_batch()
     produce(kafka_bootstrap, topic, batch2)
-    infer2 = run_step("infer", ctx, spark)
+    [infer2] = run_step("infer", ctx, spark)
     assert infer2.offsets_scanned == len(batch2)  # incremental: only the new offsets
     assert (infer2.schema_version, infer2.changed) == (2, True)
     assert [v for v in ctx.store.versions()] == [1, 2]  # the previous version is kept
 
-    report2 = run_step("ingest", ctx, spark)
+    [report2] = run_step("ingest", ctx, spark)
     assert report2.messages_read == len(batch2)
     assert report2.quarantined == 1
     assert report2.deleted == 1
@@ -207,7 +207,7 @@ def test_core_scenario(spark, kafka_bootstrap, new_topic, tmp_path, deletion_vec
     assert len(assert_readers_agree(spark, ctx.paths.table)) == len(amounts)
     assert len(assert_readers_agree(spark, ctx.paths.quarantine)) == 4
 
-    full = run_step("infer", ctx, spark, reinfer=True)
+    [full] = run_step("infer", ctx, spark, reinfer=True)
     assert full.full and full.offsets_scanned == len(everything)
     assert not full.changed  # a full re-inference keeps every field it already had
 
@@ -236,7 +236,7 @@ def test_deletion_vectors_turned_on_for_an_existing_table(spark, kafka_bootstrap
         ("k1", None), ("k3", None), ("new", {"n": -1, "tag": "b"})]
     produce(kafka_bootstrap, topic, second)
     with caplog.at_level("INFO", logger="deltaferry.spark.table"):
-        report = run_step("ingest", switched, spark)
+        [report] = run_step("ingest", switched, spark)
     assert any("turning deletion vectors on" in r.getMessage() for r in caplog.records)
     assert (report.inserted, report.updated, report.deleted) == (1, 10, 2)
     assert_table_is_latest_state(spark, ctx, first + second)
@@ -261,12 +261,12 @@ def test_fields_arriving_after_inference_are_not_dropped(spark, kafka_bootstrap,
     # the cached schema is reused: the infer task has nothing to do, ingest grows the schema
     skip = decide("infer", ctx)
     assert skip is not None and "ingest grows it from the 2 message(s)" in skip.reason
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.schema_version == 2
     schema = spark.read.format("delta").load(ctx.paths.table).schema
     assert schema["maybe"].dataType.simpleString() == "struct<y:bigint>"
     assert_table_is_latest_state(spark, ctx, first + late)
-    assert run_step("infer", ctx, spark).offsets_scanned == 0  # ingest recorded what it covered
+    assert run_step("infer", ctx, spark)[0].offsets_scanned == 0  # ingest recorded what it covered
 
 
 def test_clear_errors_for_missing_unreachable_and_empty(spark, kafka_bootstrap, new_topic, tmp_path):
@@ -282,8 +282,8 @@ def test_clear_errors_for_missing_unreachable_and_empty(spark, kafka_bootstrap, 
 def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic, tmp_path):
     """A crash after the Delta writes but before the checkpoint commit replays the batch with
     the same id: the MERGE and the quarantine append must be skipped, not applied again."""
+    from deltaferry.formats import decoder_for
     from deltaferry.spark import table as delta_table
-    from deltaferry.spark.decoding import decoder_for
     from deltaferry.spark.ingest import BatchWriter, IngestReport
 
     topic = new_topic("replay", partitions=1)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from deltaferry.config import ProtobufOptions, Settings, TopicConfig
+from deltaferry.formats.protobuf.sources import compile_proto
+from deltaferry.formats.protobuf.wire import encode_frame
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
-from deltaferry.schema.proto_sources import compile_proto
-from deltaferry.schema.protobuf import encode_frame
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
@@ -132,9 +132,9 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         ("k4", clash),                                                  # a type clash
     ])
     ctx = proto_context(TopicConfig(name=name, format="protobuf"), kafka_bootstrap, tmp_path)
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     assert infer.versions == ["version 1", "version 2", "version 3"]
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == 17
     assert report.quarantined == 6
 
@@ -174,7 +174,7 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     assert len(assert_readers_agree(spark, ctx.paths.table)) == len(rows)
     assert len(assert_readers_agree(spark, ctx.paths.quarantine)) == 6
     # a second run reads nothing again: exactly once
-    again = run_step("ingest", ctx, spark)
+    [again] = run_step("ingest", ctx, spark)
     assert (again.messages_read, again.inserted, again.updated) == (0, 0, 0)
 
 
@@ -191,13 +191,13 @@ def test_a_version_registered_after_the_run_started_lands_in_that_run(
                         protobuf=ProtobufOptions(message="shop.Order"),
                         max_offsets_per_trigger=2)
     ctx = proto_context(topic, kafka_bootstrap, tmp_path)
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     assert infer.schema_version == 1 and "note" not in str(ctx.store.latest().schema)
 
     v2 = Writer(V2, schema_registry_url, name)  # registered now, after the infer step
     produce_bytes(kafka_bootstrap, name, [("k1", v2(id="o1", note="new field")),
                                           ("k9", v2(id="o9", geo={"label": "nested new"}))])
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.batches == 3 and report.messages_read == 6 and report.quarantined == 0
     assert report.schema_version == 2
     assert "note" in ctx.store.read(2).changes and "geo.label" in ctx.store.read(2).changes
@@ -225,8 +225,8 @@ def test_plain_protobuf_bodies_of_a_schemas_file(spark, kafka_bootstrap, new_top
                         protobuf=ProtobufOptions(message="shop.Order",
                                                  proto_file=str(ORDER_PROTO)))
     ctx = proto_context(topic, kafka_bootstrap, tmp_path)
-    assert run_step("infer", ctx, spark).schema_version == 1
-    report = run_step("ingest", ctx, spark)
+    assert run_step("infer", ctx, spark)[0].schema_version == 1
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (2, 1)
     rows = table_rows(spark, ctx)
     assert (rows["a"]["id"], rows["a"]["quantity"], rows["b"]["tags"]) == ("a2", 6, ["x"])
@@ -252,7 +252,7 @@ def test_registry_5xx_fails_the_protobuf_run_without_committing(
         assert spark.read.format("delta").load(ctx.paths.table).count() == 0
         assert spark.read.format("delta").load(ctx.paths.quarantine).count() == 0
         proxy.failing = None
-        report = run_step("ingest", ctx, spark)
+        [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (3, 0)
 
 
@@ -265,8 +265,8 @@ def test_registry_schemas_with_references_and_as_proto_text(schema_registry_url,
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from google.protobuf import message_factory
 
-    from deltaferry.schema.proto_sources import RegistrySchemas
-    from deltaferry.schema.protobuf import decode_batch, spark_type
+    from deltaferry.formats.protobuf.sources import RegistrySchemas
+    from deltaferry.formats.protobuf.wire import decode_batch, spark_type
 
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
     common = 'syntax = "proto3"; package pay; message Money { int64 units = 1; string currency = 2; }'

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from deltaferry.formats.json import REASON_NOT_UTF8
 from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
-from deltaferry.spark.decoding import REASON_KEY_NOT_UTF8, REASON_NOT_UTF8
+from deltaferry.spark.decoding import REASON_KEY_NOT_UTF8
 
 from .test_pipeline import context
 
@@ -57,7 +58,7 @@ def test_binary_keys_values_and_headers_are_kept_and_readable_by_delta_rs(
     send(kafka_bootstrap, topic, MESSAGES)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, keep_headers=True)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.messages_read, report.quarantined) == (len(MESSAGES), 5)
 
     # the table holds only valid text: delta-rs reads it (through its SQL engine: the table is
@@ -114,7 +115,7 @@ def test_a_first_layout_quarantine_is_migrated_every_byte_kept(
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
     write_first_layout(spark, ctx.paths.quarantine)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert report.quarantined == 1
     rows = sorted(open_table(ctx.paths.quarantine).to_pyarrow_table().to_pylist(),
                   key=lambda r: (r["kafka_offset"], r["reason"]))
@@ -177,7 +178,7 @@ def test_large_values_go_through_and_too_large_ones_are_quarantined_then_replaye
 
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_value_bytes=2_000_000)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (2, 1)
     lengths = {r["kafka_key"]: len(r["blob"]) for r in
                spark.read.format("delta").load(ctx.paths.table).collect()}
@@ -187,7 +188,7 @@ def test_large_values_go_through_and_too_large_ones_are_quarantined_then_replaye
     assert row["raw_value"] == huge and row["value_text"] is None
 
     raised = context(topic, tmp_path / "wh", kafka_bootstrap, max_value_bytes=limit)
-    replayed = replay_quarantine(spark, raised.topic, raised.paths, raised.store)
+    replayed = replay_quarantine(spark, raised)
     assert (replayed.landed, replayed.inserted) == (1, 1)
     lengths = {r["kafka_key"]: len(r["blob"]) for r in
                spark.read.format("delta").load(ctx.paths.table).collect()}

@@ -63,7 +63,7 @@ def test_show_then_replay_lands_what_now_parses_exactly_once(
     produce(kafka_bootstrap, topic, MESSAGES)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, deletion_vectors=deletion_vectors)
     pin(ctx.store, "long", len(MESSAGES))
-    assert run_step("ingest", ctx, spark).quarantined == 5
+    assert run_step("ingest", ctx, spark)[0].quarantined == 5
     assert table(spark, ctx) == {"k": (3, 2), "n": (5, 4)}
 
     topics = tmp_path / "topics.yaml"

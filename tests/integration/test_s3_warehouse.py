@@ -58,8 +58,8 @@ def test_core_scenario_with_the_warehouse_on_s3(spark, kafka_bootstrap, new_topi
 
     batch1 = first_batch()
     produce(kafka_bootstrap, topic, batch1)
-    assert run_step("infer", ctx, spark).schema_version == 1
-    first = run_step("ingest", ctx, spark)
+    assert run_step("infer", ctx, spark)[0].schema_version == 1
+    [first] = run_step("ingest", ctx, spark)
     assert (first.messages_read, first.quarantined) == (len(batch1), 3)
     assert first.phases["commit"] > 0  # each commit's record read back from the bucket
     assert_table_is_latest_state(spark, ctx, batch1)
@@ -78,15 +78,15 @@ def test_core_scenario_with_the_warehouse_on_s3(spark, kafka_bootstrap, new_topi
 
     # a re-run reads nothing and commits nothing
     version = table_version(spark, ctx)
-    again = run_step("ingest", ctx, spark)
+    [again] = run_step("ingest", ctx, spark)
     assert again.messages_read == 0 and table_version(spark, ctx) == version
 
     # new fields and int -> double in a second batch: a new schema version, only new offsets read
     batch2 = second_batch()
     produce(kafka_bootstrap, topic, batch2)
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     assert infer.schema_version == 2 and infer.offsets_scanned == len(batch2)
-    second = run_step("ingest", ctx, spark)
+    [second] = run_step("ingest", ctx, spark)
     assert (second.messages_read, second.quarantined) == (len(batch2), 1)
     # k8's second message does not fit the schema: it is quarantined, its old value stays
     everything = [m for m in batch1 + batch2 if m[0] != "k8" or m in batch1]

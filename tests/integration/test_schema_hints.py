@@ -40,13 +40,13 @@ def test_hinted_types_land_and_values_that_do_not_fit_are_quarantined(spark, kaf
         ("k5", {"amount": 1.234}),                                      # 3 decimals: would round
         ("k6", json.dumps({"amount": "x", "created": "2026-02-30T00:00:00Z"})),  # neither fits
     ])
-    infer = run_step("infer", ctx, spark)
+    [infer] = run_step("infer", ctx, spark)
     fields = {f["name"]: f["type"] for f in ctx.store.latest().schema["fields"]}
     assert (fields["amount"], fields["created"], fields["refund"]) == ("decimal(18,2)", "timestamp", "decimal(9,2)")
     assert {f["name"]: f["type"] for f in fields["address"]["fields"]} == {"zip": "string", "city": "string"}
     assert infer.schema_version == 1
 
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.quarantined) == (3, 4)
     table = spark.read.format("delta").load(ctx.paths.table)
     types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
@@ -73,7 +73,7 @@ def test_hinted_types_land_and_values_that_do_not_fit_are_quarantined(spark, kaf
 
     # later values that Spark alone would infer as double or string keep the hinted types
     produce(kafka_bootstrap, topic, [("k1", {"amount": 7.25, "created": "2026-11-24T09:00:00Z", "extra": 1})])
-    again = run_step("infer", ctx, spark)
+    [again] = run_step("infer", ctx, spark)
     assert again.changes == "added: extra"
     run_step("ingest", ctx, spark)
     types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(ctx.paths.table).schema.fields}

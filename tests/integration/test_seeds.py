@@ -88,8 +88,8 @@ def test_seed_000_runs_verbatim_and_its_topic_lands_with_field_6(
     topics.write_text(f"topics:\n  - name: {topic}\n    format: avro\n")
     monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "upsert"))
     ctx = TopicContext.load(topic)
-    assert run_step("infer", ctx, spark).schema_version >= 2  # the demo's second version
-    report = run_step("ingest", ctx, spark)
+    assert run_step("infer", ctx, spark)[0].schema_version >= 2  # the demo's second version
+    [report] = run_step("ingest", ctx, spark)
     assert (report.messages_read, report.quarantined) == (2, 2)
     reasons = {r["reason"] for r in spark.read.format("delta").load(ctx.paths.quarantine)
                .select("reason").collect()}
@@ -102,7 +102,7 @@ def test_seed_000_runs_verbatim_and_its_topic_lands_with_field_6(
     monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "append"))
     ctx = TopicContext.load(topic)
     run_step("infer", ctx, spark)
-    report = run_step("ingest", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
     assert (report.messages_read, report.quarantined) == (2, 0)
     rows = (spark.read.format("delta").load(ctx.paths.table).orderBy("kafka_offset")
             .select("field_1", "field_5.field_5_2", "field_6.field_6_1.field_6_1_1").collect())

@@ -169,8 +169,7 @@ def test_a_stream_of_an_avro_topic_follows_a_version_registered_while_it_runs(
     stop, result = threading.Event(), {}
 
     def run() -> None:
-        result["report"] = stream_topic(spark, ctx.topic, ctx.settings, ctx.paths, ctx.store,
-                                        stop)
+        result["report"] = stream_topic(spark, ctx, stop)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

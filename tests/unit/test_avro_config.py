@@ -8,8 +8,8 @@ import pytest
 
 from deltaferry.config import parse_topics
 from deltaferry.errors import ConfigError
+from deltaferry.formats.avro import all_null_encoding
 from deltaferry.registry import RegistrySettings, subject_name, without_credentials
-from deltaferry.spark.avro import all_null_encoding
 
 
 def test_avro_entries_with_strategies_and_a_pinned_version():
@@ -134,8 +134,9 @@ def test_an_unreachable_registry_is_one_line_naming_the_url_without_credentials(
 
 
 def test_plan_checks_an_avro_topics_registry_before_infer_and_ingest_only():
+    from deltaferry.formats import check_topic_registry
     from deltaferry.plan import decide
-    from deltaferry.registry import RegistryError, check_topic_registry
+    from deltaferry.registry import RegistryError
 
     env = closed_registry_env()
     check_topic_registry(parse_topics({"topics": [{"name": "j"}]}, "t").topics[0], env)  # json

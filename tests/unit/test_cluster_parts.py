@@ -95,9 +95,9 @@ def test_package_zip_holds_deltaferry_and_imports_from_it(tmp_path):
     assert archive.name == f"deltaferry-{package_digest()}.zip"
     assert package_zip(tmp_path) == archive  # built once per version of the code
     names = zipfile.ZipFile(archive).namelist()
-    assert "deltaferry/__init__.py" in names and "deltaferry/spark/protobuf.py" in names
+    assert "deltaferry/__init__.py" in names and "deltaferry/formats/protobuf/__init__.py" in names
     assert not [n for n in names if "__pycache__" in n]
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import deltaferry.spark.protobuf as m;"
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import deltaferry.formats.protobuf as m;"
              " print(m.__file__)")
     seen = subprocess.run([sys.executable, "-I", "-c", probe, str(archive)], cwd=tmp_path,
                           capture_output=True, text=True)

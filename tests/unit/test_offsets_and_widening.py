@@ -11,9 +11,9 @@ from deltaferry.kafka import (
     offsets_json,
     ranges_to_read,
 )
-from deltaferry.plan import parse_offset_log
 from deltaferry.schema.rules import widened_type
 from deltaferry.spark.table import quote
+from deltaferry.state import parse_offset_log
 
 
 def test_ranges_cover_only_what_is_new():
@@ -65,7 +65,7 @@ def test_prune_drops_what_pyspark_ships(tmp_path):
 
 
 def test_relaxed_schema_accepts_every_widening_but_not_a_clash():
-    from deltaferry.spark.infer import relaxed
+    from deltaferry.formats.json import relaxed
 
     cached = {"type": "struct", "fields": [
         {"name": "n", "type": "long", "nullable": True, "metadata": {}},

@@ -6,17 +6,14 @@ import pytest
 
 from deltaferry.config import TopicConfig
 from deltaferry.kafka import TopicOffsets
-from deltaferry.plan import (
+from deltaferry.plan import infer_skip, ingest_skip, optimize_skip, vacuum_skip
+from deltaferry.state import (
     CheckpointState,
     TableFiles,
-    infer_skip,
-    ingest_skip,
     lag,
     last_vacuum,
-    optimize_skip,
     read_checkpoint,
     record_vacuum,
-    vacuum_skip,
 )
 from deltaferry.storage import LocalStorage
 
@@ -113,7 +110,7 @@ def test_existing_tables_reads_each_delta_log_once_and_leaves_out_missing_ones(t
     from deltalake import write_deltalake
 
     from deltaferry.paths import TopicPaths
-    from deltaferry.plan import existing_tables
+    from deltaferry.state import existing_tables
 
     paths = TopicPaths.for_topic(str(tmp_path), "orders")
     for n in range(3):
@@ -153,3 +150,30 @@ def test_the_checkpoint_query_id_is_read_from_its_metadata_file(tmp_path):
     metadata.unlink()
     with pytest.raises(FileNotFoundError):
         checkpoint_query_id(LocalStorage(), str(checkpoint))
+
+
+def test_the_decisions_of_one_run_ask_the_broker_for_the_watermarks_once(tmp_path,
+                                                                         monkeypatch):
+    """The infer and ingest decisions of one run share its state."""
+    import deltaferry.kafka
+    from deltaferry.config import Settings
+    from deltaferry.context import TopicContext
+    from deltaferry.paths import TopicPaths
+    from deltaferry.plan import decide
+    from deltaferry.schema.store import SchemaStore
+    from deltaferry.state import TopicState
+
+    asked = []
+
+    def watermarks(bootstrap, topic, options=None, **_):
+        asked.append(topic)
+        return TopicOffsets(topic, {0: (0, 10)})
+
+    monkeypatch.setattr(deltaferry.kafka, "topic_offsets", watermarks)
+    paths = TopicPaths.for_topic(str(tmp_path), "orders")
+    ctx = TopicContext(TOPIC, Settings(str(tmp_path), "127.0.0.1:1"), paths,
+                       SchemaStore(paths.schema))
+    state = TopicState(ctx)
+    assert decide("infer", ctx, state=state) is None  # no schema cached yet
+    assert decide("ingest", ctx, state=state) is None  # nothing read yet
+    assert asked == ["orders"]

@@ -9,8 +9,8 @@ import pytest
 from google.protobuf import message_factory
 
 from deltaferry.errors import ConfigError
-from deltaferry.schema import protobuf as pb
-from deltaferry.schema.proto_sources import (
+from deltaferry.formats.protobuf import wire as pb
+from deltaferry.formats.protobuf.sources import (
     ProtoFileSchemas,
     ProtoSchemaError,
     _as_descriptor,

@@ -11,9 +11,9 @@ pytest.importorskip("airflow")
 from deltaferry import jobs  # noqa: E402
 from deltaferry.airflow import reports  # noqa: E402
 from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator  # noqa: E402
+from deltaferry.formats.avro import RegistryReport  # noqa: E402
+from deltaferry.formats.json import InferReport  # noqa: E402
 from deltaferry.plan import Skip  # noqa: E402
-from deltaferry.spark.avro import RegistryReport  # noqa: E402
-from deltaferry.spark.infer import InferReport  # noqa: E402
 from deltaferry.spark.ingest import IngestReport  # noqa: E402
 from deltaferry.spark.maintain import MaintainReport  # noqa: E402
 

@@ -3,7 +3,7 @@
 import fastavro
 import pytest
 
-from deltaferry.schema.avro import (
+from deltaferry.producer.schema import (
     IncompatibleShapeError,
     InvalidFieldNameError,
     derive_schema,

@@ -5,8 +5,8 @@ import os
 import signal
 import threading
 
-from deltaferry.pipeline import stop_on_signals
 from deltaferry.spark.ingest import StreamProgress
+from deltaferry.steps import stop_on_signals
 
 
 def test_sigterm_and_sigint_set_the_stop_event_instead_of_ending_the_process():

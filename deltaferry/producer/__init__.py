@@ -4,7 +4,7 @@
     producer.produce({"id": 1, "items": [{"sku": "a", "qty": 2}]}, key="1")
     producer.flush(timeout=10)
 
-Each payload's Avro schema is derived (`deltaferry.schema.avro`); when it does not fit the
+Each payload's Avro schema is derived (`deltaferry.producer.schema`); when it does not fit the
 subject's current version, the merged schema is tested with the registry's compatibility
 endpoint, then registered, and only then is the message produced (Confluent wire format, by
 confluent-kafka's AvroSerializer). A payload no backward-compatible schema can hold raises
@@ -25,8 +25,8 @@ import logging
 from typing import Any
 
 from deltaferry.errors import DeltaferryError
+from deltaferry.producer.schema import IncompatibleShapeError, evolve, record_name
 from deltaferry.registry import RegistryError, without_credentials
-from deltaferry.schema.avro import IncompatibleShapeError, evolve, record_name
 
 log = logging.getLogger(__name__)
 

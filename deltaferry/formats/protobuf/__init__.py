@@ -1,12 +1,14 @@
-"""Protobuf topics: the decoder of deltaferry.spark.decoding for `format: protobuf`.
+"""Protobuf topics (`format: protobuf`): the format (`FORMAT`) and its decoder. The wire
+format and the conversion of messages to Spark types are in `.wire`, where writer schemas come
+from and the infer step in `.sources`.
 
 spark-protobuf (`from_protobuf`) is not on the reachable Maven Central for Spark 4, so bodies
 are decoded in Spark's Python workers, on Arrow batches (`arrow_udf`), by the `protobuf`
-package with descriptors built at run time (deltaferry.schema.protobuf). Per micro-batch:
+package with descriptors built at run time (deltaferry.formats.protobuf.wire). Per micro-batch:
 
 1. the distinct (schema id, message indexes) of its framed values are collected (a cheap
    Python pass over the frames);
-2. each unknown schema id is fetched from the registry once (deltaferry.schema.proto_sources),
+2. each unknown schema id is fetched from the registry once (deltaferry.formats.protobuf.sources),
    so a version registered while a run goes on is used by the next micro-batch, no restart;
 3. the Spark types of the messages are merged into the topic's stored schema (the union of
    every version seen; a new version is stored when it grows, the table gets the columns by
@@ -21,13 +23,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import TopicConfig
-from deltaferry.schema.proto_sources import grow, schemas_for
-from deltaferry.schema.protobuf import MessagePlan, decode_batch, frame_key
+from deltaferry.formats.protobuf.sources import grow, infer_protobuf, schemas_for
+from deltaferry.formats.protobuf.wire import MessagePlan, decode_batch, frame_key
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.kafka_source import with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from deltaferry.context import TopicContext
+    from deltaferry.formats.protobuf.sources import ProtobufSchemaReport
+    from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +121,23 @@ class ProtobufDecoder:
                 .withColumn("problem", F.col("__protobuf.problem"))
                 .drop("__protobuf"))
 
+
+class ProtobufFormat:
+    """`format: protobuf`: writer schemas from the Schema Registry (framed values) or the
+    topic's .proto file; the infer step merges them into the schema cache (no Spark)."""
+
+    infer_needs_spark = False
+
+    def uses_registry(self, topic: TopicConfig) -> bool:
+        return not topic.protobuf.proto_file
+
+    def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
+              state: TopicState | None = None) -> ProtobufSchemaReport:
+        return infer_protobuf(ctx.topic, ctx.store)
+
+    def decoder(self, spark: SparkSession, topic: TopicConfig,
+                store: SchemaStore) -> ProtobufDecoder:
+        return ProtobufDecoder(spark, topic, store)
+
+
+FORMAT = ProtobufFormat()

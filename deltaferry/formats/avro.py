@@ -41,6 +41,9 @@ from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from deltaferry.context import TopicContext
+    from deltaferry.state import TopicState
+
 log = logging.getLogger(__name__)
 
 REASON_FRAMING = "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)"
@@ -379,3 +382,23 @@ class AvroDecoder:
                      latest.subject, latest.version, latest.schema_id)
             self.reader = latest
             self.schema_version = latest.version
+
+
+class AvroFormat:
+    """`format: avro`: writer schemas from the Schema Registry; the infer step only records
+    the registry version ingest uses (no Spark)."""
+
+    infer_needs_spark = False
+
+    def uses_registry(self, topic: TopicConfig) -> bool:
+        return True
+
+    def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
+              state: TopicState | None = None) -> RegistryReport:
+        return registry_version(ctx.topic)
+
+    def decoder(self, spark: SparkSession, topic: TopicConfig, store=None) -> AvroDecoder:
+        return AvroDecoder(spark, topic, store)
+
+
+FORMAT = AvroFormat()

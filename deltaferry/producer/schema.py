@@ -1,4 +1,5 @@
-"""Avro schemas derived from JSON-like payloads, and their backward-compatible merge.
+"""The producer's Avro schemas, derived from JSON-like payloads, and their backward-compatible
+merge (ingest reads Avro topics with deltaferry.formats.avro).
 
 Pure functions on plain data (Avro schemas as Python dicts/lists/strings), no registry needed:
 

@@ -16,7 +16,7 @@
   presence) is null, a set one is a value even when all its fields are defaults.
 
 Pure Python (the `protobuf` package, upb); no Spark, so unit tests reach all of it. Spark's
-Python workers run `decode_batch` (deltaferry.spark.protobuf).
+Python workers run `decode_batch` (deltaferry.formats.protobuf).
 """
 
 from __future__ import annotations

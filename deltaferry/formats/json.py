@@ -1,30 +1,43 @@
-"""Schema inference: read what the cache has not covered, keep the latest value per key, infer
-with Spark's JSON inference, merge with the cached schema and store a new version if it grew."""
+"""JSON topics: the infer step (read what the cache has not covered, keep the latest value per
+key, infer with Spark's JSON inference, merge with the cached schema and store a new version if
+it grew) and the decoder (values parsed with the cached schema, grown first by what inference
+has not read)."""
 
 from __future__ import annotations
 
 import logging
 import posixpath
 import time
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
-from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches
-from deltaferry.schema.merge import describe, merge_schemas
+from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches, type_at
+from deltaferry.schema.merge import describe, is_decimal, merge_schemas
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
-from deltaferry.spark.kafka_source import latest_per_key, read_ranges
+from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from deltaferry.context import TopicContext
+    from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
 
 #: How often a run retries after another run wrote the same schema version first.
 COMMIT_ATTEMPTS = 5
+
+#: Why the JSON decoder quarantines a value (the reasons every format shares are in
+#: deltaferry.spark.decoding).
+REASON_NOT_JSON = "value is not valid JSON"
+REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in raw_value)"
+REASON_NOT_OBJECT = "value is not a JSON object"
+REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
+REASON_HINTS = "value does not fit the topic's schema hints: "
 
 
 @dataclass
@@ -185,3 +198,140 @@ def infer_schema(
                          time.monotonic() - started)
     log.info(report.summary())
     return report
+
+
+# --- the decoder -------------------------------------------------------------------------
+
+def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
+    """The records at offsets the cached schema's inference has not read."""
+    from pyspark.sql import functions as F
+
+    if not covered:
+        return raw
+    limits = F.create_map(*[F.lit(x) for p, o in sorted(covered.items()) for x in (p, o)])
+    limit = F.coalesce(F.element_at(limits, F.col("kafka_partition")), F.lit(0))
+    return raw.where(F.col("kafka_offset") >= limit)
+
+
+def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
+    """Which hinted fields of raw_value could not be read with their hinted type, as text
+    (``amount decimal(18,2), created timestamp``; null if none), for values parsed into
+    `data` with `schema`; None without hints.
+
+    from_json turns a field it cannot read into null (and a decimal with more digits after the
+    point than the hint's scale is rounded), so each hinted field is read a second time as its
+    JSON text: a field with text but no value, or a decimal whose text says more than its
+    value, did not fit. Hints whose field `schema` caches with another type (stored before the
+    hint) are not checked: the cached type is what the table has.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    hints = tuple(h for h in hints if type_at(schema, h.names) == h.type)
+    if not hints:
+        return None
+    as_text = StructType.fromJson(apply_hints(None, [replace(h, type="string") for h in hints]))
+    text = F.from_json("raw_value", as_text)
+    failed = []
+    for hint in hints:
+        raw, value = text, F.col("data")
+        for name in hint.names:
+            raw, value = raw.getField(name), value.getField(name)
+        bad = raw.isNotNull() & value.isNull()
+        if is_decimal(hint.type):
+            scale = int(hint.type.rstrip(")").split(",")[1])
+            exact = raw.try_cast(f"decimal(38,{max(18, scale)})")
+            bad = bad | (value.isNotNull() & exact.isNotNull() & (exact != value))
+        failed.append(F.when(bad, F.lit(hint.describe())))
+    return F.nullif(F.concat_ws(", ", *failed), F.lit(""))
+
+
+def parse_json(raw: DataFrame, schema: dict, version: int,
+               hints: tuple[Hint, ...] = ()) -> DataFrame:
+    """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used
+    (a hinted field that does not fit its hint is named, see `hint_problem`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    parse_schema = StructType.fromJson(schema).add(StructField(CORRUPT, StringType()))
+    data = F.from_json(
+        "raw_value", parse_schema,
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+    )
+    value = F.col("raw_value")
+    is_object = F.ltrim(value).startswith("{")
+    # Only a value that did not parse is parsed again, to say why (CASE WHEN is lazy).
+    problem = F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
+    unfit = hint_problem(schema, hints)
+    if unfit is not None:
+        problem = problem.when(unfit.isNotNull(), F.concat(F.lit(REASON_HINTS), unfit))
+    problem = problem.when(
+        F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
+        F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
+        .when(~is_object, REASON_NOT_OBJECT)
+        .otherwise(REASON_SCHEMA.format(version=version)),
+    )
+    return raw.withColumn("data", data).withColumn("problem", problem)
+
+
+class JsonDecoder:
+    """JSON values parsed with the topic's cached schema, grown first when a batch holds
+    offsets the infer step never read (messages produced after it), so no new field is
+    silently dropped."""
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
+        self.spark = spark
+        self.topic = topic
+        self.store = store
+        latest = store.latest()
+        if latest is None:
+            raise NoSchemaError(f"topic {topic.name!r}: no schema cached in {store.location}; "
+                                "run the infer step first")
+        self.schema_version = latest.version
+
+    def raw_columns(self, batch_df: DataFrame) -> Any:
+        return with_raw_columns(batch_df)
+
+    def current_schema(self, raw: DataFrame):
+        """The cached schema version, grown by the batch's offsets inference has not read."""
+        from pyspark.sql import functions as F
+
+        version = self.store.latest()
+        assert version is not None  # checked when the decoder was made; versions never vanish
+        fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
+        if fresh.isEmpty():
+            return version
+        ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
+                .agg(F.max("kafka_offset")).collect()}
+        version, changed, changes = commit_schema(
+            self.store, infer_from_records(self.spark, fresh, version.schema), ends,
+            self.topic.json.schema_hints)
+        if changed:
+            log.info("schema grew during ingest: v%d (%s)", version.version, changes)
+        return version
+
+    def decode(self, raw: DataFrame) -> Any:
+        version = self.current_schema(raw)
+        self.schema_version = version.version
+        return parse_json(raw, version.schema, version.version, self.topic.json.schema_hints)
+
+
+class JsonFormat:
+    """`format: json`: the infer step reads the topic in Spark; no Schema Registry."""
+
+    infer_needs_spark = True
+
+    def uses_registry(self, topic: TopicConfig) -> bool:
+        return False
+
+    def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
+              state: TopicState | None = None) -> InferReport:
+        assert spark is not None  # infer_needs_spark
+        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer,
+                            offsets=state.offsets if state else None)
+
+    def decoder(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> JsonDecoder:
+        return JsonDecoder(spark, topic, store)
+
+
+FORMAT = JsonFormat()

@@ -13,7 +13,7 @@
 `infer_protobuf` is the infer step of a protobuf topic: no Spark; the union of the Spark types of
 every registered version (or of the file) is merged into the topic's schema cache, so the table
 has every column from the first run. Ingest grows it further when a new version appears
-(deltaferry.spark.protobuf).
+(deltaferry.formats.protobuf).
 """
 
 from __future__ import annotations
@@ -32,15 +32,7 @@ from pathlib import Path
 
 from deltaferry.config import TopicConfig
 from deltaferry.errors import ConfigError, DeltaferryError, VersionConflictError
-from deltaferry.registry import (
-    BATCH_NOT_COMMITTED,
-    RegistryError,
-    RegistrySettings,
-    subject_name,
-    unanswered,
-)
-from deltaferry.schema.merge import describe, describe_conflict, merge_schemas
-from deltaferry.schema.protobuf import (
+from deltaferry.formats.protobuf.wire import (
     REASON_CLASH,
     REASON_INDEX,
     REASON_UNKNOWN_ID,
@@ -51,6 +43,14 @@ from deltaferry.schema.protobuf import (
     spark_type,
     well_known_file,
 )
+from deltaferry.registry import (
+    BATCH_NOT_COMMITTED,
+    RegistryError,
+    RegistrySettings,
+    subject_name,
+    unanswered,
+)
+from deltaferry.schema.merge import describe, describe_conflict, merge_schemas
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,229 @@
+"""A topic's state as the broker and the warehouse hold it: the Kafka watermarks, the streaming
+checkpoint, the Delta tables' files and the maintenance record.
+
+`TopicState` reads each part once, when first asked, so one run asks the broker for the topic's
+watermarks once and passes them down (pre-flight, the skip rules of deltaferry.plan, infer,
+ingest); the UI reads the same parts with the functions here. Whatever cannot be read with
+certainty is None, and the step that needs it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from deltaferry.kafka import TopicOffsets
+from deltaferry.storage import Storage, join
+
+if TYPE_CHECKING:
+    from deltaferry.context import TopicContext
+    from deltaferry.paths import TopicPaths
+
+log = logging.getLogger(__name__)
+
+#: Files below this size are what OPTIMIZE compacts (Delta's optimize.minFileSize default).
+SMALL_FILE_BYTES = 1024 * 1024 * 1024
+#: The topic's maintenance record, beside its table (see `record_vacuum`).
+MAINTENANCE_FILE = "maintenance.json"
+
+
+def lag(current: TopicOffsets, read_to: Mapping[int, int] | None) -> int:
+    """How many messages the topic holds past `read_to` (all it holds if nothing was read)."""
+    read_to = read_to or {}
+    return sum(max(0, high - max(low, read_to.get(p, low)))
+               for p, (low, high) in current.partitions.items())
+
+
+def iso_time(epoch: float) -> str:
+    """`epoch` (seconds) as ISO 8601 text in UTC, to the second."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+# --- the streaming checkpoint ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What a streaming checkpoint says: its latest planned batch, the offsets of `topic` that
+    batch reads up to, and whether the batch was committed."""
+
+    batch: int | None = None
+    offsets: dict[int, int] | None = None
+    committed: bool = True
+
+
+def parse_offset_log(text: str, topic: str) -> dict[int, int] | None:
+    """The end offsets of `topic` in one file of a streaming checkpoint's ``offsets/`` log
+    (a version line, the batch metadata, then one JSON line per source), or None if absent."""
+    for line in text.splitlines()[2:]:
+        try:
+            source = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(source, dict) and isinstance(source.get(topic), dict):
+            return {int(p): int(o) for p, o in source[topic].items()}
+    return None
+
+
+def read_checkpoint(storage: Storage, checkpoint: str, topic: str) -> CheckpointState:
+    """The checkpoint's latest batch (CheckpointState() for a new checkpoint)."""
+    def batches(folder: str) -> list[int]:
+        return sorted(int(n) for n in storage.list(join(checkpoint, folder)) if n.isdigit())
+
+    planned = batches("offsets")
+    if not planned:
+        return CheckpointState()
+    batch = planned[-1]
+    text = storage.read(join(checkpoint, "offsets", str(batch))).decode("utf-8")
+    return CheckpointState(batch, parse_offset_log(text, topic), batch in batches("commits"))
+
+
+def committed_offsets(storage: Storage, checkpoint: str, topic: str) -> dict[int, int] | None:
+    """The offsets of `topic` that the streaming checkpoint's last *committed* batch read up
+    to (None when no batch was committed yet): the newest commit's offset log, else (it is
+    gone) the newest batch with both."""
+    def batches(folder: str) -> set[int]:
+        return {int(n) for n in storage.list(join(checkpoint, folder)) if n.isdigit()}
+
+    commits = batches("commits")
+    if not commits:
+        return None
+    try:  # Spark writes a batch's offset log before its commit: the newest commit's is there
+        text = storage.read(join(checkpoint, "offsets", str(max(commits))))
+    except FileNotFoundError:
+        committed = commits & batches("offsets")
+        if not committed:
+            return None
+        text = storage.read(join(checkpoint, "offsets", str(max(committed))))
+    return parse_offset_log(text.decode("utf-8"), topic)
+
+
+# --- the tables --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TableFiles:
+    """What the Delta log of one table says: its data files' sizes and when it was created
+    (epoch seconds, None if unknown)."""
+
+    sizes: tuple[int, ...]
+    created: float | None = None
+
+    @property
+    def small_files(self) -> int:
+        """How many files OPTIMIZE would consider compacting."""
+        return sum(1 for size in self.sizes if size < SMALL_FILE_BYTES)
+
+
+def table_files(uri: str, env: Mapping[str, str] | None = None) -> TableFiles | None:
+    """The data files of the Delta table at `uri`, read with delta-rs (no JVM); None when it
+    cannot be read (the caller then runs the step rather than guess). TableNotFoundError when
+    there is no table there."""
+    from deltalake.exceptions import TableNotFoundError
+
+    from deltaferry.lake import open_table
+
+    try:
+        table = open_table(uri, env)
+        actions = table.get_add_actions(flatten=True)
+        sizes = tuple(int(s) for s in actions.column("size_bytes").to_pylist())
+        created = table.metadata().created_time
+    except TableNotFoundError:
+        raise
+    except Exception as exc:  # delta-rs cannot read it: say so, and let Spark do the step
+        log.warning("cannot read the Delta log of %s without Spark (%s: %s); the step runs",
+                    uri, type(exc).__name__, exc)
+        return None
+    return TableFiles(sizes, created / 1000 if created else None)
+
+
+def existing_tables(paths: TopicPaths, env: Mapping[str, str] | None = None
+                    ) -> dict[str, TableFiles | None]:
+    """The topic's Delta tables that exist (table, quarantine), each with its files (each log
+    opened once)."""
+    from deltalake.exceptions import TableNotFoundError
+
+    found = {}
+    for name, uri in (("table", paths.table), ("quarantine", paths.quarantine)):
+        try:
+            found[name] = table_files(uri, env)
+        except TableNotFoundError:
+            continue
+    return found
+
+
+# --- the maintenance record --------------------------------------------------------------------
+
+def maintenance_record(storage: Storage, root: str) -> dict:
+    """The topic's maintenance record ({} if there is none or it is unreadable)."""
+    try:
+        return json.loads(storage.read(join(root, "_state", MAINTENANCE_FILE)))
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def last_vacuum(storage: Storage, root: str) -> float | None:
+    """When the topic's last VACUUM finished (epoch seconds), None if never recorded."""
+    at = maintenance_record(storage, root).get("last_vacuum")
+    try:
+        return datetime.fromisoformat(at).timestamp() if at else None
+    except ValueError:
+        return None
+
+
+def record_vacuum(storage: Storage, root: str, when: float | None = None) -> None:
+    """Record that VACUUM finished now (kept in ``<topic>/_state/maintenance.json``)."""
+    record = maintenance_record(storage, root)
+    record["last_vacuum"] = iso_time(time.time() if when is None else when)
+    storage.write(join(root, "_state", MAINTENANCE_FILE),
+                  json.dumps(record, indent=2).encode("utf-8"))
+
+
+# --- one topic's state, read once per run -----------------------------------------------------
+
+class TopicState:
+    """The state of the topic of `ctx`, each part read when first asked and then kept: one
+    run's snapshot. `env` (default os.environ) reaches the warehouse; `offsets` are the
+    topic's watermarks when the caller has them already."""
+
+    def __init__(self, ctx: TopicContext, env: Mapping[str, str] | None = None,
+                 offsets: TopicOffsets | None = None):
+        self.ctx = ctx
+        self.env = env
+        if offsets is not None:
+            self.offsets = offsets
+
+    @cached_property
+    def offsets(self) -> TopicOffsets:
+        """The topic's watermarks (KafkaError for an unreachable broker or a missing topic)."""
+        from deltaferry.kafka import topic_offsets
+
+        settings = self.ctx.settings
+        return topic_offsets(settings.kafka_bootstrap, self.ctx.topic.name,
+                             settings.kafka_options)
+
+    @cached_property
+    def checkpoint(self) -> CheckpointState:
+        """The streaming checkpoint's latest batch."""
+        from deltaferry.storage import storage_for
+
+        paths = self.ctx.paths
+        return read_checkpoint(storage_for(paths.checkpoint, self.env), paths.checkpoint,
+                               self.ctx.topic.name)
+
+    @cached_property
+    def tables(self) -> dict[str, TableFiles | None]:
+        """The topic's Delta tables that exist, each with its files (`existing_tables`)."""
+        return existing_tables(self.ctx.paths, self.env)
+
+    @cached_property
+    def last_vacuum(self) -> float | None:
+        """When the topic's last VACUUM finished (epoch seconds), None if never recorded."""
+        from deltaferry.storage import storage_for
+
+        root = self.ctx.paths.root
+        return last_vacuum(storage_for(root, self.env), root)
