@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from deltaferry.errors import ConfigError
-from deltaferry.jvm import jars_in
+from deltaferry.jvm import driver_java_options, driver_memory, jars_in
 from deltaferry.spark.shipping import is_local, package_zip
 from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
 
@@ -83,27 +83,6 @@ def worker_python(master: str | None, env: Mapping[str, str] | None = None) -> s
         return env["PYSPARK_PYTHON"]
     return sys.executable if is_local(master) else None
 
-#: JVM options of a driver deltaferry starts: C1 compilation only. A run is short and the machine
-#: small: C2's compiler threads cost more CPU than its faster code saves (an hourly run of
-#: 10,000 messages on 2 cores: 54 s with the default tiered compilation, 33 s with C1 only;
-#: `make bench-notebook`). C1 alone gets a 48 MB code cache, which a driver fills in about 40 s
-#: ("CodeCache is full. Compiler has been disabled": everything after runs interpreted), so it
-#: gets the 240 MB tiered compilation would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them
-#: ("" for the JVM's own).
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-
-
-def driver_java_options(env: Mapping[str, str] | None = None) -> str:
-    """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else DRIVER_JAVA_OPTIONS and
-    the class archive `make setup` built for this JVM and jars, if there is one
-    (`deltaferry.spark.class_archive`)."""
-    from deltaferry.spark.class_archive import java_options
-
-    env = os.environ if env is None else env
-    if "DELTAFERRY_DRIVER_JAVA_OPTIONS" in env:
-        return env["DELTAFERRY_DRIVER_JAVA_OPTIONS"].strip()
-    return f"{DRIVER_JAVA_OPTIONS} {java_options(env)}".strip()
-
 
 COMMON_CONF = {
     "spark.sql.session.timeZone": "UTC",
@@ -142,7 +121,7 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     settings = {**COMMON_CONF, **QUIET_CONF, **s3a_spark_conf(env)}
     if not submitted:
         settings["spark.jars"] = spark_jars_csv()
-        settings["spark.driver.memory"] = env.get("DELTAFERRY_DRIVER_MEMORY", "2g")
+        settings["spark.driver.memory"] = driver_memory(env)
         java_options = driver_java_options(env)
         if java_options:
             settings["spark.driver.extraJavaOptions"] = java_options
