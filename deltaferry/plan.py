@@ -23,11 +23,12 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from deltaferry.config import TopicConfig
 from deltaferry.kafka import TopicOffsets, check_not_reset
+from deltaferry.reports import Skip
 from deltaferry.storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -36,25 +37,6 @@ log = logging.getLogger(__name__)
 SMALL_FILE_BYTES = 1024 * 1024 * 1024
 #: The topic's maintenance record, beside its table (see `record_vacuum`).
 MAINTENANCE_FILE = "maintenance.json"
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A step that has nothing to do, and why (the step's report when it is skipped)."""
-
-    topic: str
-    step: str
-    reason: str
-    details: dict = field(default_factory=dict)
-
-    def summary(self) -> str:
-        """One line for logs."""
-        return f"{self.step} {self.topic}: skipped, no Spark started: {self.reason}"
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
-        return {"topic": self.topic, "step": self.step, "skipped": True, "reason": self.reason,
-                **self.details, "kind": type(self).__name__, "summary": self.summary()}
 
 
 def _offsets_text(offsets: Mapping[int, int]) -> str:

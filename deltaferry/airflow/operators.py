@@ -295,7 +295,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         return data if isinstance(data, list) else [data]
 
     def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
-        """deltaferry.plan's Skip when this step has nothing to do (decided without a JVM)."""
+        """deltaferry.reports' Skip when this step has nothing to do (decided without a JVM)."""
         from deltaferry.pipeline import TopicContext
         from deltaferry.plan import decide
 

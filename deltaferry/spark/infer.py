@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
+from deltaferry.reports import InferReport
 from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches
 from deltaferry.schema.merge import describe, merge_schemas
 from deltaferry.schema.rules import relaxed
@@ -25,33 +25,6 @@ log = logging.getLogger(__name__)
 
 #: How often a run retries after another run wrote the same schema version first.
 COMMIT_ATTEMPTS = 5
-
-
-@dataclass
-class InferReport:
-    """What one inference did."""
-
-    topic: str
-    schema_version: int
-    changed: bool
-    offsets_scanned: int
-    full: bool
-    changes: str
-    seconds: float
-    step: str = "infer"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        scope = "full re-inference" if self.full else "incremental inference"
-        return (
-            f"infer {self.topic}: {scope} over {self.offsets_scanned} offsets in "
-            f"{self.seconds:.1f} s; schema v{self.schema_version} "
-            f"({'new version: ' + self.changes if self.changed else 'unchanged'})"
-        )
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def json_objects(df: DataFrame, keyed: bool = True) -> DataFrame:

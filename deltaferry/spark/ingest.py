@@ -16,16 +16,16 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
+from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, read_checkpoint
+from deltaferry.reports import IngestReport, describe_counts, describe_phases
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
@@ -56,48 +56,6 @@ MIN_BATCH = 100
 UNMEASURED_MESSAGE_BYTES = 2**20
 
 
-@dataclass
-class IngestReport:
-    """What one ingest run did."""
-
-    topic: str
-    messages_read: int = 0
-    batches: int = 0
-    #: The topic's mode: upsert (inserted/updated/deleted count) or append (appended counts).
-    mode: str = "upsert"
-    appended: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    quarantined: int = 0
-    schema_version: int = 0
-    widened_columns: list[str] = field(default_factory=list)
-    #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
-    offsets_read_to: dict[str, int] = field(default_factory=dict)
-    lag: int = 0
-    #: Per micro-batch, what Spark's StreamingQueryProgress said (see `batch_progress`).
-    progress: list[dict] = field(default_factory=list)
-    #: Seconds per phase of the micro-batches, summed (see `BatchWriter.write`, `Phases`).
-    phases: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    step: str = "ingest"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
-        return (
-            f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
-            f"{describe_counts(self.mode, asdict(self))}, "
-            f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
-            f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
-            + (f" ({describe_phases(self.phases)})" if self.phases else "")
-        )
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
-
-
 class Phases:
     """Seconds per named phase of ingest, summed over micro-batches: `with phases("merge"):`.
     Each phase ends with a Spark action, so its time is the work it names (Spark is lazy);
@@ -126,18 +84,6 @@ class Phases:
         moved = min(seconds, self.seconds[name])
         self.seconds[name] -= moved
         self.add(part, moved)
-
-
-def describe_counts(mode: str, counts: dict) -> str:
-    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert)."""
-    if mode == Mode.APPEND:
-        return f"{counts.get('appended', 0)} appended"
-    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
-
-
-def describe_phases(phases: dict[str, float]) -> str:
-    """``kafka read 3.1 s, decode 1.2 s, ...`` in the order the phases happen."""
-    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
 
 
 def column_name(field: str, keys: tuple[str, ...] = ()) -> str:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
+from deltaferry.reports import ReplayReport
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
@@ -41,40 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ReplayReport:
-    """What one replay did."""
-
-    topic: str
-    replay_ids: list[str]
-    read: int = 0
-    landed: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    still_failing: int = 0
-    seconds: float = 0.0
-    step: str = "replay"
-
-    @property
-    def unchanged(self) -> int:
-        """Landed messages that changed no row: older than their key's row (or than another
-        replayed message of the key), or applied already by an interrupted replay."""
-        return self.landed - self.inserted - self.updated - self.deleted
-
-    def summary(self) -> str:
-        """One line for logs."""
-        return (f"replay {self.topic}: {self.read} quarantined message(s) read, {self.landed} "
-                f"now parse and are marked replayed ({self.inserted} inserted, {self.updated} "
-                f"updated, {self.deleted} deleted, {self.unchanged} changing nothing: older than "
-                f"the table's row or applied already), {self.still_failing} still fail and stay; "
-                f"replay {', '.join(self.replay_ids) or 'none'}, {self.seconds:.1f} s")
-
-    def as_dict(self) -> dict:
-        """Plain data (for JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def kafka_records(rows: DataFrame, topic: str) -> DataFrame:
