@@ -138,7 +138,7 @@ def bench_backlog(spark, messages: int, keys: int) -> dict:
     (messages, batches, seconds, peak RSS bytes, phases)."""
     from deltaferry.dev import stack
     from deltaferry.kafka import create_topic, produce
-    from deltaferry.spark.ingest import describe_phases
+    from deltaferry.reports import describe_phases
 
     bootstrap = (os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP")
                  or stack.up()["DELTAFERRY_KAFKA_BOOTSTRAP"])

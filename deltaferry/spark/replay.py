@@ -35,7 +35,7 @@ from deltaferry.schema.store import SchemaStore
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, decoder_for, key_decoder_for
-from deltaferry.spark.ingest import apply_rows, parse_within, table_rows
+from deltaferry.spark.ingest.rows import apply_rows, parse_within, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

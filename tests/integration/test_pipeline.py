@@ -285,7 +285,7 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     from deltaferry.reports import IngestReport
     from deltaferry.spark import table as delta_table
     from deltaferry.spark.decoding import decoder_for
-    from deltaferry.spark.ingest import BatchWriter
+    from deltaferry.spark.ingest.stream import BatchWriter
 
     topic = new_topic("replay", partitions=1)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap)

@@ -157,7 +157,7 @@ def test_large_values_go_through_and_too_large_ones_are_quarantined_then_replaye
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from deltaferry.spark.ingest import REASON_TOO_LARGE
+    from deltaferry.spark.ingest.rows import REASON_TOO_LARGE
     from deltaferry.spark.replay import replay_quarantine
 
     topic = f"large-{uuid.uuid4().hex[:10]}"

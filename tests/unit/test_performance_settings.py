@@ -114,7 +114,8 @@ def test_the_key_filter_is_used_where_it_pays():
 
 
 def test_delta_commit_is_its_own_phase_timed_by_the_commit_record():
-    from deltaferry.spark.ingest import Phases, describe_phases
+    from deltaferry.reports import describe_phases
+    from deltaferry.spark.ingest.progress import Phases
     from deltaferry.spark.table import commit_seconds
 
     tag = "deltaferry-t-q batch 3 attempt abc"

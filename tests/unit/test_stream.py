@@ -6,7 +6,7 @@ import signal
 import threading
 
 from deltaferry.pipeline import stop_on_signals
-from deltaferry.spark.ingest import StreamProgress
+from deltaferry.spark.ingest.progress import StreamProgress
 
 
 def test_sigterm_and_sigint_set_the_stop_event_instead_of_ending_the_process():
