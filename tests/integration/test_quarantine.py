@@ -134,7 +134,7 @@ def test_a_first_layout_quarantine_is_migrated_every_byte_kept(
 
 def test_a_foreign_quarantine_table_is_refused_with_its_path(
         spark, kafka_bootstrap, new_topic, tmp_path):
-    from deltaferry.spark.quarantine import QuarantineLayoutError
+    from deltaferry.quarantine import QuarantineLayoutError
 
     topic = new_topic("foreign", partitions=1)
     send(kafka_bootstrap, topic, [(b"z", json.dumps({"n": 1}).encode(), None)])
