@@ -61,8 +61,8 @@ def prune_shipped(folder: Path, shipped: Path) -> list[str]:
 
 
 def pyspark_jars_dir() -> Path:
-    """The jars folder of the installed pyspark, found without importing pyspark (~0.3 s: an
-    Airflow task asks for the driver's options without needing pyspark itself)."""
+    """The jars folder of the installed pyspark, found without importing pyspark (an Airflow
+    task asks for the driver's options without needing pyspark itself)."""
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")

@@ -65,9 +65,9 @@ UNMEASURED_MESSAGE_BYTES = 2**20
 
 def checkpoint_query_id(storage: Storage, checkpoint: str) -> str:
     """The query id a streaming checkpoint's `metadata` file holds (``{"id": "..."}``, written
-    by Spark when the query starts), read straight from storage: a Spark read of it cost a job
-    (~0.1-0.2 s) in the first micro-batch of every run. A DeltaferryError naming the file when
-    it is empty or not the query's metadata."""
+    by Spark when the query starts); a DeltaferryError naming the file when it is empty or not
+    the query's metadata. Read straight from storage: a Spark read of it costs a job in the
+    first micro-batch of every run."""
     uri = join(checkpoint, "metadata")
     text = storage.read(uri).decode("utf-8", errors="replace")
     first = text.splitlines()[0] if text.strip() else ""
