@@ -5,21 +5,24 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEPS   := $(CURDIR)/.deps
+# The library assumes no checkout: point it at this one's jars.
+export DELTAFERRY_DEPS ?= $(DEPS)
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 
-.PHONY: setup lint test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet lock clean help
+.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet lock clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
 	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs"
-	@echo "make test   - lint and type checks, unit tests, then integration tests on a real broker and Spark"
+	@echo "make test   - lint and type checks, unit tests, the docs' strict build, then integration tests on a real broker and Spark"
+	@echo "make docs   - build the documentation site into site/ (mkdocs, strict: broken links fail)"
 	@echo "make setup  - install pinned Python deps into .venv, resolve pinned jars and build the Schema Registry into .deps"
 	@echo "make bench  - ingest/inference benchmark (N=... MSG_BYTES=...)"
 	@echo "make bench-airflow - demo-run and idle-run times through a real Airflow scheduler"
 	@echo "make bench-protobuf - protobuf decode rate per core; protobuf vs JSON ingest (N=...)"
-	@echo "make bench-goals - issue 14's performance goals against their targets, one table; exit 1 if one is NOT MET (N=... REPEATS=...)"
-	@echo "make bench-notebook - deltaferry vs a port of seed 004's notebook (Spark's defaults and deltaferry's session): backlog and +5 % (N=... REPEATS=...)"
+	@echo "make bench-goals - the performance goals against their targets, one table; exit 1 if one is NOT MET (N=... REPEATS=...)"
+	@echo "make bench-notebook - deltaferry vs a port of the notebook it replaces (Spark's defaults and deltaferry's session): backlog and +5 % (N=... REPEATS=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
@@ -27,17 +30,19 @@ help:
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
+	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true  # the commit convention
 	@$(BIN)/python -m deltaferry.spark.class_archive  # the driver JVM's class archive (once per JVM and jars)
 
 $(VENV)/.tools:
 	scripts/ensure-tools.sh
 	mkdir -p $(VENV) && touch $@
 
-$(VENV)/.installed: requirements.lock overrides.txt pyproject.toml | $(VENV)/.tools
+$(VENV)/.installed: requirements.lock overrides.txt pyproject.toml dev/pyproject.toml | $(VENV)/.tools
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip install -q --python $(BIN)/python --override overrides.txt -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e dev/  # the harness: deltaferry_dev
 	touch $@
 
 $(DEPS)/jars/spark/.resolved: jvm/spark/pom.xml $(VENV)/.installed
@@ -51,15 +56,21 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/kafka
 	touch $@
 
-test: setup lint test-unit test-integration
+test: setup lint test-unit docs test-integration
 
-# ruff (style, imports, bugbear) and mypy over the library, the tests, the benchmarks, the DAGs.
+# ruff (style, imports, bugbear) and mypy over the library, the harness, the tests, the
+# benchmarks, the DAGs.
 lint: setup
-	$(BIN)/ruff check deltaferry tests bench dags plugins
-	$(BIN)/mypy deltaferry
+	$(BIN)/ruff check deltaferry dev tests bench dags plugins
+	$(BIN)/mypy deltaferry dev/deltaferry_dev
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q
+
+# The documentation site (mkdocs.yml, docs/) into site/; strict: a broken link or anchor, or a
+# page left out of the navigation, fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
 test-integration: setup
@@ -67,7 +78,7 @@ test-integration: setup
 	$(BIN)/pytest tests/integration -q -m integration
 
 demo: setup
-	$(BIN)/python -m deltaferry.dev.demo
+	$(BIN)/python -m deltaferry_dev.demo
 
 # A local Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, in the
 # background, on the local stack: http://localhost:8080 (or AIRFLOW__API__PORT, or a free port).
@@ -84,13 +95,13 @@ stack-down:
 bench: setup
 	$(BIN)/python bench/bench_pipeline.py $(if $(N),--messages $(N)) $(if $(MSG_BYTES),--message-bytes $(MSG_BYTES))
 
-# The performance goals (issue 14): notebook ratios, ingest rate, micro-batch cost (warm, and
+# The performance goals: notebook ratios, ingest rate, micro-batch cost (warm, and
 # cold beside it), MERGE scaling, a 2 M backlog's memory, each phase's time; one table at the
 # end, also in bench/out/goals-*.md; exits 1 when a goal is NOT MET. Needs a quiet machine.
 bench-goals: setup
 	$(BIN)/python bench/bench_goals.py $(if $(N),--messages $(N)) $(if $(REPEATS),--repeats $(REPEATS))
 
-# deltaferry against the notebook it replaces (seed 004, bench/seed004_port.py), fresh processes.
+# deltaferry against the notebook it replaces (its port: bench/seed004_port.py), fresh processes.
 bench-notebook: setup
 	$(BIN)/python bench/bench_notebook.py $(if $(N),--messages $(N)) $(if $(REPEATS),--repeats $(REPEATS))
 

@@ -20,10 +20,10 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.rest import follow, wait_until
-from deltaferry.dev.demo import sample_events
 from deltaferry.kafka import create_topic, produce
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import follow, wait_until
+from deltaferry_dev.demo import sample_events
 
 LIMITS = {"demo run": 90.0, "idle run": 60.0}
 

@@ -19,9 +19,9 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from deltaferry.dev import stack
 from deltaferry.kafka import create_topic, produce
 from deltaferry.storage import S3Settings
+from deltaferry_dev import stack
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

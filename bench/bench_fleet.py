@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from deltaferry import fleet as fleet_settings
-from deltaferry.dev import fleet
-from deltaferry.dev.airflow import services
+from deltaferry_dev import fleet
+from deltaferry_dev.airflow import services
 
 TARGET_SECONDS = 300.0
 TARGET_MEMORY = 4 * 10**9

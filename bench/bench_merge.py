@@ -136,9 +136,9 @@ def bench_merge(spark, small: int, big: int, upserts: tuple[int, ...] = UPSERTS,
 def bench_backlog(spark, messages: int, keys: int) -> dict:
     """A `messages` backlog over `keys` keys ingested in this session: printed, and returned
     (messages, batches, seconds, peak RSS bytes, phases)."""
-    from deltaferry.dev import stack
     from deltaferry.kafka import create_topic, produce
     from deltaferry.reports import describe_phases
+    from deltaferry_dev import stack
 
     bootstrap = (os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP")
                  or stack.up()["DELTAFERRY_KAFKA_BOOTSTRAP"])

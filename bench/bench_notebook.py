@@ -40,8 +40,8 @@ from pathlib import Path
 
 import psutil
 
-from deltaferry.dev import stack
 from deltaferry.kafka import create_topic, produce
+from deltaferry_dev import stack
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))

@@ -23,12 +23,12 @@ import uuid
 import psutil
 
 from deltaferry.config import Settings, TopicConfig
-from deltaferry.dev import stack
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, configure_logging, run_step
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.session import get_spark
+from deltaferry_dev import stack
 
 
 class PeakMemory:

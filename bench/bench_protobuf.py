@@ -22,14 +22,14 @@ import tempfile
 import time
 import uuid
 
-from deltaferry.config import REPO_ROOT, Settings, TopicConfig
-from deltaferry.dev import stack
+from deltaferry.config import ProtobufOptions, Settings, TopicConfig
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, configure_logging, run_step
 from deltaferry.schema.proto_sources import compile_proto
 from deltaferry.schema.protobuf import MessagePlan, decode_batch, spark_type
 from deltaferry.schema.store import SchemaStore
+from deltaferry_dev import REPO_ROOT, stack
 
 PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 
@@ -163,7 +163,8 @@ def main() -> int:
     rate_json = ingest(spark, settings, TopicConfig(json_topic,
                        max_offsets_per_trigger=args.max_offsets), "json", args.messages)
     rate_proto = ingest(spark, settings, TopicConfig(proto_topic, format="protobuf",
-                        message="shop.Order", max_offsets_per_trigger=args.max_offsets),
+                        protobuf=ProtobufOptions(message="shop.Order"),
+                        max_offsets_per_trigger=args.max_offsets),
                         "protobuf", args.messages)
     print(f"protobuf ingest / JSON ingest: {rate_proto / rate_json:.2f}")
     return 0

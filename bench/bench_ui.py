@@ -157,8 +157,8 @@ def fleet(count: int, where: str, repeat: int, with_data: int = FLEET_WITH_DATA)
     from fastapi.testclient import TestClient
 
     from deltaferry.airflow.ui import checked_topics
-    from deltaferry.dev.airflow import services
     from deltaferry.ui.web import create_app
+    from deltaferry_dev.airflow import services
 
     env = services.local_env({k: v for k, v in os.environ.items()
                               if k != "DELTAFERRY_KAFKA_BOOTSTRAP"})
@@ -269,7 +269,7 @@ def main() -> None:
         print(f"every page within {LIMIT_S:g} s: {'yes' if ok else 'NO'}")
         return
 
-    from deltaferry.dev.airflow import services
+    from deltaferry_dev.airflow import services
 
     running = services.status()
     if running is not None:

@@ -1,70 +1,49 @@
-"""The `deltaferry` command line: `stack up|down|status`, `airflow up|down|status`, `run TOPIC`,
-`stream TOPIC` and `quarantine show|replay TOPIC`."""
+"""The `deltaferry` command line: `run TOPIC`, `stream TOPIC` and `quarantine show|replay TOPIC`,
+and the subcommands of the `deltaferry.commands` entry points (a source checkout's harness adds
+`stack up|down|status` and `airflow up|down|status`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from deltaferry.errors import DeltaferryError
 
-#: The local stack's services, as `deltaferry stack stop|start` names them.
-SERVICE_NAMES = ("kafka", "s3", "registry")
+#: The entry-point group (importlib.metadata) of extra subcommands: each entry point, named as its
+#: command, is a callable that adds that command to the subparsers it is given and sets the
+#: command's `func` (args -> exit code). A source checkout's harness (dev/) adds these two.
+COMMANDS_GROUP = "deltaferry.commands"
+CHECKOUT_COMMANDS = ("stack", "airflow")
+#: The library's own subcommands: a command line naming one of them loads no entry point.
+OWN_COMMANDS = ("run", "stream", "quarantine")
 
 
-def _local_service(what: str, action: str, up, down, status) -> int:
-    """`deltaferry stack|airflow up|down|status`: `up` and `status` print shell assignments
-    (NAME=value) on stdout, `down` says what it stopped on stderr."""
-    if action == "down":
-        for line in down():
-            print(line, file=sys.stderr)
-        return 0
-    assignments = up() if action == "up" else status()
-    if not assignments:
-        print(f"{what}: not running", file=sys.stderr)
-        return 1
-    for name, value in assignments.items():
-        print(f"{name}={value}")
-    return 0
+def _not_installed(name: str) -> Callable[[argparse.Namespace], int]:
+    def fail(args: argparse.Namespace) -> int:
+        raise DeltaferryError(f"`{name}` comes with deltaferry's source checkout: "
+                              "run `make setup` there")
+    return fail
 
 
-def _stack(args: argparse.Namespace) -> int:
-    from deltaferry.dev import stack
+def _add_extensions(sub: argparse._SubParsersAction) -> None:
+    """Adds the subcommands of the `deltaferry.commands` entry points; a checkout command
+    without one fails with one line saying where it comes from."""
+    from importlib.metadata import entry_points
 
-    if args.action in ("stop", "start"):
-        if not args.service:
-            raise DeltaferryError(f"stack {args.action}: name the service "
-                                  f"({', '.join(SERVICE_NAMES)})")
-        act = stack.stop_service if args.action == "stop" else stack.start_service
-        print(act(args.service), file=sys.stderr)
-        return 0
-
-    def up() -> dict[str, str]:
-        return stack.up(cluster=args.cluster)
-
-    def down() -> list[str]:
-        """The stack, then this user's warm drivers of the default folder (deltaferry.spark.warm:
-        started by tasks outside `deltaferry airflow`, e.g. an operator in a test or a script);
-        they start again when a task needs them."""
-        from deltaferry.spark import warm
-
-        return stack.down() + warm.stop_pools({})
-
-    return _local_service("stack", args.action, up, down, stack.status)
-
-
-def _airflow(args: argparse.Namespace) -> int:
-    from deltaferry.dev.airflow import services
-
-    def status() -> dict[str, str]:
-        running = services.status()
-        return running.assignments() if running is not None else {}
-
-    return _local_service("airflow", args.action,
-                          lambda: services.up(env=services.local_env()).assignments(),
-                          services.down, status)
+    found = {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+    for name in CHECKOUT_COMMANDS:
+        if name in found:
+            found.pop(name).load()(sub)
+            continue
+        placeholder = sub.add_parser(name, help="(comes with deltaferry's source checkout: "
+                                     "`make setup` there)")
+        placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        placeholder.set_defaults(func=_not_installed(name))
+    for ep in found.values():
+        ep.load()(sub)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -102,40 +81,16 @@ def _quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every flag has help text."""
+def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; every flag has help text. With `extensions`, the subcommands of the
+    `deltaferry.commands` entry points too (first, as `stack` and `airflow` always came)."""
     parser = argparse.ArgumentParser(
         prog="deltaferry", description="Land Kafka topics in Delta Lake tables."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_stack = sub.add_parser(
-        "stack", help="start or stop the local stack (Kafka broker, S3 server, Schema Registry)")
-    p_stack.add_argument(
-        "action",
-        choices=["up", "down", "status", "stop", "start"],
-        help="up: start in the background and print shell assignments; down: stop everything "
-        "and delete its data; status: print the assignments of a running stack; stop SERVICE: "
-        "stop one service, keeping its data and ports; start SERVICE: start it again in place",
-    )
-    p_stack.add_argument("service", nargs="?", choices=SERVICE_NAMES,
-                         help="stop and start: the service (kafka, s3 or registry)")
-    p_stack.add_argument(
-        "--cluster", action="store_true",
-        help="with up: also a Spark standalone cluster (a master and two workers on 127.0.0.1; "
-        "prints DELTAFERRY_SPARK_MASTER=spark://...), added to a running stack if need be")
-    p_stack.set_defaults(func=_stack)
-
-    p_airflow = sub.add_parser(
-        "airflow", help="start or stop a local Airflow (api-server, scheduler, dag-processor, "
-        "triggerer) on the repository's DAGs")
-    p_airflow.add_argument(
-        "action", choices=["up", "down", "status"],
-        help="up: start in the background (AIRFLOW_HOME, default .airflow; AIRFLOW__API__PORT, "
-        "default 8080 or a free port; the local stack too unless DELTAFERRY_KAFKA_BOOTSTRAP is "
-        "set) and print its URL; down: stop it; status: its URL if it runs",
-    )
-    p_airflow.set_defaults(func=_airflow)
+    if extensions:
+        _add_extensions(sub)
 
     p_run = sub.add_parser(
         "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"
@@ -193,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `deltaferry` console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(extensions=not argv or argv[0] not in OWN_COMMANDS).parse_args(argv)
     try:
         return args.func(args)
     except DeltaferryError as exc:

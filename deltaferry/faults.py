@@ -23,12 +23,13 @@ import logging
 import os
 import time
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, DeltaferryError
 
 log = logging.getLogger(__name__)
 
-POINT_VAR = "DELTAFERRY_CRASH_POINT"
-MARK_VAR = "DELTAFERRY_CRASH_MARK"
+POINT_VAR = envvars.CRASH_POINT.name
+MARK_VAR = envvars.CRASH_MARK.name
 #: How often a stopped or paused run looks whether its mark is gone or its time is up (seconds).
 PAUSE_POLL_S = 0.1
 #: The longest a run stays stopped or paused at a point; the tests kill or resume it in seconds.
@@ -50,7 +51,7 @@ def wanted() -> tuple[str, int, str] | None:
     """(point, times to pass it first, mode) that DELTAFERRY_CRASH_POINT asks for, or None when
     unset; ConfigError naming the variable if it names no point or mode, or if
     DELTAFERRY_CRASH_MARK is not set beside it."""
-    value = os.environ.get(POINT_VAR, "").strip()
+    value = envvars.CRASH_POINT.value()
     if not value:
         return None
     target, _, mode = value.partition(":")
@@ -59,7 +60,7 @@ def wanted() -> tuple[str, int, str] | None:
         raise ConfigError(POINT_VAR, f"{value!r} is not NAME[@N][:continue|:pause] with NAME one "
                           f"of {', '.join(POINTS + REPLAY_POINTS)}; it is a crash-test setting: "
                           "unset it")
-    if not os.environ.get(MARK_VAR):
+    if not envvars.CRASH_MARK.raw():
         raise ConfigError(POINT_VAR, f"{value!r} is set without {MARK_VAR}; it is a crash-test "
                           "setting: unset it")
     return target, int(nth or 0), mode
@@ -76,17 +77,17 @@ def point(name: str) -> None:
     times = _reached[name] = _reached.get(name, 0) + 1
     if times <= nth:
         return
-    mark = os.environ[MARK_VAR]
+    mark = envvars.CRASH_MARK.raw() or ""
     with open(mark, "w", encoding="utf-8") as handle:
         handle.write(name)
     if mode == "continue":
         log.warning("%s=%s: crash point %s reached, mark %s written; this is a crash-test "
-                    "setting, unset it outside the tests", POINT_VAR, os.environ[POINT_VAR],
+                    "setting, unset it outside the tests", POINT_VAR, envvars.CRASH_POINT.raw(),
                     name, mark)
         return
     log.warning("%s=%s: this run stops at crash point %s (mark %s) for up to %g s, %s; this is "
                 "a crash-test setting, unset it outside the tests", POINT_VAR,
-                os.environ[POINT_VAR], name, mark, WAIT_LIMIT_S,
+                envvars.CRASH_POINT.raw(), name, mark, WAIT_LIMIT_S,
                 "until the mark is deleted" if mode == "pause" else "to be killed")
     deadline = time.monotonic() + WAIT_LIMIT_S
     while time.monotonic() < deadline:
@@ -94,6 +95,6 @@ def point(name: str) -> None:
             return
         time.sleep(PAUSE_POLL_S)
     raise FaultPointError(
-        f"{POINT_VAR}={os.environ[POINT_VAR]}: this run stopped at crash point {name} for "
+        f"{POINT_VAR}={envvars.CRASH_POINT.raw()}: this run stopped at crash point {name} for "
         f"{WAIT_LIMIT_S:g} s and no test {'resumed' if mode == 'pause' else 'killed'} it; it "
         "is a crash-test setting (tests/integration/test_crash.py): unset it")

@@ -19,28 +19,28 @@ import os
 import re
 from collections.abc import Mapping
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError
 
 #: The Airflow pool of every Spark task of the topic DAGs (DELTAFERRY_POOL overrides it).
-DEFAULT_POOL = "deltaferry"
-POOL_VAR = "DELTAFERRY_POOL"
+DEFAULT_POOL = envvars.POOL.default
+POOL_VAR = envvars.POOL.name
 POOL_DESCRIPTION = "deltaferry: Spark drivers of the topic DAGs (one slot per driver)"
 #: Memory left to Airflow, the brokers' clients and the system when slots are derived.
 RESERVE_BYTES = 4 * 2**30
 #: A driver's memory outside its heap: JVM metaspace, code cache, threads, the Python side.
 DRIVER_OVERHEAD_BYTES = 1 * 2**30
-DEFAULT_DRIVER_MEMORY = "2g"
+DEFAULT_DRIVER_MEMORY = envvars.DRIVER_MEMORY.default
 _MEMORY_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 def pool_name(env: Mapping[str, str] | None = None) -> str:
     """The Airflow pool of the topic DAGs' Spark tasks: DELTAFERRY_POOL, else ``deltaferry``."""
-    env = os.environ if env is None else env
-    return (env.get(POOL_VAR) or "").strip() or DEFAULT_POOL
+    return envvars.POOL.value(env)
 
 
-def memory_bytes(text: str, what: str = "DELTAFERRY_DRIVER_MEMORY") -> int:
+def memory_bytes(text: str, what: str = envvars.DRIVER_MEMORY.name) -> int:
     """A JVM memory size ("2g", "1536m", "512M") in bytes; ConfigError naming `what` if not."""
     match = _MEMORY_RE.match(text or "")
     if not match:
@@ -80,8 +80,7 @@ def slots(configured: int | None = None, env: Mapping[str, str] | None = None) -
     else `derived_slots` of this machine and DELTAFERRY_DRIVER_MEMORY."""
     if configured:
         return configured
-    env = os.environ if env is None else env
-    driver = memory_bytes(env.get("DELTAFERRY_DRIVER_MEMORY") or DEFAULT_DRIVER_MEMORY)
+    driver = memory_bytes(envvars.DRIVER_MEMORY.raw(env) or DEFAULT_DRIVER_MEMORY)
     return derived_slots(machine_cores(), machine_memory_bytes(), driver)
 
 

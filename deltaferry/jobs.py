@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from deltaferry import env as envvars
 from deltaferry import steps
 from deltaferry.errors import DeltaferryError, EmptyTopicError
 
 REPORT_PREFIX = "DELTAFERRY_REPORT "
-REPORT_FILE_VAR = "DELTAFERRY_REPORT_FILE"
+REPORT_FILE_VAR = envvars.REPORT_FILE.name
 
 
 def publish(reports: list[dict]) -> None:
     """Print the reports' line on stdout, and write them to DELTAFERRY_REPORT_FILE if set."""
     text = json.dumps(reports)
-    target = os.environ.get(REPORT_FILE_VAR)
+    target = envvars.REPORT_FILE.raw()
     if target:
         with open(target, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -2,8 +2,8 @@
 and memory a driver deltaferry starts gets, and the class archive it maps.
 
 Maven resolves `jvm/spark/pom.xml` and `jvm/kafka/pom.xml` into `<deps>/jars/spark` and
-`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS` or `.deps` at the repository root. No Spark
-import here: an Airflow task asks for a driver's options without loading pyspark.
+`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` in the current directory. No
+Spark import here: an Airflow task asks for a driver's options without loading pyspark.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry.errors import SetupError
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _VERSION_SUFFIX = re.compile(r"-\d[\w.]*(-\d+)?\.jar$")
 
 
 def deps_dir() -> Path:
-    """The folder `make setup` resolves JVM libraries (and other binaries) into."""
-    return Path(os.environ.get("DELTAFERRY_DEPS", REPO_ROOT / ".deps")).resolve()
+    """The folder `make setup` resolves JVM libraries (and other binaries) into:
+    DELTAFERRY_DEPS, else ``.deps`` in the current directory."""
+    return Path(envvars.DEPS.value() or ".deps").resolve()
 
 
 def jars_in(kind: str) -> list[Path]:
@@ -77,25 +77,19 @@ def pyspark_jars_dir() -> Path:
 #: been disabled": everything after runs interpreted), so it gets the 240 MB tiered compilation
 #: would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them ("" for the JVM's own).
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-#: The variable that replaces a driver's JVM options (DRIVER_JAVA_OPTIONS and the archive).
-JAVA_OPTIONS_VAR = "DELTAFERRY_DRIVER_JAVA_OPTIONS"
-#: A driver's heap unless DELTAFERRY_DRIVER_MEMORY says otherwise.
-DRIVER_MEMORY = "2g"
 
 
 def driver_java_options(env: Mapping[str, str] | None = None) -> str:
     """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else DRIVER_JAVA_OPTIONS and
     the class archive `make setup` built for this JVM and jars, if there is one."""
-    env = os.environ if env is None else env
-    if JAVA_OPTIONS_VAR in env:
-        return env[JAVA_OPTIONS_VAR].strip()
+    if envvars.DRIVER_JAVA_OPTIONS.is_set(env):
+        return (envvars.DRIVER_JAVA_OPTIONS.raw(env) or "").strip()
     return f"{DRIVER_JAVA_OPTIONS} {archive_option(env)}".strip()
 
 
 def driver_memory(env: Mapping[str, str] | None = None) -> str:
-    """The driver's heap (spark.driver.memory): DELTAFERRY_DRIVER_MEMORY, else DRIVER_MEMORY."""
-    env = os.environ if env is None else env
-    return env.get("DELTAFERRY_DRIVER_MEMORY", DRIVER_MEMORY)
+    """The driver's heap (spark.driver.memory): DELTAFERRY_DRIVER_MEMORY, else its default."""
+    return envvars.DRIVER_MEMORY.value(env)
 
 
 # --- the class archive (dynamic CDS), built by deltaferry.spark.class_archive -------------------
@@ -106,11 +100,10 @@ ARCHIVE_FOLDER = "cds"
 
 def java_binary(env: Mapping[str, str] | None = None) -> Path | None:
     """The `java` a driver PySpark launches runs: JAVA_HOME's, else the one on PATH."""
-    env = os.environ if env is None else env
-    home = env.get("JAVA_HOME")
+    home = envvars.JAVA_HOME.raw(env)
     if home and (Path(home) / "bin" / "java").exists():
         return (Path(home) / "bin" / "java").resolve()
-    found = shutil.which("java", path=env.get("PATH"))
+    found = shutil.which("java", path=(os.environ if env is None else env).get("PATH"))
     return Path(found).resolve() if found else None
 
 

@@ -42,18 +42,19 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, DeltaferryError
 from deltaferry.storage import Storage, join
 
 log = logging.getLogger(__name__)
 
 #: How often a holder rewrites its generation to show it is alive (default of HEARTBEAT_VAR).
-HEARTBEAT_SECONDS = 10.0
+HEARTBEAT_SECONDS = float(envvars.LOCK_HEARTBEAT_SECONDS.default)
 #: A holder on another host that has not renewed for this long is taken for dead (LEASE_VAR).
-LEASE_SECONDS = 90.0
+LEASE_SECONDS = float(envvars.LOCK_LEASE_SECONDS.default)
 #: The settings of both, in seconds; every host running a topic must use the same values.
-LEASE_VAR = "DELTAFERRY_LOCK_LEASE_SECONDS"
-HEARTBEAT_VAR = "DELTAFERRY_LOCK_HEARTBEAT_SECONDS"
+LEASE_VAR = envvars.LOCK_LEASE_SECONDS.name
+HEARTBEAT_VAR = envvars.LOCK_HEARTBEAT_SECONDS.name
 #: Generations kept behind the newest (older ones are deleted by the next holder).
 KEEP_GENERATIONS = 5
 _NAME = re.compile(r"^(\d{12})\.json$")
@@ -96,12 +97,11 @@ def lock_timing(env: Mapping[str, str] | None = None) -> tuple[float, float]:
     os.environ), else LEASE_SECONDS and HEARTBEAT_SECONDS. ConfigError naming the variable if
     one is not a positive number, or the heartbeat is not under half the lease (a holder must
     renew at least twice within a lease)."""
-    env = os.environ if env is None else env
     values = {}
-    for name, default in ((LEASE_VAR, LEASE_SECONDS), (HEARTBEAT_VAR, HEARTBEAT_SECONDS)):
-        text = (env.get(name) or "").strip()
+    for variable in (envvars.LOCK_LEASE_SECONDS, envvars.LOCK_HEARTBEAT_SECONDS):
+        name, text = variable.name, (variable.raw(env) or "").strip()
         try:
-            values[name] = float(text) if text else default
+            values[name] = float(text or variable.default)
         except ValueError:
             values[name] = -1.0
         if not 0 < values[name] < float("inf"):

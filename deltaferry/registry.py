@@ -12,21 +12,21 @@ Subject name strategies (confluent's names): ``topic_name`` (``<topic>-value``, 
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from deltaferry import env as envvars
 from deltaferry.config import SUBJECT_STRATEGIES, TopicConfig
 from deltaferry.errors import ConfigError, DeltaferryError
 
 #: The pre-Spark check gives up quickly: one attempt more, 10 s each.
 CHECK_TIMEOUT_S = 10
 CHECK_RETRIES = 1
-URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
-USER_VAR = "DELTAFERRY_SCHEMA_REGISTRY_USER"
-PASSWORD_VAR = "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD"
+URL_VAR = envvars.SCHEMA_REGISTRY_URL.name
+USER_VAR = envvars.SCHEMA_REGISTRY_USER.name
+PASSWORD_VAR = envvars.SCHEMA_REGISTRY_PASSWORD.name
 
 
 def _quiet_authlib() -> None:
@@ -88,15 +88,15 @@ class RegistrySettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RegistrySettings:
         """Read DELTAFERRY_SCHEMA_REGISTRY_URL (+ _USER and _PASSWORD); ConfigError if unset."""
-        env = os.environ if env is None else env
-        url = (env.get(URL_VAR) or "").strip()
+        url = envvars.SCHEMA_REGISTRY_URL.value(env)
         if not url:
             raise ConfigError(
                 URL_VAR, "not set: avro and protobuf topics need the Schema Registry; export its "
                 "URL, or run `export $(deltaferry stack up)` for a local one")
         if not url.startswith(("http://", "https://")):
             raise ConfigError(URL_VAR, f"{without_credentials(url)!r} is not an http(s) URL")
-        user, password = env.get(USER_VAR) or None, env.get(PASSWORD_VAR) or None
+        user = envvars.SCHEMA_REGISTRY_USER.raw(env) or None
+        password = envvars.SCHEMA_REGISTRY_PASSWORD.raw(env) or None
         if bool(user) != bool(password):
             raise ConfigError(USER_VAR, f"set both {USER_VAR} and {PASSWORD_VAR}, or neither")
         return cls(url.rstrip("/"), user, password)
@@ -169,7 +169,7 @@ def check_reachable(settings: RegistrySettings) -> None:
 
 def uses_registry(topic: TopicConfig) -> bool:
     """Whether `topic`'s values are read through the Schema Registry."""
-    return topic.format == "avro" or (topic.format == "protobuf" and not topic.proto_file)
+    return topic.format == "avro" or (topic.format == "protobuf" and not topic.protobuf.proto_file)
 
 
 def check_topic_registry(topic: TopicConfig, env: Mapping[str, str] | None = None) -> None:

@@ -29,14 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, WarehouseError
 
 S3_SCHEMES = ("s3://", "s3a://")
-ENDPOINT_VAR = "DELTAFERRY_S3_ENDPOINT"
-RETRIES_VAR = "DELTAFERRY_S3_RETRIES"
-DEFAULT_REGION = "us-east-1"
+ENDPOINT_VAR = envvars.S3_ENDPOINT.name
+RETRIES_VAR = envvars.S3_RETRIES.name
+DEFAULT_REGION = envvars.AWS_DEFAULT_REGION.default
 #: S3A's retries of a failed request (see the module docstring).
-DEFAULT_RETRIES = 3
+DEFAULT_RETRIES = int(envvars.S3_RETRIES.default)
 #: The S3A properties that carry credentials: never Spark configuration, which can reach a
 #: command line; set on the running session's Hadoop configuration instead.
 S3A_CREDENTIAL_KEYS = ("fs.s3a.aws.credentials.provider", "fs.s3a.access.key",
@@ -83,17 +84,16 @@ class S3Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
         """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and
         DELTAFERRY_S3_RETRIES."""
-        env = os.environ if env is None else env
-        endpoint = (env.get(ENDPOINT_VAR) or "").strip().rstrip("/") or None
+        endpoint = envvars.S3_ENDPOINT.value(env).rstrip("/") or None
         if endpoint and not endpoint.startswith(("http://", "https://")):
             raise ConfigError(ENDPOINT_VAR, f"{endpoint!r} is not an http:// or https:// URL")
-        access = env.get("AWS_ACCESS_KEY_ID") or None
-        secret = env.get("AWS_SECRET_ACCESS_KEY") or None
+        access = envvars.AWS_ACCESS_KEY_ID.raw(env) or None
+        secret = envvars.AWS_SECRET_ACCESS_KEY.raw(env) or None
         if bool(access) != bool(secret):
             raise ConfigError("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
                               "set both the access key id and the secret key, or neither")
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-        retries = (env.get(RETRIES_VAR) or "").strip() or str(DEFAULT_RETRIES)
+        region = envvars.AWS_REGION.raw(env) or envvars.AWS_DEFAULT_REGION.value(env)
+        retries = envvars.S3_RETRIES.value(env)
         if not retries.isdigit():
             raise ConfigError(RETRIES_VAR, f"must be a whole number >= 0, got {retries!r}")
         return cls(endpoint, access, secret, region, int(retries))

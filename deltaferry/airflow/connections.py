@@ -26,23 +26,23 @@ plain objects and the operator passes `connection_or_none`.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from deltaferry import env as envvars
 from deltaferry.config import parse_kafka_options
 from deltaferry.errors import ConfigError
 from deltaferry.registry import PASSWORD_VAR, RegistrySettings
 
 SPARK_CONN_ID = "spark_default"
-KAFKA_CONN_ID_ENV = "DELTAFERRY_KAFKA_CONN_ID"
-AWS_CONN_ID_ENV = "DELTAFERRY_AWS_CONN_ID"
-DEFAULT_AWS_CONN_ID = "aws_default"
-DEFAULT_KAFKA_CONN_ID = "kafka_default"
-REGISTRY_CONN_ID_ENV = "DELTAFERRY_SCHEMA_REGISTRY_CONN_ID"
-DEFAULT_REGISTRY_CONN_ID = "schema_registry_default"
-DEFAULT_SPARK_MASTER = "local[*]"
+KAFKA_CONN_ID_ENV = envvars.KAFKA_CONN_ID.name
+AWS_CONN_ID_ENV = envvars.AWS_CONN_ID.name
+DEFAULT_AWS_CONN_ID = envvars.AWS_CONN_ID.default
+DEFAULT_KAFKA_CONN_ID = envvars.KAFKA_CONN_ID.default
+REGISTRY_CONN_ID_ENV = envvars.SCHEMA_REGISTRY_CONN_ID.name
+DEFAULT_REGISTRY_CONN_ID = envvars.SCHEMA_REGISTRY_CONN_ID.default
+DEFAULT_SPARK_MASTER = envvars.SPARK_MASTER.default
 
 #: Client properties whose values are secrets (masked in task logs, never printed).
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "keystore", "credential")
@@ -63,11 +63,10 @@ def spark_master(lookup: Lookup, env: Mapping[str, str] | None = None,
                  conn_id: str = SPARK_CONN_ID) -> str:
     """The Spark master URL: the connection's host[:port], else DELTAFERRY_SPARK_MASTER, else
     local[*]. (The provider's own fallback would be 'yarn', which a laptop does not have.)"""
-    env = os.environ if env is None else env
     conn = lookup(conn_id)
     if conn is not None and conn.host:
         return f"{conn.host}:{conn.port}" if conn.port else conn.host
-    return env.get("DELTAFERRY_SPARK_MASTER") or DEFAULT_SPARK_MASTER
+    return envvars.SPARK_MASTER.raw(env) or DEFAULT_SPARK_MASTER
 
 
 @dataclass(frozen=True)
@@ -80,8 +79,8 @@ class KafkaAccess:
 
     def child_env(self) -> dict[str, str]:
         """The DELTAFERRY_* variables a spark-submit child process reads (Settings.from_env)."""
-        env = {"DELTAFERRY_KAFKA_BOOTSTRAP": self.bootstrap}
-        env["DELTAFERRY_KAFKA_OPTIONS"] = json.dumps(self.options) if self.options else ""
+        env = {envvars.KAFKA_BOOTSTRAP.name: self.bootstrap}
+        env[envvars.KAFKA_OPTIONS.name] = json.dumps(self.options) if self.options else ""
         return env
 
     def secrets(self) -> list[str]:
@@ -119,18 +118,17 @@ def kafka_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> KafkaA
 
     ConfigError (naming the connection or variable, never a value) when neither gives brokers.
     """
-    env = os.environ if env is None else env
-    conn_id = env.get(KAFKA_CONN_ID_ENV) or DEFAULT_KAFKA_CONN_ID
+    conn_id = envvars.KAFKA_CONN_ID.raw(env) or DEFAULT_KAFKA_CONN_ID
     conn = lookup(conn_id)
     if conn is None:
-        bootstrap = (env.get("DELTAFERRY_KAFKA_BOOTSTRAP") or "").strip()
+        bootstrap = envvars.KAFKA_BOOTSTRAP.value(env)
         if not bootstrap:
             raise ConfigError(
                 "Kafka brokers",
                 f"no Airflow connection {conn_id!r} and DELTAFERRY_KAFKA_BOOTSTRAP is not set: "
                 "define one of them",
             )
-        return KafkaAccess(bootstrap, parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", "")))
+        return KafkaAccess(bootstrap, parse_kafka_options(envvars.KAFKA_OPTIONS.value(env)))
     where = f"Airflow connection {conn_id!r}"
     extra = _extra(conn, where)
     bootstrap = str(extra.get("bootstrap.servers") or "").strip()
@@ -163,7 +161,7 @@ class JobEnvAccess:
 class StorageAccess(JobEnvAccess):
     """Object-storage settings for one task."""
 
-    SECRET_VARS = ("AWS_SECRET_ACCESS_KEY",)
+    SECRET_VARS = (envvars.AWS_SECRET_ACCESS_KEY.name,)
 
 
 class RegistryAccess(JobEnvAccess):
@@ -174,8 +172,7 @@ class RegistryAccess(JobEnvAccess):
 
 def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> StorageAccess:
     """Credentials and endpoint from the AWS connection if it exists; else nothing to add."""
-    env = os.environ if env is None else env
-    conn_id = env.get(AWS_CONN_ID_ENV) or DEFAULT_AWS_CONN_ID
+    conn_id = envvars.AWS_CONN_ID.raw(env) or DEFAULT_AWS_CONN_ID
     conn = lookup(conn_id)
     if conn is None:
         return StorageAccess()
@@ -185,22 +182,21 @@ def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Stor
     login, password = _credentials(conn, where, "the access key id (login) and the secret "
                                                 "(password)")
     if login:
-        result["AWS_ACCESS_KEY_ID"] = str(login)
-        result["AWS_SECRET_ACCESS_KEY"] = str(password)
+        result[envvars.AWS_ACCESS_KEY_ID.name] = str(login)
+        result[envvars.AWS_SECRET_ACCESS_KEY.name] = str(password)
     endpoint = extra.get("endpoint_url") or (extra.get("service_config", {}) or {}).get(
         "s3", {}).get("endpoint_url")
     if endpoint:
-        result["DELTAFERRY_S3_ENDPOINT"] = str(endpoint)
+        result[envvars.S3_ENDPOINT.name] = str(endpoint)
     if extra.get("region_name"):
-        result["AWS_REGION"] = str(extra["region_name"])
+        result[envvars.AWS_REGION.name] = str(extra["region_name"])
     return StorageAccess(result, source=where)
 
 
 def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> RegistryAccess:
     """The Schema Registry connection as the job's DELTAFERRY_SCHEMA_REGISTRY_* variables;
     nothing to add when there is no such connection."""
-    env = os.environ if env is None else env
-    conn_id = env.get(REGISTRY_CONN_ID_ENV) or DEFAULT_REGISTRY_CONN_ID
+    conn_id = envvars.SCHEMA_REGISTRY_CONN_ID.raw(env) or DEFAULT_REGISTRY_CONN_ID
     conn = lookup(conn_id)
     if conn is None:
         return RegistryAccess()

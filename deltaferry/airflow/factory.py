@@ -18,11 +18,11 @@ topics one by one instead of starting them all.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry import fleet, steps
 from deltaferry.config import (
     TopicConfig,
@@ -292,13 +292,13 @@ def build_dags(topics_file: str | None = None) -> dict:
     build every topic's DAG."""
     from airflow.sdk import get_parsing_context
 
-    return build(topics_file or os.environ.get("DELTAFERRY_TOPICS"),
+    return build(topics_file or envvars.TOPICS.raw(),
                  only=get_parsing_context().dag_id).dags
 
 
 def raise_config_errors(topics_file: str | None = None) -> None:
     """Raise one ConfigError listing every bad entry (an import error in the Airflow UI)."""
-    path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
+    path = topics_file or envvars.TOPICS.raw()
     errors = build(path, log_errors=False, dags=False).errors
     if errors:
         listing = "\n".join(f"  - {e}" for e in errors)

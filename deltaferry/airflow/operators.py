@@ -35,6 +35,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from deltaferry import env as envvars
 from deltaferry import steps
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
@@ -84,7 +85,7 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     from deltaferry.spark.session import BATCH_CONF, LOCAL_DEFAULTS, QUIET_CONF, extra_spark_conf
 
     env = os.environ if env is None else env
-    conf: dict[str, Any] = {"spark.log.level": env.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"),
+    conf: dict[str, Any] = {"spark.log.level": envvars.SPARK_LOG_LEVEL.value(env),
                             **QUIET_CONF, **BATCH_CONF}
     java_options = driver_java_options(env)
     if java_options:  # the driver runs here (client mode), on any master
@@ -115,7 +116,7 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     python = worker_python(master, env)
     if python:
-        env.setdefault("PYSPARK_PYTHON", python)
+        env.setdefault(envvars.PYSPARK_PYTHON.name, python)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the task log as they happen
     return env
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC
 
+from deltaferry import env as envvars
 from deltaferry import steps
 from deltaferry.config import TopicsFile, load_topics
 from deltaferry.errors import ConfigError
@@ -91,7 +92,7 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
     YAML and still be refused by Airflow, say for its schedule)."""
     from deltaferry.airflow.factory import build
 
-    path = topics_file or os.environ.get("DELTAFERRY_TOPICS")
+    path = topics_file or envvars.TOPICS.raw()
     loaded = load_topics(path)
     try:
         stat = os.stat(loaded.path)

@@ -165,7 +165,7 @@ class RegistrySchemas:
         self.settings = settings or RegistrySettings.from_env()
         self.client = client or self.settings.client()
         self.url = self.settings.safe_url
-        self.subject = subject_name(topic.name, topic.subject_strategy, topic.record_name)
+        self.subject = subject_name(topic.name, topic.avro.subject_strategy, topic.avro.record_name)
         self.framed = True
         self._files: dict[int, WriterFile | None] = {}
 
@@ -245,14 +245,14 @@ class RegistrySchemas:
         file = self.writer_file(schema_id)
         if file is None:
             return MessagePlan(None, None, schema_id, REASON_UNKNOWN_ID.format(id=schema_id))
-        if indexes == (0,) and self.topic.message:
+        if indexes == (0,) and self.topic.protobuf.message:
             try:
-                return MessagePlan(file, file.message_named(self.topic.message).full_name,
+                return MessagePlan(file, file.message_named(self.topic.protobuf.message).full_name,
                                    schema_id)
             except KeyError:
                 return MessagePlan(None, None, schema_id,
                                    f"schema id {schema_id} ({file.name}) has no message "
-                                   f"{self.topic.message!r} (the topic's message)")
+                                   f"{self.topic.protobuf.message!r} (the topic's message)")
         try:
             return MessagePlan(file, file.message(indexes).full_name, schema_id)
         except IndexError:
@@ -276,7 +276,7 @@ class RegistrySchemas:
                              "record_name)", exc) from None
         found: list[tuple[str, MessagePlan | None]] = []
         for number in sorted(numbers):
-            if not self.topic.message:
+            if not self.topic.protobuf.message:
                 found.append((f"version {number}", None))
                 continue
             try:
@@ -292,10 +292,10 @@ class RegistrySchemas:
 
 def schemas_for(topic: TopicConfig):
     """The writer schemas of a protobuf topic: its .proto file, or the registry."""
-    if topic.proto_file:
-        if not topic.message:
+    if topic.protobuf.proto_file:
+        if not topic.protobuf.message:
             raise ConfigError(topic.name, "proto_file needs message (the full name)")
-        return ProtoFileSchemas(topic.proto_file, topic.message)
+        return ProtoFileSchemas(topic.protobuf.proto_file, topic.protobuf.message)
     return RegistrySchemas(topic)
 
 

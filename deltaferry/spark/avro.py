@@ -61,7 +61,7 @@ class ReaderSchema:
 
 def topic_subject(topic: TopicConfig) -> str:
     """The subject of the topic's value schemas under its configured strategy."""
-    return subject_name(topic.name, topic.subject_strategy, topic.record_name)
+    return subject_name(topic.name, topic.avro.subject_strategy, topic.avro.record_name)
 
 
 def key_subject(topic: TopicConfig) -> str:
@@ -92,7 +92,7 @@ def registered_schema(client, subject: str, version: int | None, url: str,
 
 def reader_schema(client, topic: TopicConfig, url: str) -> ReaderSchema:
     """The latest version of the topic's subject (or its pinned `schema_version`)."""
-    return registered_schema(client, topic_subject(topic), topic.schema_version, url,
+    return registered_schema(client, topic_subject(topic), topic.avro.schema_version, url,
                              topic.name)
 
 
@@ -346,7 +346,7 @@ class AvroDecoder:
         """Read the subject's latest version again (unless a version is pinned): a batch holds
         a schema id this run has not seen, maybe a version registered since the reader was
         read, and a long-running query (`deltaferry stream`) must not wait for a restart."""
-        if self.topic.schema_version is not None:
+        if self.topic.avro.schema_version is not None:
             return
         self.client.clear_latest_caches()  # the client keeps `latest` forever otherwise
         latest = reader_schema(self.client, self.topic, self.registry.safe_url)

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from deltaferry.jvm import DRIVER_JAVA_OPTIONS, JAVA_OPTIONS_VAR, archive_path
+from deltaferry import env as envvars
+from deltaferry.jvm import DRIVER_JAVA_OPTIONS, archive_path
 
 #: What the training session does: the classes of a typical run (a Delta table created, a JSON
 #: schema inferred, values parsed, a MERGE, OPTIMIZE and VACUUM, a streaming query with
@@ -75,8 +76,9 @@ def build(timeout: float = 600.0) -> Path | None:
         stale.unlink()
     partial = Path(tempfile.mkdtemp(prefix="cds-", dir=path.parent)) / path.name
     env = {**os.environ,
-           JAVA_OPTIONS_VAR: f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"}
-    for name in ("DELTAFERRY_SPARK_MASTER", "DELTAFERRY_SPARK_CONF"):
+           envvars.DRIVER_JAVA_OPTIONS.name:
+               f"{DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial}"}
+    for name in (envvars.SPARK_MASTER.name, envvars.SPARK_CONF.name):
         env.pop(name, None)
     started = time.monotonic()
     # PySpark's JVM exits when the Python process that launched it does; the archive is

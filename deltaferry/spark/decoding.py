@@ -219,7 +219,7 @@ class JsonDecoder:
                 .agg(F.max("kafka_offset")).collect()}
         version, changed, changes = commit_schema(
             self.store, infer_from_records(self.spark, fresh, version.schema), ends,
-            self.topic.schema_hints)
+            self.topic.json.schema_hints)
         if changed:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
@@ -227,7 +227,7 @@ class JsonDecoder:
     def decode(self, raw: DataFrame) -> Any:
         version = self.current_schema(raw)
         self.schema_version = version.version
-        return parse_json(raw, version.schema, version.version, self.topic.schema_hints)
+        return parse_json(raw, version.schema, version.version, self.topic.json.schema_hints)
 
 
 class StringKeys:

@@ -145,14 +145,15 @@ def infer_schema(
     records = inference_records(read_ranges(spark, settings, topic.name, ranges,
                                             topic.kafka_timeout_seconds), topic)
     inferred = infer_from_records(spark, records, cached.schema if cached else None)
-    if cached is None and not inferred.get("fields") and not topic.schema_hints:
+    if cached is None and not inferred.get("fields") and not topic.json.schema_hints:
         raise NoSchemaError(
             f"topic {topic.name!r}: none of the {scanned} messages read is a "
             f"{'keyed ' if topic.by_kafka_key else ''}JSON object, so there is no schema to "
             "infer; check the producer (values must be JSON objects"
             f"{', keys set' if topic.by_kafka_key else ''})"
         )
-    version, changed, changes = commit_schema(store, inferred, offsets.end(), topic.schema_hints)
+    version, changed, changes = commit_schema(store, inferred, offsets.end(),
+                                              topic.json.schema_hints)
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,
                          time.monotonic() - started)
     log.info(report.summary())

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError
 from deltaferry.jvm import driver_java_options, driver_memory, jars_in
 from deltaferry.spark.shipping import is_local, package_zip
@@ -47,15 +48,14 @@ BATCH_CONF = {"spark.ui.enabled": "false"}
 #: Spark settings for every session deltaferry starts, as a JSON object (e.g. a cluster's
 #: ``{"spark.sql.shuffle.partitions": "16", "spark.executor.memory": "4g"}``); they win over
 #: deltaferry's own.
-SPARK_CONF_VAR = "DELTAFERRY_SPARK_CONF"
+SPARK_CONF_VAR = envvars.SPARK_CONF.name
 
 
 def extra_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings of DELTAFERRY_SPARK_CONF; a ConfigError naming it if it is not a JSON
     object, or if it holds S3 credentials (Spark settings can end on a command line: the
     credentials belong in AWS_* or the storage connection)."""
-    env = os.environ if env is None else env
-    text = env.get(SPARK_CONF_VAR, "").strip()
+    text = envvars.SPARK_CONF.value(env)
     if not text:
         return {}
     try:
@@ -78,9 +78,8 @@ def worker_python(master: str | None, env: Mapping[str, str] | None = None) -> s
     """The interpreter of the Python workers (UDFs: protobuf decoding): PYSPARK_PYTHON, else on
     a local master this interpreter (it has deltaferry's requirements); None on a cluster
     without PYSPARK_PYTHON (Spark's default `python3` of each executor's machine)."""
-    env = os.environ if env is None else env
-    if env.get("PYSPARK_PYTHON"):
-        return env["PYSPARK_PYTHON"]
+    if envvars.PYSPARK_PYTHON.raw(env):
+        return envvars.PYSPARK_PYTHON.raw(env)
     return sys.executable if is_local(master) else None
 
 
@@ -148,18 +147,18 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     submitted = bool("spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
                      or os.environ.get("SPARK_ENV_LOADED"))
     if not submitted:
-        master = master or os.environ.get("DELTAFERRY_SPARK_MASTER") or "local[*]"
+        master = master or envvars.SPARK_MASTER.value()
         builder = builder.master(master)
         # Python workers (UDFs: protobuf decoding) run this interpreter on a local master, as
         # PySpark reads only the variable; on a cluster PYSPARK_PYTHON names the executors' own.
         python = worker_python(master)
         if python:
-            os.environ.setdefault("PYSPARK_PYTHON", python)
+            os.environ.setdefault(envvars.PYSPARK_PYTHON.name, python)
     for key, value in builder_settings(master, submitted, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     configure_s3a(spark)  # the credentials: inside the JVM, before any s3a path is touched
     if not submitted and not is_local(master):
         spark.sparkContext.addPyFile(str(package_zip()))  # the executors import this deltaferry
-    spark.sparkContext.setLogLevel(os.environ.get("DELTAFERRY_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(envvars.SPARK_LOG_LEVEL.value())
     return spark

@@ -50,12 +50,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from deltaferry import env as envvars
 from deltaferry.errors import DeltaferryError
 
-ENABLED_VAR = "DELTAFERRY_WARM_DRIVERS"
-DIR_VAR = "DELTAFERRY_WARM_DIR"
-IDLE_VAR = "DELTAFERRY_WARM_IDLE_SECONDS"
-DEFAULT_IDLE_S = 3900.0
+ENABLED_VAR = envvars.WARM_DRIVERS.name
+DIR_VAR = envvars.WARM_DIR.name
+IDLE_VAR = envvars.WARM_IDLE_SECONDS.name
+DEFAULT_IDLE_S = float(envvars.WARM_IDLE_SECONDS.default)
 #: Steps a driver runs before it is replaced by a fresh one (bounds what a long life gathers).
 MAX_RUNS = 200
 #: How long a task waits for a driver to take its step: a new pool's drivers start first.
@@ -80,8 +81,7 @@ def enabled(master: str, env: Mapping[str, str] | None = None) -> bool:
     DELTAFERRY_WARM_DRIVERS is ``off``."""
     from deltaferry.spark.shipping import is_local
 
-    env = os.environ if env is None else env
-    setting = (env.get(ENABLED_VAR) or "auto").strip().lower()
+    setting = envvars.WARM_DRIVERS.value(env).lower()
     if setting not in ("auto", "on", "off"):
         from deltaferry.errors import ConfigError
 
@@ -111,9 +111,8 @@ def pool_key(env: Mapping[str, str], master: str, drivers: int) -> str:
 
 def pool_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where pools keep their sockets, pid files and logs (made, this user's only)."""
-    env = os.environ if env is None else env
     default = Path(tempfile.gettempdir()) / f"deltaferry-warm-{os.getuid()}"
-    folder = Path(env.get(DIR_VAR) or default)
+    folder = Path(envvars.WARM_DIR.raw(env) or default)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
 
@@ -133,7 +132,7 @@ def ensure_pool(key: str, env: Mapping[str, str], master: str, drivers: int,
     folder = pool_dir(env)
     sock, pid_file, log_file = (folder / f"{key}{suffix}" for suffix in (".sock", ".pid", ".log"))
     if idle is None:
-        idle = float(env.get(IDLE_VAR) or DEFAULT_IDLE_S)
+        idle = float(envvars.WARM_IDLE_SECONDS.raw(env) or DEFAULT_IDLE_S)
     with open(folder / f"{key}.lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one task starts the pool; the others find it
         if sock.exists() and _pid_alive(pid_file):

@@ -206,7 +206,7 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
         history.tree_source = f"schema cache v{stored[-1].version}"
     if not uses_registry(topic):
         return history
-    history.subject = subject_name(topic.name, topic.subject_strategy, topic.record_name)
+    history.subject = subject_name(topic.name, topic.avro.subject_strategy, topic.avro.record_name)
     try:
         registered, history.registry_url = _registered(history.subject, env)
     except Exception as exc:  # the registry's problem is shown, not raised
@@ -224,11 +224,11 @@ def registry_latest(topic: TopicConfig, env: Mapping[str, str] | None = None) ->
     reader schema is, unless `schema_version` pins one)."""
     from deltaferry.registry import RegistrySettings, subject_name
 
-    if topic.schema_version is not None:
-        return topic.schema_version
+    if topic.avro.schema_version is not None:
+        return topic.avro.schema_version
     settings = RegistrySettings.from_env(env)
     client = _client(settings)
-    subject = subject_name(topic.name, topic.subject_strategy, topic.record_name)
+    subject = subject_name(topic.name, topic.avro.subject_strategy, topic.avro.record_name)
     return int(client.get_latest_version(subject).version)
 
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, parse_kafka_options, warehouse_from_env
 from deltaferry.paths import TopicPaths
 from deltaferry.plan import lag, parse_offset_log
@@ -282,10 +283,10 @@ def committed_offsets(storage: Storage, checkpoint: str, topic: str) -> dict[int
 
 def kafka_settings(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
     """Brokers and client options from `env`, None when no brokers are configured."""
-    bootstrap = (env.get("DELTAFERRY_KAFKA_BOOTSTRAP") or "").strip()
+    bootstrap = envvars.KAFKA_BOOTSTRAP.value(env)
     if not bootstrap:
         return None
-    return bootstrap, parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
+    return bootstrap, parse_kafka_options(envvars.KAFKA_OPTIONS.value(env))
 
 
 def topic_folders(warehouse: str, storage: Storage) -> set[str] | None:

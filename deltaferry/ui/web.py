@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse
 
+from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
 from deltaferry.errors import ConfigError
 
@@ -51,7 +52,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
 
     found = {v for k, v in env.items() if _SECRET_NAME.search(k) and v}
     try:
-        options = parse_kafka_options(env.get("DELTAFERRY_KAFKA_OPTIONS", ""))
+        options = parse_kafka_options(envvars.KAFKA_OPTIONS.value(env))
     except ConfigError:
         options = {}
     found |= {v for k, v in options.items() if is_secret_property(k) and v}
@@ -181,7 +182,7 @@ def create_app(user: Callable[..., Any],
         try:
             topics = load(topics_file)
         except ConfigError as exc:  # the file itself is unreadable: say so, as the DAGs do
-            topics = TopicsFile(str(topics_file or os.environ.get("DELTAFERRY_TOPICS", "")),
+            topics = TopicsFile(str(topics_file or envvars.TOPICS.value()),
                                 errors=[exc])
         allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
         names = {t.name for t in allowed}

@@ -1,7 +1,7 @@
 """Fixtures for the integration tests: a real Kafka broker and fresh topics on it, a real S3
 server and fresh buckets on it, a real Schema Registry.
 
-`stack_env` starts a local stack (`deltaferry.dev.stack.up`: broker, S3 server, Schema Registry) in a
+`stack_env` starts a local stack (`deltaferry_dev.stack.up`: broker, S3 server, Schema Registry) in a
 session tmp dir and stops it when the session ends. `kafka_bootstrap` is its broker, or the one in
 DELTAFERRY_TEST_BOOTSTRAP (then nothing starts until a test asks for S3).
 """
@@ -33,7 +33,7 @@ def stack_dir(tmp_path_factory):
 def stack_env(stack_dir) -> dict[str, str]:
     """The assignments of a local stack (broker, S3 server, Schema Registry) running for the
     whole session."""
-    from deltaferry.dev import stack
+    from deltaferry_dev import stack
 
     try:
         yield stack.up(stack_dir)

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.rest import follow, wait_until
-from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import follow, wait_until
+from deltaferry_dev.stack.process import free_ports
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state

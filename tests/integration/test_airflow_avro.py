@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.rest import wait_until
-from deltaferry.dev.stack.process import free_ports
 from deltaferry.kafka import create_topic, produce
 from deltaferry.paths import TopicPaths
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import wait_until
+from deltaferry_dev.stack.process import free_ports
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run

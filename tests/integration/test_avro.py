@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deltaferry.config import Settings, TopicConfig
+from deltaferry.config import AvroOptions, Settings, TopicConfig
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
 from deltaferry.schema.avro import IncompatibleShapeError
@@ -167,18 +167,20 @@ def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_re
             client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
     latest = reader_schema(client, TopicConfig(name=topic, format="avro"), schema_registry_url)
     assert (latest.subject, latest.version, latest.schema) == (f"{topic}-value", 2, v2)
-    pinned = reader_schema(client, TopicConfig(name=topic, format="avro", schema_version=1),
+    pinned = reader_schema(client, TopicConfig(name=topic, format="avro",
+                                               avro=AvroOptions(schema_version=1)),
                            schema_registry_url)
     assert (pinned.version, pinned.schema) == (1, v1)
     for strategy, subject in (("record_name", "shop.Order"),
                               ("topic_record_name", f"{topic}-shop.Order")):
         found = reader_schema(client, TopicConfig(name=topic, format="avro",
-                                                  subject_strategy=strategy,
-                                                  record_name="shop.Order"),
+                                                  avro=AvroOptions(subject_strategy=strategy,
+                                                                   record_name="shop.Order")),
                               schema_registry_url)
         assert (found.subject, found.version) == (subject, 2)
     with pytest.raises(RegistryError, match=r"version 7.*pinned-|pinned-.*version 7"):
-        reader_schema(client, TopicConfig(name=topic, format="avro", schema_version=7),
+        reader_schema(client, TopicConfig(name=topic, format="avro",
+                                          avro=AvroOptions(schema_version=7)),
                       schema_registry_url)
 
 

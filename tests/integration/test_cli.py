@@ -55,7 +55,7 @@ def test_unreachable_registry_is_one_line_before_spark_without_credentials(
     does not answer: one line naming the URL without its credentials, exit 2, no Spark."""
     import time
 
-    from deltaferry.dev.stack.process import free_ports
+    from deltaferry_dev.stack.process import free_ports
 
     topic = new_topic("avro-noreg", partitions=1)
     (port,) = free_ports(1)

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
 from deltaferry.storage import S3Settings
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.airflow import services
+from deltaferry_dev.stack.process import free_ports
 
 from .test_airflow_avro import first_scheduled_run
 from .test_secrets import CommandLines, assert_secret_free, jaas_options, secrets_of
@@ -38,7 +38,7 @@ ORDER_PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 @pytest.fixture(scope="module")
 def cluster(stack_dir, stack_env) -> dict[str, str]:
     """The session's stack with a Spark standalone cluster added (it stops with the stack)."""
-    from deltaferry.dev import stack
+    from deltaferry_dev import stack
 
     env = stack.up(stack_dir, cluster=True)
     assert env["DELTAFERRY_SPARK_MASTER"].startswith("spark://127.0.0.1:")

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from deltaferry import fleet as fleet_settings
-from deltaferry.dev import fleet
-from deltaferry.dev.airflow import services
-from deltaferry.dev.stack.process import free_ports
+from deltaferry_dev import fleet
+from deltaferry_dev.airflow import services
+from deltaferry_dev.stack.process import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Outages mid-run on the real services (issue 15). A stack of this module's own (its broker, S3
 server and Schema Registry are stopped, so not the session's) serves `deltaferry run`, which is
 held at a named point of a micro-batch (deltaferry/faults.py, ``NAME:pause``) while one service
-is really stopped (`deltaferry.dev.stack.stop_service`: its process group gets SIGTERM), then let
+is really stopped (`deltaferry_dev.stack.stop_service`: its process group gets SIGTERM), then let
 go. The run must fail with one line naming what failed and nothing may be half-applied: the
 table is exactly the latest state of the offsets the checkpoint committed, each batch whole.
 Once the service is started again in place (same data, same ports), the next run finishes
@@ -38,7 +38,7 @@ BATCH = 150
 def outage_stack(tmp_path_factory):
     """(stack folder, assignments) of a stack only this module uses: its services are stopped
     and started again."""
-    from deltaferry.dev import stack
+    from deltaferry_dev import stack
 
     folder = tmp_path_factory.mktemp("outage-stack")
     try:
@@ -82,7 +82,7 @@ def run_through_outage(env: dict, topic: str, point: str, service: str, stack_di
                        mark: Path) -> tuple[int, str, float]:
     """`deltaferry run` held at `point` while `service` of the stack is stopped, then let go;
     (exit code, stderr, seconds from the outage to its end)."""
-    from deltaferry.dev import stack
+    from deltaferry_dev import stack
 
     run = subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"],
                            env={**env, POINT_VAR: f"{point}:pause", MARK_VAR: str(mark)},
@@ -125,8 +125,8 @@ def bad_values(sent) -> list[str]:
 
 
 def test_broker_stopped_during_ingest(outage_stack, spark, tmp_path):
-    from deltaferry.dev import stack
     from deltaferry.pipeline import run_step
+    from deltaferry_dev import stack
 
     stack_dir, stack_env = outage_stack
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -156,9 +156,9 @@ def test_broker_stopped_during_ingest(outage_stack, spark, tmp_path):
 
 
 def test_s3_stopped_during_a_commit(outage_stack, spark, tmp_path, monkeypatch):
-    from deltaferry.dev import stack
     from deltaferry.pipeline import run_step
     from deltaferry.spark.session import get_spark
+    from deltaferry_dev import stack
 
     stack_dir, stack_env = outage_stack
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -212,8 +212,8 @@ def avro_messages(bootstrap: str, registry_url: str, topic: str) -> list[tuple[s
 
 def test_registry_stopped_during_ingest_of_an_avro_topic(outage_stack, spark, tmp_path,
                                                          monkeypatch):
-    from deltaferry.dev import stack
     from deltaferry.pipeline import run_step
+    from deltaferry_dev import stack
 
     stack_dir, stack_env = outage_stack
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]

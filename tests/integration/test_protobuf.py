@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from deltaferry.config import REPO_ROOT, Settings, TopicConfig
+from deltaferry.config import ProtobufOptions, Settings, TopicConfig
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
 from deltaferry.pipeline import TopicContext, run_step
@@ -22,6 +23,8 @@ from deltaferry.schema.store import SchemaStore
 from .readers import assert_plain_table, assert_readers_agree
 
 pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ORDER_PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 NAME = "shop/order.proto"
@@ -184,7 +187,8 @@ def test_a_version_registered_after_the_run_started_lands_in_that_run(
     name = new_topic("proto-new", partitions=1)
     v1 = Writer(V1, schema_registry_url, name)
     produce_bytes(kafka_bootstrap, name, [(f"k{i}", v1(id=f"o{i}", quantity=i)) for i in range(4)])
-    topic = TopicConfig(name=name, format="protobuf", message="shop.Order",
+    topic = TopicConfig(name=name, format="protobuf",
+                        protobuf=ProtobufOptions(message="shop.Order"),
                         max_offsets_per_trigger=2)
     ctx = proto_context(topic, kafka_bootstrap, tmp_path)
     infer = run_step("infer", ctx, spark)
@@ -217,8 +221,9 @@ def test_plain_protobuf_bodies_of_a_schemas_file(spark, kafka_bootstrap, new_top
         ("a", Order(id="a2", quantity=6).SerializeToString()),
         ("c", b"\xff\xfe not protobuf"),
     ])
-    topic = TopicConfig(name=name, format="protobuf", proto_file=str(ORDER_PROTO),
-                        message="shop.Order")
+    topic = TopicConfig(name=name, format="protobuf",
+                        protobuf=ProtobufOptions(message="shop.Order",
+                                                 proto_file=str(ORDER_PROTO)))
     ctx = proto_context(topic, kafka_bootstrap, tmp_path)
     assert run_step("infer", ctx, spark).schema_version == 1
     report = run_step("ingest", ctx, spark)

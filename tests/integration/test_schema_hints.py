@@ -28,9 +28,9 @@ HINTS = {"amount": "decimal(18,2)", "created": "timestamp", "address.zip": "stri
 def test_hinted_types_land_and_values_that_do_not_fit_are_quarantined(spark, kafka_bootstrap,
                                                                       new_topic, tmp_path):
     topic = new_topic("hints", partitions=1)
-    (entry,) = parse_topics({"topics": [{"name": topic, "schema_hints": HINTS}]},
+    (entry,) = parse_topics({"topics": [{"name": topic, "json": {"schema_hints": HINTS}}]},
                             str(tmp_path / "topics.yaml")).topics
-    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, schema_hints=entry.schema_hints)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, json=entry.json)
     produce(kafka_bootstrap, topic, [
         ("k1", {"amount": 12.5, "created": "2026-11-23T10:00:00Z", "address": {"zip": 1234, "city": "Oslo"}}),
         ("k2", {"amount": "19.99", "created": "2026-11-23 11:30:00"}),

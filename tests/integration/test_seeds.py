@@ -183,7 +183,7 @@ def test_a_write_the_broker_does_not_authorize_raises_at_flush(stack_env, schema
         ResourceType,
     )
 
-    from deltaferry.dev.stack.kafka import sasl_client_config
+    from deltaferry_dev.stack.kafka import sasl_client_config
 
     topic = new_topic("denied", partitions=1)
     user = stack_env["DELTAFERRY_KAFKA_SASL_USERNAME"]

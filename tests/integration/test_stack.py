@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from deltaferry.dev import stack
 from deltaferry.storage import S3Settings
+from deltaferry_dev import stack
 
 pytestmark = pytest.mark.integration
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.rest import follow, wait_until
-from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic, produce
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import follow, wait_until
+from deltaferry_dev.stack.process import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.rest import wait_until
-from deltaferry.dev.stack.process import free_ports
-from deltaferry.jvm import REPO_ROOT
 from deltaferry.kafka import create_topic
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import wait_until
+from deltaferry_dev.stack.process import free_ports
 
 from .per_dag_auth import ACCESS_VAR
 from .test_ui import browser, text_of  # noqa: F401 - the browser fixture

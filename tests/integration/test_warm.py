@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from deltaferry.dev.fleet import driver_count
 from deltaferry.kafka import produce
 from deltaferry.spark import warm
+from deltaferry_dev.fleet import driver_count
 
 pytestmark = pytest.mark.integration
 

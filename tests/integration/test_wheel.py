@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.jvm import REPO_ROOT, deps_dir
+from deltaferry.jvm import deps_dir
 from deltaferry.kafka import produce
+from deltaferry_dev import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

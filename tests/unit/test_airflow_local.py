@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from deltaferry.dev.airflow import services
-from deltaferry.dev.airflow.home import airflow_env
 from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.home import airflow_env
 
 
 def test_airflow_env_points_at_the_repository_dags_and_plugins(tmp_path):

@@ -22,9 +22,10 @@ def test_avro_entries_with_strategies_and_a_pinned_version():
         {"name": "e", "format": "thrift"},
     ]}, "topics.yaml")
     a, b = loaded.topics
-    assert (a.format, a.subject_strategy, a.schema_version) == ("avro", "topic_name", None)
-    assert subject_name(a.name, a.subject_strategy) == "a-value"
-    assert subject_name(b.name, b.subject_strategy, b.record_name) == "b-shop.Order"
+    assert (a.format, a.avro.subject_strategy, a.avro.schema_version) == (
+        "avro", "topic_name", None)
+    assert subject_name(a.name, a.avro.subject_strategy) == "a-value"
+    assert subject_name(b.name, b.avro.subject_strategy, b.avro.record_name) == "b-shop.Order"
     assert subject_name("x", "record_name", "shop.Order") == "shop.Order"
     errors = [str(e) for e in loaded.errors]
     assert "needs record_name" in errors[0] and "'c'" in errors[0]
@@ -114,7 +115,7 @@ PY
 
 def closed_registry_env(user: str | None = None) -> dict[str, str]:
     """A registry URL on a loopback port nothing listens on (credentials in the URL if `user`)."""
-    from deltaferry.dev.stack.process import free_ports
+    from deltaferry_dev.stack.process import free_ports
 
     (port,) = free_ports(1)
     auth = f"{user}:pw-secret@" if user else ""

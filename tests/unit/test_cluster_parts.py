@@ -13,12 +13,12 @@ import pytest
 
 from deltaferry.airflow import operators as op
 from deltaferry.airflow.connections import KafkaAccess
-from deltaferry.dev import stack
-from deltaferry.dev.stack import spark as cluster
 from deltaferry.errors import ConfigError
 from deltaferry.pipeline import local_warehouse_on_cluster
 from deltaferry.spark.session import builder_settings, extra_spark_conf, worker_python
 from deltaferry.spark.shipping import is_local, package_digest, package_zip
+from deltaferry_dev import stack
+from deltaferry_dev.stack import spark as cluster
 
 
 def test_the_cluster_joins_the_stack_only_when_asked():

@@ -155,7 +155,7 @@ def test_protobuf_topics_find_their_schema_and_decoder_in_the_containers(compose
     protobuf = [t for t in topics.topics if t.format == "protobuf"]
     assert protobuf and not topics.errors
     for topic in protobuf:
-        assert topic.proto_file and Path(topic.proto_file).is_relative_to(REPO)
+        assert topic.protobuf.proto_file and Path(topic.protobuf.proto_file).is_relative_to(REPO)
     lock = (REPO / "requirements.lock").read_text()
     assert re.search(r"^grpcio-tools==", lock, re.M) and re.search(r"^protobuf==", lock, re.M)
     assert "COPY requirements.lock" in (REPO / "docker" / "Dockerfile").read_text()

@@ -244,3 +244,70 @@ def test_keep_headers_and_kafka_timeout_seconds_are_validated():
         parse_topic({"name": "t", "keep_headers": "yes"}, 0)
     with pytest.raises(ConfigError, match="kafka_timeout_seconds: must be a number of seconds"):
         parse_topic({"name": "t", "kafka_timeout_seconds": 0}, 0)
+
+
+def test_format_options_are_read_from_their_sections(tmp_path):
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "o.proto").write_text('syntax = "proto3";\n')
+    topics = load_topics(write(tmp_path, """
+defaults:
+  avro: {schema_version: 2}
+topics:
+  - name: a
+    format: avro
+    avro: {subject_strategy: record_name, record_name: shop.Order}
+  - name: p
+    format: protobuf
+    protobuf: {message: shop.Order, proto_file: schemas/o.proto}
+  - name: j
+    json: {schema_hints: {amount: "decimal(18,2)"}}
+"""))
+    assert topics.errors == []
+    a, p, j = topics.topics
+    assert (a.avro.subject_strategy, a.avro.record_name, a.avro.schema_version) == (
+        "record_name", "shop.Order", 2)
+    assert p.protobuf.proto_file == str((tmp_path / "schemas" / "o.proto").resolve())
+    assert [h.path for h in j.json.schema_hints] == ["amount"]
+
+
+def test_flat_format_keys_are_still_read_with_one_warning_naming_the_nested_spelling(caplog):
+    topics = parse_topics({"topics": [
+        {"name": "a", "format": "avro", "schema_version": 3, "subject_strategy": "topic_name"},
+        {"name": "b"},
+    ]}, "topics.yaml")
+    assert topics.errors == []
+    assert topics.get("a").avro.schema_version == 3
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("topics[0] ('a'): ")
+    assert "avro.schema_version" in warning and "avro.subject_strategy" in warning
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ({"avro": {"schema_versio": 2}}, "unknown key(s) avro.schema_versio (known: "),
+    ({"avro": 3}, "avro: must be a mapping of avro options"),
+    ({"format": "avro", "avro": {"schema_version": 0}}, "schema_version: must be a registered"),
+    ({"schema_version": 2, "avro": {"schema_version": 3}}, "give one (the nested spelling)"),
+])
+def test_bad_format_sections_are_the_entrys_own_error(entry, fragment):
+    topics = parse_topics({"topics": [{"name": "ok"}, {"name": "bad", **entry}]}, "topics.yaml")
+    assert topics.names() == ["ok"]
+    (error,) = topics.errors
+    assert str(error).startswith("topics[1] ('bad'): ") and fragment in str(error)
+
+
+def test_relative_files_without_a_topics_file_are_read_from_the_current_directory(
+        tmp_path, monkeypatch):
+    from deltaferry.config import parse_topic
+
+    (tmp_path / "h.yaml").write_text("amount: long\n")
+    monkeypatch.chdir(tmp_path)
+    topic = parse_topic({"name": "t", "json": {"schema_hints_file": "h.yaml"}}, 0)
+    assert topic.json.schema_hints_file == str(tmp_path / "h.yaml")
+
+
+def test_without_deltaferry_topics_the_topics_file_is_the_current_directorys(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("DELTAFERRY_TOPICS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "topics:\n  - name: here\n")
+    assert load_topics().names() == ["here"]

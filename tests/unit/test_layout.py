@@ -1,27 +1,29 @@
-"""The library's import graph holds no development harness: no module of deltaferry outside
-deltaferry/dev imports it, except the command line's `stack` and `airflow` commands (the doors
-into the harness), and importing the library's modules loads none of it."""
+"""The library's import graph holds no development harness: no module of deltaferry imports
+deltaferry_dev (at the top or inside a function; the command line reaches it through entry
+points), importing the library's modules loads none of it, and the wheel does not carry it."""
 
 import ast
 import importlib
 import pkgutil
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import deltaferry
 
 PACKAGE = Path(deltaferry.__file__).parent
-#: The command line dispatches `deltaferry stack` and `deltaferry airflow` to the harness.
-DOORS = {"deltaferry.cli"}
+HARNESS = "deltaferry_dev"
 
 
 def library_modules() -> list[str]:
-    names = [m.name for m in pkgutil.walk_packages([str(PACKAGE)], "deltaferry.")]
-    return sorted(n for n in names if not n.startswith("deltaferry.dev"))
+    return sorted(m.name for m in pkgutil.walk_packages([str(PACKAGE)], "deltaferry."))
 
 
 def imported_modules(module: str) -> set[str]:
+    """Every module `module` imports, wherever the import statement is (ast.walk: inside
+    functions and branches too)."""
     source = Path(importlib.util.find_spec(module).origin).read_text()
     found = set()
     for node in ast.walk(ast.parse(source)):
@@ -33,10 +35,21 @@ def imported_modules(module: str) -> set[str]:
     return found
 
 
+def is_harness(module: str) -> bool:
+    return module == HARNESS or module.startswith(f"{HARNESS}.")
+
+
 def test_no_library_module_imports_the_harness():
-    offenders = {m: sorted(i for i in imported_modules(m) if i.startswith("deltaferry.dev"))
-                 for m in library_modules() if m not in DOORS}
+    offenders = {m: sorted(i for i in imported_modules(m) if is_harness(i))
+                 for m in library_modules()}
     assert {m: i for m, i in offenders.items() if i} == {}
+
+
+def test_the_import_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
+    (tmp_path / "late.py").write_text("def f():\n    if True:\n"
+                                      "        from deltaferry_dev.stack import up\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "deltaferry_dev.stack.up" in imported_modules("late")
 
 
 def test_importing_the_library_loads_no_harness_module():
@@ -44,10 +57,28 @@ def test_importing_the_library_loads_no_harness_module():
             f"for name in {library_modules()!r}:\n"
             "    if name.startswith(('deltaferry.spark_jobs',)): continue\n"
             "    importlib.import_module(name)\n"
-            "print(sorted(m for m in sys.modules if m.startswith('deltaferry.dev')))")
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] == {HARNESS!r}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_wheel_carries_the_library_and_not_the_harness(tmp_path):
+    """Builds the wheel as `pip install .` would (setuptools' build backend, the project's
+    pyproject.toml) from a copy of the library with the harness beside it, as in the checkout."""
+    root = PACKAGE.parent
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copy(root / "pyproject.toml", tmp_path)
+    shutil.copytree(PACKAGE, tmp_path / "deltaferry", ignore=ignore)
+    shutil.copytree(root / "dev", tmp_path / "dev", ignore=ignore)
+    built = subprocess.run(
+        [sys.executable, "-c", "from setuptools import build_meta; "
+         "print(build_meta.build_wheel('dist'))"],
+        cwd=tmp_path, capture_output=True, text=True, check=True)
+    wheel = tmp_path / "dist" / built.stdout.strip().splitlines()[-1]
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "deltaferry/__init__.py" in names and "deltaferry/cli.py" in names
+    assert [n for n in names if HARNESS in n or n.startswith(("deltaferry/dev/", "dev/"))] == []
 
 
 def test_no_import_cycle_among_the_packages_modules():

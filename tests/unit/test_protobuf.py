@@ -273,7 +273,7 @@ def test_protobuf_entries_are_checked(tmp_path):
         {"name": "f", "format": "protobuf", "message": "not a name"},
     ]}, str(tmp_path / "topics.yaml"))
     assert topics.names() == ["a", "b"]
-    assert topics.get("b").proto_file == str(tmp_path / "schemas" / "o.proto")
+    assert topics.get("b").protobuf.proto_file == str(tmp_path / "schemas" / "o.proto")
     errors = {e.topic: str(e) for e in topics.errors}
     assert "proto_file schemas/o.proto: also give message" in errors["c"]
     assert "proto_file schemas/missing.proto: no such file" in errors["d"]

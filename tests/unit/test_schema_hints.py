@@ -2,6 +2,8 @@
 file, and applying them to inferred schemas so the cache carries the hinted types and the
 merge never widens a hinted field away from its hint."""
 
+from pathlib import Path
+
 import pytest
 
 from deltaferry.config import load_topics, parse_topics
@@ -127,9 +129,9 @@ topics:
 """)
     topics = load_topics(path)
     a, b = topics.topics
-    assert [(h.path, h.type) for h in a.schema_hints] == [("amount", "decimal(18,2)"), ("address.zip", "string")]
-    assert [(h.path, h.type) for h in b.schema_hints] == [("amount", "decimal(18,2)"), ("created", "timestamp")]
-    assert b.schema_hints_file == str((tmp_path / "schemas" / "b.yaml").resolve())
+    assert [(h.path, h.type) for h in a.json.schema_hints] == [("amount", "decimal(18,2)"), ("address.zip", "string")]
+    assert [(h.path, h.type) for h in b.json.schema_hints] == [("amount", "decimal(18,2)"), ("created", "timestamp")]
+    assert b.json.schema_hints_file == str((tmp_path / "schemas" / "b.yaml").resolve())
     errors = {e.topic: str(e) for e in topics.errors}
     assert errors["c"] == "topics[2] ('c'): schema_hints: field 'created': 'datetime' is not a type a hint can give (one of bigint, boolean, byte, date, double, float, int, integer, long, real, short, smallint, string, timestamp, tinyint, decimal(p,s))"
     assert errors["d"] == "topics[3] ('d'): schema_hints is only for format json (format avro takes its types from its schema, not from inference)"
@@ -140,10 +142,9 @@ topics:
 
 def test_the_demo_topics_hints_file_loads():
     """schemas/demo_events.yaml, which the demo's topic entry names, is valid."""
-    from deltaferry.config import REPO_ROOT
-
+    repo = Path(__file__).resolve().parents[2]
     topics = parse_topics({"topics": [{"name": "demo_events",
                                        "schema_hints_file": "schemas/demo_events.yaml"}]},
-                          str(REPO_ROOT / "topics.yaml"))
+                          str(repo / "topics.yaml"))
     assert topics.errors == []
-    assert {h.path: h.type for h in topics.topics[0].schema_hints}
+    assert {h.path: h.type for h in topics.topics[0].json.schema_hints}

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-import deltaferry.dev.stack as stack
-from deltaferry.dev.stack import kafka, process
-from deltaferry.dev.stack.process import ManagedProcess, Service
+import deltaferry_dev.stack as stack
 from deltaferry.errors import StackError
+from deltaferry_dev.stack import kafka, process
+from deltaferry_dev.stack.process import ManagedProcess, Service
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -340,7 +340,7 @@ def test_a_service_stopped_and_started_in_place_keeps_its_data_port_and_assignme
 
 
 def test_the_cli_names_the_stacks_services():
-    from deltaferry.cli import SERVICE_NAMES
-    from deltaferry.dev.stack import SERVICES
+    from deltaferry_dev.cli import SERVICE_NAMES
+    from deltaferry_dev.stack import SERVICES
 
     assert SERVICE_NAMES == tuple(m.NAME for m in SERVICES)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from deltaferry.dev import stack
-from deltaferry.dev.stack import registry
 from deltaferry.errors import SetupError
+from deltaferry_dev import stack
+from deltaferry_dev.stack import registry
 
 
 def test_registry_command_binds_loopback_and_url_is_the_ccompat_api(tmp_path):

@@ -4,7 +4,6 @@ import stat
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from deltaferry.dev.stack import s3 as s3_stack
 from deltaferry.errors import ConfigError, WarehouseError
 from deltaferry.spark.session import s3a_spark_conf
 from deltaferry.storage import (
@@ -19,6 +18,7 @@ from deltaferry.storage import (
     split_s3_uri,
     storage_for,
 )
+from deltaferry_dev.stack import s3 as s3_stack
 
 ENV = {"DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:8333/", "AWS_ACCESS_KEY_ID": "AK1",
        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
@@ -138,7 +138,7 @@ def test_stack_s3_server_command_and_identity(tmp_path):
 
 
 def test_stack_state_file_is_owner_only(tmp_path):
-    from deltaferry.dev import stack
+    from deltaferry_dev import stack
 
     stack.write_state(tmp_path, {"version": 1, "assignments": {"AWS_SECRET_ACCESS_KEY": "x"}})
     assert stat.S_IMODE(os.stat(tmp_path / "state.json").st_mode) == 0o600

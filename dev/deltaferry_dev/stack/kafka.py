@@ -31,7 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from deltaferry.dev.stack.process import (
+from deltaferry.errors import StackError
+from deltaferry.jvm import jars_in
+from deltaferry_dev.stack.process import (
     ManagedProcess,
     Service,
     free_ports,
@@ -39,8 +41,6 @@ from deltaferry.dev.stack.process import (
     start_detached,
     wait_ready,
 )
-from deltaferry.errors import StackError
-from deltaferry.jvm import jars_in
 
 NAME = "kafka"
 TITLE = "Kafka broker"
@@ -59,7 +59,7 @@ SASL_USERNAME = "deltaferry"
 SCRAM_ITERATIONS = 4096
 
 #: librdkafka reports every refused connection while the broker starts; none of it is news.
-_client_log = logging.getLogger("deltaferry.dev.stack.kafka.client")
+_client_log = logging.getLogger("deltaferry_dev.stack.kafka.client")
 _client_log.setLevel(logging.CRITICAL)
 
 LOG4J2_PROPERTIES = """\

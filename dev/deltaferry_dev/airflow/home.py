@@ -1,4 +1,4 @@
-"""The Airflow home of the local Airflow (`deltaferry.dev.airflow.services`): its environment and
+"""The Airflow home of the local Airflow (`deltaferry_dev.airflow.services`): its environment and
 metadata database.
 
 The Airflow home is ``.airflow`` at the repository root unless AIRFLOW_HOME says otherwise;
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from deltaferry.errors import DeltaferryError
-from deltaferry.jvm import REPO_ROOT
+from deltaferry_dev import REPO_ROOT
 
 DEFAULT_HOME = REPO_ROOT / ".airflow"
 MIGRATED_MARK = ".deltaferry-db-migrated"
@@ -29,16 +29,19 @@ SQLITE_CONNECT_ARGS = {"timeout": 60}
 def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None = None,
                 **extra: str) -> dict[str, str]:
     """The environment of a local Airflow process: `base` (default os.environ) plus the home,
-    the repository's dags/ and plugins/, no example DAGs, and `extra`."""
+    the repository's dags/, plugins/, topics file and .deps (unless set), no example DAGs, and
+    `extra`."""
     env = dict(os.environ if base is None else base)
     env["AIRFLOW_HOME"] = str(Path(home or env.get("AIRFLOW_HOME") or DEFAULT_HOME).resolve())
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
     env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO_ROOT / "plugins")
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    env.setdefault("DELTAFERRY_TOPICS", str(REPO_ROOT / "topics.yaml"))
+    env.setdefault("DELTAFERRY_DEPS", str(REPO_ROOT / ".deps"))
     if env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
         for key in ("SQL_ALCHEMY_CONNECT_ARGS", "SQL_ALCHEMY_CONNECT_ARGS_ASYNC"):
             env.setdefault(f"AIRFLOW__DATABASE__{key}",
-                           "deltaferry.dev.airflow.home.SQLITE_CONNECT_ARGS")
+                           "deltaferry_dev.airflow.home.SQLITE_CONNECT_ARGS")
     env.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
     env.update(extra)
     return env

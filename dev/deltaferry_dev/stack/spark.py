@@ -22,9 +22,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltaferry.dev.stack.kafka import java_executable
-from deltaferry.dev.stack.process import Service, free_ports, start_detached, wait_ready
 from deltaferry.errors import SetupError
+from deltaferry_dev.stack.kafka import java_executable
+from deltaferry_dev.stack.process import Service, free_ports, start_detached, wait_ready
 
 HOST = "127.0.0.1"
 MASTER_VAR = "DELTAFERRY_SPARK_MASTER"

@@ -88,9 +88,9 @@ def sample_orders(n: int = 6, seed: int = 5):
     from deltaferry.schema.proto_sources import ProtoFileSchemas
 
     entry = load_topics().get(PROTO_TOPIC)
-    assert entry.proto_file and entry.message
-    file = ProtoFileSchemas(entry.proto_file, entry.message).writer_file()
-    Order = message_factory.GetMessageClass(file.message_named(entry.message))
+    assert entry.protobuf.proto_file and entry.protobuf.message
+    file = ProtoFileSchemas(entry.protobuf.proto_file, entry.protobuf.message).writer_file()
+    Order = message_factory.GetMessageClass(file.message_named(entry.protobuf.message))
     rng = random.Random(seed)
     for i in [*range(n), 0]:
         order = Order(id=f"order-{i}", customer=f"user-{rng.randint(0, 7)}",
@@ -112,8 +112,8 @@ def say(text: str) -> None:
 def main() -> int:
     """Start the stack and a local Airflow, produce, run the topic's DAG through the scheduler,
     print the table."""
-    from deltaferry.dev.airflow import services
-    from deltaferry.dev.airflow.rest import run_through_scheduler
+    from deltaferry_dev.airflow import services
+    from deltaferry_dev.airflow.rest import run_through_scheduler
 
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
@@ -172,7 +172,7 @@ def print_tables() -> None:
     (spark.read.format("delta").load(avro.paths.table).orderBy("payment_id")
      .select("kafka_key", "payment_id", "user_id", "amount", "currency").show(truncate=False))
     proto = TopicContext.load(PROTO_TOPIC)
-    print(f"Delta table {proto.paths.table} (protobuf, schema {proto.topic.message} of "
+    print(f"Delta table {proto.paths.table} (protobuf, schema {proto.topic.protobuf.message} of "
           "schemas/shop/order.proto):")
     (spark.read.format("delta").load(proto.paths.table).orderBy("id")
      .select("id", "customer", "quantity", "amount_cents", "status", "created", "attributes",

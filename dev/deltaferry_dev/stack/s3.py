@@ -20,7 +20,8 @@ import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
-from deltaferry.dev.stack.process import (
+from deltaferry.errors import StackError
+from deltaferry_dev.stack.process import (
     ManagedProcess,
     Service,
     free_ports,
@@ -29,7 +30,6 @@ from deltaferry.dev.stack.process import (
     wait_ready,
     write_private,
 )
-from deltaferry.errors import StackError
 
 NAME = "s3"
 TITLE = "S3 server (SeaweedFS)"

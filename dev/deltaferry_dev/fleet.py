@@ -181,7 +181,7 @@ def run_fleet(client, dag_ids: list[str], topics_file: Path, timeout: float = 18
               say: Callable[[str], None] = print) -> FleetResult:
     """Unpause every DAG at once, wait for each one's first run to end; what happened (the
     drivers counted are those of `topics_file`'s tasks)."""
-    from deltaferry.dev.airflow.rest import wait_until
+    from deltaferry_dev.airflow.rest import wait_until
 
     wait_until(lambda: all(client.dag(d) for d in dag_ids), 300, interval=2.0,
                what=f"the dag-processor to parse {len(dag_ids)} DAGs")

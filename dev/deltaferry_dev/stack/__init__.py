@@ -36,10 +36,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from deltaferry.dev.stack import kafka, registry, s3, spark
-from deltaferry.dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.stack import kafka, registry, s3, spark
+from deltaferry_dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 
 __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
@@ -149,7 +149,7 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
 def up(stack_dir: Path | None = None, cluster: bool = False) -> dict[str, str]:
     """Start the stack unless it already runs; the shell assignments (NAME -> value) either way.
 
-    With `cluster`, a Spark standalone cluster too (`deltaferry.dev.stack.spark`), also added
+    With `cluster`, a Spark standalone cluster too (`deltaferry_dev.stack.spark`), also added
     to a stack that already runs without one."""
     folder = resolve_stack_dir(stack_dir)
     wanted = SERVICES + (CLUSTER if cluster else ())

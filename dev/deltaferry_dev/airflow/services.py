@@ -28,8 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltaferry.dev.airflow.home import airflow_command, airflow_env, ensure_database
-from deltaferry.dev.stack.process import (
+from deltaferry.errors import StackError
+from deltaferry.spark import warm
+from deltaferry_dev import REPO_ROOT
+from deltaferry_dev.airflow.home import airflow_command, airflow_env, ensure_database
+from deltaferry_dev.stack.process import (
     ManagedProcess,
     free_ports,
     is_alive,
@@ -38,9 +41,6 @@ from deltaferry.dev.stack.process import (
     stop,
     wait_ready,
 )
-from deltaferry.errors import StackError
-from deltaferry.jvm import REPO_ROOT
-from deltaferry.spark import warm
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STATE_FILE = "deltaferry-services.json"
@@ -81,7 +81,7 @@ class Services:
 
     def client(self):
         """A REST client of this Airflow, logged in as admin."""
-        from deltaferry.dev.airflow.rest import AirflowClient
+        from deltaferry_dev.airflow.rest import AirflowClient
 
         return AirflowClient(self.url, USER, self.password())
 
@@ -226,7 +226,7 @@ def local_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     (``warehouse/demo``) unless DELTAFERRY_WAREHOUSE is set."""
     env = dict(os.environ if base is None else base)
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
-        from deltaferry.dev import stack
+        from deltaferry_dev import stack
 
         env.update(stack.up())
         env.setdefault("DELTAFERRY_WAREHOUSE", str(LOCAL_WAREHOUSE))

@@ -25,16 +25,16 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from deltaferry.dev.stack.kafka import java_executable
-from deltaferry.dev.stack.process import (
+from deltaferry.errors import SetupError, StackError
+from deltaferry.jvm import deps_dir
+from deltaferry_dev.stack.kafka import java_executable
+from deltaferry_dev.stack.process import (
     ManagedProcess,
     Service,
     free_ports,
     start_detached,
     wait_ready,
 )
-from deltaferry.errors import SetupError, StackError
-from deltaferry.jvm import deps_dir
 
 NAME = "registry"
 TITLE = "Schema Registry (Apicurio 2.4.2)"

@@ -1,0 +1,615 @@
+"""The topics file: each option declared once (type, default, check, one-line doc), and the loader.
+
+A topics file is ``defaults:`` (any option, applied to every entry, plus ``spark_slots``) and
+``topics:``, one entry per Kafka topic. The options of one format sit in that format's section
+(``avro:``, ``protobuf:``, ``json:``); the flat spelling of the same keys is still read, with a
+warning naming the entry and the nested spelling.
+
+Each entry is validated on its own: a bad entry is reported with its position and name and does
+not stop the other entries from loading (``TopicsFile.errors``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as options
+
+from deltaferry import env as envvars
+from deltaferry.errors import ConfigError, TopicNotConfiguredError
+from deltaferry.fleet import spread_schedule
+from deltaferry.schema.hints import Hint, HintError, parse_hints
+
+log = logging.getLogger(__name__)
+
+#: Kafka's own rule for topic names (kafka.common.internals.Topic).
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class Format(StrEnum):
+    """The value formats deltaferry decodes (deltaferry.spark.decoding has one decoder each)."""
+
+    JSON = "json"
+    AVRO = "avro"
+    PROTOBUF = "protobuf"
+
+
+FORMATS = tuple(f.value for f in Format)
+
+
+class KeyFormat(StrEnum):
+    """The key formats deltaferry decodes (deltaferry.spark.decoding has one key decoder each)."""
+
+    STRING = "string"
+    AVRO = "avro"
+
+
+KEY_FORMATS = tuple(f.value for f in KeyFormat)
+
+
+class Mode(StrEnum):
+    """How a topic's messages land: the latest value per key, or every message as a row."""
+
+    UPSERT = "upsert"
+    APPEND = "append"
+
+
+MODES = tuple(m.value for m in Mode)
+#: Columns deltaferry adds to every table (a merge_key names payload fields, not these).
+KAFKA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
+#: A trigger interval: a number and a unit, as Spark's processing-time trigger reads it.
+TRIGGER_INTERVAL_RE = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|seconds?|minutes?|hours?)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
+#: Subject name strategies of avro topics (see deltaferry.registry).
+SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
+STARTING_OFFSETS = ("earliest", "latest")
+#: A protobuf full name: dotted identifiers.
+PROTO_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def validate_topic_name(name: Any, where: str = "topic") -> str:
+    """Return `name` if it is a legal Kafka topic name, else raise ConfigError naming it."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(where, f"name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise ConfigError(where, f"topic name {name!r} is not allowed by Kafka")
+    if len(name) > 249:
+        raise ConfigError(where, f"topic name is {len(name)} characters long; Kafka allows 249")
+    if not TOPIC_NAME_RE.match(name):
+        bad = sorted({c for c in name if not re.match(r"[a-zA-Z0-9._-]", c)})
+        raise ConfigError(
+            where,
+            f"topic name {name!r} has characters Kafka does not allow: {''.join(bad)!r} "
+            "(allowed: letters, digits, '.', '_', '-')",
+        )
+    return name
+
+
+def trigger_seconds(text: str) -> float:
+    """A trigger interval ("30 seconds", "1 minute", "500 milliseconds") in seconds;
+    ValueError if it is not one (a number > 0 and a unit)."""
+    match = TRIGGER_INTERVAL_RE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"{text!r} is not <number> milliseconds|seconds|minutes|hours")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower().rstrip("s")]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not longer than zero")
+    return seconds
+
+
+# --- checks: each returns the value to keep or raises ValueError with the problem ------------
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(test: Callable[[Any], bool], problem: str,
+           convert: Callable[[Any], Any] = lambda v: v) -> BeforeValidator:
+    """A check: `test(value)` or ValueError(`problem` + ", got <value>"); `convert` the value."""
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise ValueError(f"{problem}, got {value!r}")
+        return convert(value)
+    return BeforeValidator(check)
+
+
+def _one_of(choices: tuple[str, ...]) -> BeforeValidator:
+    return _check(lambda v: v in choices, f"must be one of {', '.join(choices)}")
+
+
+def _supported(what: str, choices: tuple[str, ...]) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if value not in choices:
+            raise ValueError(f"{value!r} is not a supported {what} "
+                             f"(supported: {', '.join(choices)})")
+        return value
+    return BeforeValidator(check)
+
+
+def _mode(value: Any) -> Any:
+    if value not in MODES:
+        raise ValueError(f"{value!r} is not a mode (upsert: latest value per key; append: every "
+                         "message a row)")
+    return value
+
+
+def _trigger_interval(value: Any) -> str:
+    try:
+        trigger_seconds(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (say \"30 seconds\" or \"1 minute\")") from None
+    return str(value).strip()
+
+
+def _merge_key(value: Any) -> tuple[str, ...] | None:
+    """null, or a non-empty list of distinct top-level payload field names (one name alone may
+    be given as a string)."""
+    if value is None:
+        return None
+    fields_ = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
+        else value
+    if not isinstance(fields_, list) or not fields_:
+        raise ValueError(f"must be a list of payload field names, e.g. [tenant, id], "
+                         f"got {value!r}")
+    for name in fields_:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"each entry must be a payload field's name, got {name!r}")
+        if name.lower() in KAFKA_COLUMNS:
+            raise ValueError(f"{name!r} is a column deltaferry adds, not a payload field (leave "
+                             "merge_key out to upsert by the Kafka key)")
+    repeated = sorted({n for n in fields_ if fields_.count(n) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once")
+    return tuple(fields_)
+
+
+def _schema_hints(value: Any) -> tuple[Hint, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, tuple) and all(isinstance(h, Hint) for h in value):
+        return value
+    return parse_hints(value)  # HintError is a ValueError: its message is the problem
+
+
+def _nonempty_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+_BOOL = _check(lambda v: isinstance(v, bool), "must be true or false")
+_CONFIG = ConfigDict(extra="forbid")
+
+
+def option(default: Any, doc: str, **kwargs: Any) -> Any:
+    """A topic option's default and one-line doc (the docs reference is generated from it)."""
+    return Field(default, description=doc, **kwargs)
+
+
+# --- the options ------------------------------------------------------------------------------
+
+@options(frozen=True, config=_CONFIG)
+class AvroOptions:
+    """``avro:`` the Schema Registry subject of an avro topic's values and the version read."""
+
+    subject_strategy: Annotated[str, _one_of(SUBJECT_STRATEGIES)] = option(
+        "topic_name", "the subject of the values: topic_name | record_name | topic_record_name")
+    record_name: Annotated[str | None, _check(
+        lambda v: v is None or _nonempty_text(v),
+        "must be a record's full name (namespace.Name) or null")] = option(
+        None, "the record's full name (for the record strategies)")
+    schema_version: Annotated[int | None, _check(
+        lambda v: v is None or (_is_int(v) and v > 0),
+        "must be a registered version number (>= 1) or null")] = option(
+        None, "read with this registered version (null = latest)")
+
+
+@options(frozen=True, config=_CONFIG)
+class ProtobufOptions:
+    """``protobuf:`` the message read, and the .proto file when there is no registry."""
+
+    message: Annotated[str | None, _check(
+        lambda v: v is None or (isinstance(v, str) and bool(PROTO_NAME_RE.match(v))),
+        "must be a protobuf message's full name (package.Message) or null")] = option(
+        None, "the message's full name (package.Message): read for frames whose message "
+        "indexes are the shorthand [0]; required with proto_file")
+    proto_file: Annotated[str | None, _check(
+        lambda v: v is None or (isinstance(v, str) and v.endswith(".proto")),
+        "must be the path of a .proto file (schemas/<name>.proto) or null")] = option(
+        None, "without a registry (plain bodies, no frame): a .proto file, relative to the "
+        "topics file")
+
+
+@options(frozen=True, config=_CONFIG)
+class JsonOptions:
+    """``json:`` types overriding inference, inline or from a file."""
+
+    schema_hints: Annotated[tuple[Hint, ...], BeforeValidator(_schema_hints)] = option(
+        (), "types overriding inference, by field path, e.g. {amount: \"decimal(18,2)\"}",
+        json_schema_extra={"shown": "mapping"})
+    schema_hints_file: Annotated[str | None, _check(
+        lambda v: v is None or (isinstance(v, str) and v.endswith((".yaml", ".yml"))),
+        "must be the path of a YAML file (schemas/<topic>.yaml) or null")] = option(
+        None, "the same as a YAML file, relative to the topics file; not with schema_hints")
+
+
+@options(frozen=True, config=_CONFIG)
+class TopicConfig:
+    """One validated entry of the topics file."""
+
+    name: Annotated[str, BeforeValidator(lambda v: validate_topic_name(v))] = option(
+        ..., "a legal Kafka topic name")
+    format: Annotated[str, _supported("format", FORMATS)] = option(
+        "json", "json | avro | protobuf (avro and protobuf: Confluent wire format through the "
+        "Schema Registry; protobuf may instead name a .proto file)")
+    schedule: Annotated[str | None, _check(
+        lambda v: v is None or _nonempty_text(v),
+        "must be a cron expression, an Airflow preset or null")] = option(
+        "@hourly", "Airflow schedule (cron or preset); null = manual only")
+    starting_offsets: Annotated[str, _one_of(STARTING_OFFSETS)] = option(
+        "earliest", "where a new checkpoint starts: earliest | latest")
+    max_offsets_per_trigger: Annotated[int | None, _check(
+        lambda v: v is None or (_is_int(v) and v > 0),
+        "must be a positive integer or null")] = option(
+        None, "optional bound on messages per micro-batch")
+    max_bytes_per_trigger: Annotated[int, _check(
+        lambda v: _is_int(v) and v >= 2**20,
+        "must be a number of bytes >= 1048576 (1 MiB)")] = option(
+        256 * 2**20, "bound on message bytes per micro-batch (sized from the average message "
+        "size measured before a run)")
+    max_value_bytes: Annotated[int, _check(
+        lambda v: _is_int(v) and v > 0, "must be a positive integer")] = option(
+        16 * 2**20, "a larger value is quarantined, not parsed")
+    vacuum_retention_hours: Annotated[float, _check(
+        lambda v: _is_number(v) and v >= 0, "must be a number of hours >= 0", float)] = option(
+        168.0, "VACUUM keeps files younger than this")
+    vacuum_interval_hours: Annotated[float, _check(
+        lambda v: _is_number(v) and v > 0, "must be a number of hours > 0", float)] = option(
+        24.0, "VACUUM at most this often (once files can be that old)")
+    optimize_min_files: Annotated[int, _check(
+        lambda v: _is_int(v) and v >= 2,
+        "must be a whole number >= 2 (OPTIMIZE merges two files or more)")] = option(
+        16, "OPTIMIZE only when a table has this many small files")
+    fail_on_data_loss: Annotated[bool, _BOOL] = option(
+        True, "fail when offsets expired before they were read")
+    keep_headers: Annotated[bool, _BOOL] = option(
+        False, "the table gets kafka_headers, the Kafka headers of each key's latest message")
+    kafka_timeout_seconds: Annotated[float, _check(
+        lambda v: _is_number(v) and v >= 1, "must be a number of seconds >= 1", float)] = option(
+        30.0, "a broker that stops answering while Spark reads fails the run after about this "
+        "long")
+    retries: Annotated[int, _check(
+        lambda v: _is_int(v) and v >= 0, "must be a whole number >= 0")] = option(
+        2, "Airflow retries of each task, with exponential back-off")
+    retry_delay_minutes: Annotated[float, _check(
+        lambda v: _is_number(v) and v > 0, "must be a number of minutes > 0", float)] = option(
+        2.0, "the first retry's delay (doubling up to 60 minutes)")
+    key_format: Annotated[str, _supported("key format", KEY_FORMATS)] = option(
+        "string", "string | avro (avro topics: keys in Confluent wire format, decoded with "
+        "subject <topic>-key into typed key_ columns)")
+    deletion_vectors: Annotated[bool, _BOOL] = option(
+        False, "MERGE marks replaced rows instead of rewriting files (readers need the "
+        "deletionVectors feature)")
+    mode: Annotated[str, BeforeValidator(_mode)] = option(
+        "upsert", "upsert: the table holds the latest value per key (MERGE); append: every "
+        "valid message is a row, once (no key needed)")
+    merge_key: Annotated[tuple[str, ...] | None, BeforeValidator(_merge_key)] = option(
+        None, "upsert by these top-level payload fields instead of the Kafka key, e.g. "
+        "[tenant, id]", json_schema_extra={"shown": "list of names"})
+    trigger_interval: Annotated[str, BeforeValidator(_trigger_interval)] = option(
+        "30 seconds", "`deltaferry stream`: how often a micro-batch starts "
+        "(<number> milliseconds|seconds|minutes|hours)")
+    start_spread_minutes: Annotated[int, _check(
+        lambda v: _is_int(v) and 0 <= v <= 1440,
+        "must be a whole number of minutes from 0 to 1440")] = option(
+        0, "> 0: an @hourly/@daily (or fixed-minute cron) schedule starts at a stable offset "
+        "in [0, this) from the topic's name")
+    avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
+    protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
+                                      description="protobuf topics' options")
+    json: JsonOptions = Field(default_factory=JsonOptions, description="json topics' options")
+
+    @property
+    def dag_id(self) -> str:
+        """The Airflow DAG id of this topic."""
+        return f"ingest_{self.name}"
+
+    @property
+    def appends(self) -> bool:
+        """Whether every valid message is appended as a row (mode append) instead of MERGEd."""
+        return self.mode == Mode.APPEND
+
+    @property
+    def by_kafka_key(self) -> bool:
+        """Whether rows are identified by the Kafka key (mode upsert without merge_key)."""
+        return not self.appends and not self.merge_key
+
+
+@options(frozen=True, config=_CONFIG)
+class FileOptions:
+    """``defaults:`` settings of the whole file rather than of a topic."""
+
+    spark_slots: Annotated[int | None, _check(
+        lambda v: v is None or (_is_int(v) and v >= 1),
+        "must be a whole number >= 1 (the Spark drivers that may run at once)")] = option(
+        None, "the slots of the Airflow pool that bounds the Spark drivers of all topics "
+        "(null: derived from the machine)")
+
+
+#: The per-format sections of an entry and their options.
+SECTIONS: dict[str, type] = {"avro": AvroOptions, "protobuf": ProtobufOptions,
+                             "json": JsonOptions}
+#: A flat key of a format's option -> its section (the flat spelling is still read).
+FLAT_KEYS = {f.name: section for section, cls in SECTIONS.items()
+             for f in dataclasses.fields(cls)}
+_TOP_KEYS = [f.name for f in dataclasses.fields(TopicConfig)]
+#: Every option's spelling in the file, nested ones as section.key.
+KNOWN_KEYS = sorted([k for k in _TOP_KEYS if k not in SECTIONS]
+                    + [f"{s}.{f.name}" for s, cls in SECTIONS.items()
+                       for f in dataclasses.fields(cls)])
+_ADAPTER: TypeAdapter[TopicConfig] = TypeAdapter(TopicConfig)
+_FILE_ADAPTER: TypeAdapter[FileOptions] = TypeAdapter(FileOptions)
+
+
+def _problem(error: ValidationError) -> str:
+    """The first problem of a validation error as ``key: problem``, in the words the option's
+    check used (pydantic's own wording would name its types, not the option's rule)."""
+    first = error.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    text = str(cause) if cause is not None else first["msg"]
+    return f"{first['loc'][-1]}: {text}" if first["loc"] else text
+
+
+def _nest(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`mapping` with flat per-format keys moved into their sections (one warning naming
+    `where` and the nested spelling); a section that is not a mapping is refused."""
+    nested = {k: v for k, v in mapping.items() if k not in FLAT_KEYS}
+    for section in SECTIONS:
+        if section in nested and not isinstance(nested[section], dict):
+            raise ConfigError(where, f"{section}: must be a mapping of {section} options "
+                              f"({', '.join(k for k in KNOWN_KEYS if k.startswith(section))}), "
+                              f"got {nested[section]!r}")
+    flat = [k for k in mapping if k in FLAT_KEYS]
+    for key in flat:
+        options_ = dict(nested.get(FLAT_KEYS[key]) or {})
+        if key in options_:
+            raise ConfigError(where, f"{key} and {FLAT_KEYS[key]}.{key}: give one (the nested "
+                              "spelling)")
+        options_[key] = mapping[key]
+        nested[FLAT_KEYS[key]] = options_
+    if flat:
+        log.warning("%s: %s read as %s; write them nested (%s)", where, ", ".join(flat),
+                    ", ".join(f"{FLAT_KEYS[k]}.{k}" for k in flat),
+                    "; ".join(f"{s}: {{{', '.join(k for k in flat if FLAT_KEYS[k] == s)}}}"
+                              for s in dict.fromkeys(FLAT_KEYS[k] for k in flat)))
+    return nested
+
+
+def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """`entry` over `defaults`, section by section for the per-format sections."""
+    merged = {**defaults, **entry}
+    for section in SECTIONS:
+        if isinstance(defaults.get(section), dict) and isinstance(entry.get(section), dict):
+            merged[section] = {**defaults[section], **entry[section]}
+    return merged
+
+
+def _unknown(merged: Mapping[str, Any]) -> list[str]:
+    found = [k for k in merged if k not in _TOP_KEYS]
+    for section in SECTIONS:
+        found += [f"{section}.{k}" for k in merged.get(section) or {}
+                  if f"{section}.{k}" not in KNOWN_KEYS]
+    return sorted(found)
+
+
+def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None,
+                base_dir: str | os.PathLike | None = None) -> TopicConfig:
+    """Validate one entry of `topics:` (at index `position`) into a TopicConfig; ConfigError
+    naming the entry (position and name) and the problem. Relative files (``proto_file``,
+    ``schema_hints_file``) are resolved against `base_dir` (the topics file's folder)."""
+    where = f"topics[{position}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(where,
+                          f"each entry must be a mapping with at least 'name:', got {entry!r}")
+    if "name" in entry and isinstance(entry["name"], str):
+        where = f"topics[{position}] ({entry['name']!r})"
+    merged = _merge(_nest(defaults or {}, "defaults"), _nest(entry, where))
+    unknown = _unknown(merged)
+    if unknown:
+        raise ConfigError(
+            where, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})"
+        )
+    if "name" not in entry:
+        raise ConfigError(where, "missing required key 'name'")
+    validate_topic_name(entry["name"], where)
+    try:
+        topic = _ADAPTER.validate_python(merged)
+    except ValidationError as exc:
+        raise ConfigError(where, _problem(exc)) from None
+    _check_combinations(topic, where)
+    return _check_hints(_check_protobuf(topic, where, base_dir), where, base_dir)
+
+
+def _check_combinations(topic: TopicConfig, where: str) -> None:
+    """Options that depend on each other; ConfigError naming the entry."""
+    if topic.avro.subject_strategy != "topic_name" and not topic.avro.record_name:
+        raise ConfigError(where, f"subject_strategy {topic.avro.subject_strategy} needs "
+                          "record_name (the record's full name, namespace.Name)")
+    if topic.key_format == KeyFormat.AVRO and topic.format != Format.AVRO:
+        raise ConfigError(where, f"key_format avro needs format avro (keys and values read "
+                          f"through the Schema Registry), got format {topic.format}")
+    if topic.merge_key and topic.appends:
+        raise ConfigError(where, "merge_key is for mode upsert (mode append MERGEs nothing: "
+                          "every message is a row)")
+    if (topic.merge_key or topic.appends) and topic.key_format != KeyFormat.STRING:
+        what = "merge_key" if topic.merge_key else "mode append"
+        raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
+                          "does not use; leave key_format out (the key is kept as text)")
+    if topic.start_spread_minutes:
+        try:
+            spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
+        except ConfigError as exc:
+            raise ConfigError(where, exc.problem) from None
+
+
+def _base(base_dir: str | os.PathLike | None) -> Path:
+    """The folder relative files are read from: `base_dir`, else the current directory."""
+    return Path(base_dir) if base_dir is not None else Path.cwd()
+
+
+def _check_hints(topic: TopicConfig, where: str,
+                 base_dir: str | os.PathLike | None) -> TopicConfig:
+    """The schema hints of an entry: only for JSON topics, inline or from a YAML file (resolved
+    against `base_dir`, the topics file's folder), not both; the file's hints validated as the
+    inline ones are."""
+    hints = topic.json
+    if topic.format != Format.JSON:
+        for key in ("schema_hints", "schema_hints_file"):
+            if getattr(hints, key):
+                raise ConfigError(where, f"{key} is only for format json (format "
+                                  f"{topic.format} takes its types from its schema, not from "
+                                  "inference)")
+        return topic
+    if hints.schema_hints_file is None:
+        return topic
+    if hints.schema_hints:
+        raise ConfigError(where, "give schema_hints or schema_hints_file, not both")
+    path = _base(base_dir) / hints.schema_hints_file
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(where, f"schema_hints_file {hints.schema_hints_file}: no such file "
+                          f"({path})") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(where, f"schema_hints_file {hints.schema_hints_file}: "
+                          f"not readable YAML: {exc}") from None
+    try:
+        parsed = parse_hints(document)
+    except HintError as exc:
+        raise ConfigError(where, f"schema_hints_file {hints.schema_hints_file}: {exc}") from None
+    return replace(topic, json=JsonOptions(schema_hints=parsed,
+                                           schema_hints_file=str(path.resolve())))
+
+
+def _check_protobuf(topic: TopicConfig, where: str,
+                    base_dir: str | os.PathLike | None) -> TopicConfig:
+    """The protobuf options of an entry: only for protobuf topics; proto_file needs message and
+    must exist (it is resolved against `base_dir`)."""
+    proto = topic.protobuf
+    if topic.format != Format.PROTOBUF:
+        for key in ("message", "proto_file"):
+            if getattr(proto, key) is not None:
+                raise ConfigError(where, f"{key} is only for format protobuf, got format "
+                                  f"{topic.format}")
+        return topic
+    if topic.key_format != KeyFormat.STRING:
+        raise ConfigError(where, f"key_format {topic.key_format} is not supported for "
+                          "protobuf topics (keys are read as text)")
+    if proto.proto_file is None:
+        return topic
+    if not proto.message:
+        raise ConfigError(where, f"proto_file {proto.proto_file}: also give message (the full "
+                          "name of the message in it, package.Message)")
+    path = _base(base_dir) / proto.proto_file
+    if not path.is_file():
+        raise ConfigError(where, f"proto_file {proto.proto_file}: no such file ({path})")
+    return replace(topic, protobuf=replace(proto, proto_file=str(path.resolve())))
+
+
+@dataclasses.dataclass
+class TopicsFile:
+    """The result of loading a topics file: the valid entries and the errors of the others."""
+
+    path: str
+    topics: list[TopicConfig] = dataclasses.field(default_factory=list)
+    errors: list[ConfigError] = dataclasses.field(default_factory=list)
+    #: ``defaults: spark_slots``: the Spark pool's slots (None: derived, deltaferry.fleet.slots)
+    spark_slots: int | None = None
+
+    def names(self) -> list[str]:
+        """Names of the valid topics, in file order."""
+        return [t.name for t in self.topics]
+
+    def get(self, name: str) -> TopicConfig:
+        """The topic called `name`; its own error if its entry is invalid; else not configured."""
+        for topic in self.topics:
+            if topic.name == name:
+                return topic
+        for error in self.errors:
+            if error.topic == name:
+                raise error
+        raise TopicNotConfiguredError(name, self.path, self.names())
+
+
+def parse_topics(document: Any, path: str) -> TopicsFile:
+    """Validate a parsed topics document; file-level problems raise, entry-level ones collect."""
+    if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
+        raise ConfigError(path, "must be a YAML mapping with a 'topics:' list")
+    extra = sorted(set(document) - {"topics", "defaults"})
+    if extra:
+        raise ConfigError(path, f"unknown top-level key(s): {', '.join(extra)}")
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict) or "name" in defaults:
+        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name')")
+    defaults = _nest(defaults, f"{path}: defaults")
+    file_keys = [f.name for f in dataclasses.fields(FileOptions)]
+    try:
+        file_options = _FILE_ADAPTER.validate_python(
+            {k: defaults.pop(k) for k in file_keys if k in defaults})
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: defaults", _problem(exc)) from None
+    result = TopicsFile(path=path, spark_slots=file_options.spark_slots)
+    seen: dict[str, int] = {}
+    for position, entry in enumerate(document["topics"]):
+        try:
+            topic = parse_topic(entry, position, defaults, Path(path).resolve().parent)
+        except ConfigError as exc:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                exc.topic = entry["name"]
+            result.errors.append(exc)
+            continue
+        if topic.name in seen:
+            result.errors.append(
+                ConfigError(
+                    f"topics[{position}] ({topic.name!r})",
+                    f"duplicate of topics[{seen[topic.name]}]: each topic may be listed once",
+                    topic=topic.name,
+                )
+            )
+            continue
+        seen[topic.name] = position
+        result.topics.append(topic)
+    return result
+
+
+def topics_path(env: Mapping[str, str] | None = None) -> str:
+    """The topics file's path: DELTAFERRY_TOPICS, else ``topics.yaml`` in the current
+    directory."""
+    return envvars.TOPICS.value(env) or str(Path.cwd() / "topics.yaml")
+
+
+def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
+    """Read and validate the topics file (`path`, else DELTAFERRY_TOPICS, else topics.yaml in
+    the current directory); ConfigError naming the file if it is missing or not YAML."""
+    path = str(path or topics_path())
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(path, "topics file not found (set DELTAFERRY_TOPICS)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, f"not valid YAML: {exc}") from None
+    return parse_topics(document, path)
