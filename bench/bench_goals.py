@@ -64,8 +64,8 @@ from deltaferry.config import Settings, TopicConfig  # noqa: E402
 from deltaferry.kafka import create_topic, produce  # noqa: E402
 from deltaferry.paths import TopicPaths  # noqa: E402
 from deltaferry.pipeline import TopicContext, configure_logging, run_step  # noqa: E402
+from deltaferry.reports import describe_phases  # noqa: E402
 from deltaferry.schema.store import SchemaStore  # noqa: E402
-from deltaferry.spark.ingest import describe_phases  # noqa: E402
 from deltaferry_dev import stack  # noqa: E402
 
 PARTS = ("notebook", "microbatch", "merge", "memory")

@@ -137,7 +137,7 @@ def bench_backlog(spark, messages: int, keys: int) -> dict:
     """A `messages` backlog over `keys` keys ingested in this session: printed, and returned
     (messages, batches, seconds, peak RSS bytes, phases)."""
     from deltaferry.kafka import create_topic, produce
-    from deltaferry.spark.ingest import describe_phases
+    from deltaferry.reports import describe_phases
     from deltaferry_dev import stack
 
     bootstrap = (os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP")

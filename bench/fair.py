@@ -44,7 +44,7 @@ def spread(values: list[float], unit: str = " s", digits: int = 1) -> str:
 def limits_at(size: int) -> list[str]:
     """The names of deltaferry's tuning limits equal to `size` (a batch of that many records
     or keys sits on the limit's edge)."""
-    from deltaferry.spark.ingest import ONE_TASK_RECORDS
+    from deltaferry.spark.ingest.rows import ONE_TASK_RECORDS
     from deltaferry.spark.table import KEY_FILTER_LIMIT
 
     limits = {"ONE_TASK_RECORDS": ONE_TASK_RECORDS, "KEY_FILTER_LIMIT": KEY_FILTER_LIMIT}

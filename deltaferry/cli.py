@@ -73,10 +73,10 @@ def _quarantine(args: argparse.Namespace) -> int:
         configure_logging()
         replay_topic(args.topic, reason=args.reason, wait=args.wait)
         return 0
-    from deltaferry.quarantine_view import view
+    from deltaferry.quarantine import show
 
     ctx = TopicContext.load(args.topic)
-    for line in view(ctx.paths.quarantine, latest=args.latest).lines():
+    for line in show(ctx.paths.quarantine, latest=args.latest):
         print(line)
     return 0
 

@@ -1,12 +1,18 @@
-"""Where the JVM libraries resolved by `make setup` live, and how Spark is pointed at them.
+"""The driver JVM in one place: where the libraries resolved by `make setup` live, the options
+and memory a driver deltaferry starts gets, and the class archive it maps.
 
 Maven resolves `jvm/spark/pom.xml` and `jvm/kafka/pom.xml` into `<deps>/jars/spark` and
-`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` in the current directory.
+`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` in the current directory. No
+Spark import here: an Airflow task asks for a driver's options without loading pyspark.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from deltaferry import env as envvars
@@ -55,14 +61,85 @@ def prune_shipped(folder: Path, shipped: Path) -> list[str]:
 
 
 def pyspark_jars_dir() -> Path:
-    """The jars folder of the installed pyspark, found without importing pyspark (~0.3 s: an
-    Airflow task asks for the driver's options without needing pyspark itself)."""
+    """The jars folder of the installed pyspark, found without importing pyspark (an Airflow
+    task asks for the driver's options without needing pyspark itself)."""
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         raise SetupError("pyspark is not installed: run `make setup`")
     return Path(spec.origin).resolve().parent / "jars"
+
+
+#: JVM options of a driver deltaferry starts: C1 compilation only (a run is short and the machine
+#: small: C2's compiler threads cost more CPU than its faster code saves; see bench/RESULTS.md).
+#: C1 alone gets a 48 MB code cache, which a driver fills early ("CodeCache is full. Compiler has
+#: been disabled": everything after runs interpreted), so it gets the 240 MB tiered compilation
+#: would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them ("" for the JVM's own).
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+
+
+def driver_java_options(env: Mapping[str, str] | None = None) -> str:
+    """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else DRIVER_JAVA_OPTIONS and
+    the class archive `make setup` built for this JVM and jars, if there is one."""
+    if envvars.DRIVER_JAVA_OPTIONS.is_set(env):
+        return (envvars.DRIVER_JAVA_OPTIONS.raw(env) or "").strip()
+    return f"{DRIVER_JAVA_OPTIONS} {archive_option(env)}".strip()
+
+
+def driver_memory(env: Mapping[str, str] | None = None) -> str:
+    """The driver's heap (spark.driver.memory): DELTAFERRY_DRIVER_MEMORY, else its default."""
+    return envvars.DRIVER_MEMORY.value(env)
+
+
+# --- the class archive (dynamic CDS), built by deltaferry.spark.class_archive -------------------
+
+#: Where the archives live, under the deps folder `make setup` fills.
+ARCHIVE_FOLDER = "cds"
+
+
+def java_binary(env: Mapping[str, str] | None = None) -> Path | None:
+    """The `java` a driver PySpark launches runs: JAVA_HOME's, else the one on PATH."""
+    home = envvars.JAVA_HOME.raw(env)
+    if home and (Path(home) / "bin" / "java").exists():
+        return (Path(home) / "bin" / "java").resolve()
+    found = shutil.which("java", path=(os.environ if env is None else env).get("PATH"))
+    return Path(found).resolve() if found else None
+
+
+def archive_key(java: Path, jars: list[Path]) -> str:
+    """A digest of what makes an archive valid: the JVM binary (path, size, mtime) and the jars
+    on the driver's classpath and in spark.jars (names and sizes)."""
+    digest = hashlib.sha256()
+    for path in [java, *sorted(jars)]:
+        stat = path.stat()
+        digest.update(f"{path}|{stat.st_size}|{int(stat.st_mtime)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def driver_jars() -> list[Path]:
+    """The jars a driver deltaferry starts loads classes from: pyspark's and the resolved
+    Spark-side ones."""
+    spark = deps_dir() / "jars" / "spark"
+    return sorted(pyspark_jars_dir().glob("*.jar")) + sorted(spark.glob("*.jar"))
+
+
+def archive_path(env: Mapping[str, str] | None = None) -> Path | None:
+    """Where the archive for this JVM and these jars is (or would be); None without a java."""
+    java = java_binary(env)
+    if java is None:
+        return None
+    return deps_dir() / ARCHIVE_FOLDER / f"driver-{archive_key(java, driver_jars())}.jsa"
+
+
+def archive_option(env: Mapping[str, str] | None = None) -> str:
+    """``-XX:SharedArchiveFile=<archive>`` when the archive for this JVM and jars exists, else
+    "" (the driver starts without one)."""
+    try:
+        path = archive_path(env)
+    except OSError:
+        return ""
+    return f"-XX:SharedArchiveFile={path}" if path is not None and path.is_file() else ""
 
 
 def main() -> None:

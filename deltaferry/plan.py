@@ -22,32 +22,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from deltaferry.config import TopicConfig
 from deltaferry.kafka import TopicOffsets, check_not_reset
+from deltaferry.reports import Skip
 from deltaferry.state import CheckpointState, TableFiles, TopicState, lag
 from deltaferry.state import iso_time as _at
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A step that has nothing to do, and why (the step's report when it is skipped)."""
-
-    topic: str
-    step: str
-    reason: str
-    details: dict = field(default_factory=dict)
-
-    def summary(self) -> str:
-        """One line for logs."""
-        return f"{self.step} {self.topic}: skipped, no Spark started: {self.reason}"
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output)."""
-        return {"topic": self.topic, "step": self.step, "skipped": True, "reason": self.reason,
-                **self.details, "kind": type(self).__name__, "summary": self.summary()}
 
 
 def _offsets_text(offsets: Mapping[int, int]) -> str:

@@ -81,13 +81,8 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     """Spark properties for the submit: quiet logs, and the small-machine tuning for local masters
     (as `get_spark` applies in-process), then DELTAFERRY_SPARK_CONF; `user_conf` (the
     operator's `conf`) wins."""
-    from deltaferry.spark.session import (
-        BATCH_CONF,
-        LOCAL_DEFAULTS,
-        QUIET_CONF,
-        driver_java_options,
-        extra_spark_conf,
-    )
+    from deltaferry.jvm import driver_java_options, driver_memory
+    from deltaferry.spark.session import BATCH_CONF, LOCAL_DEFAULTS, QUIET_CONF, extra_spark_conf
 
     env = os.environ if env is None else env
     conf: dict[str, Any] = {"spark.log.level": envvars.SPARK_LOG_LEVEL.value(env),
@@ -97,7 +92,7 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
         conf["spark.driver.extraJavaOptions"] = java_options
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
-        conf["spark.driver.memory"] = envvars.DRIVER_MEMORY.value(env)
+        conf["spark.driver.memory"] = driver_memory(env)
     conf.update(extra_spark_conf(env))
     conf.update(user_conf or {})
     return conf

@@ -5,12 +5,10 @@ No Airflow import here, so the demo and the tests can use it without loading Air
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
-from typing import Any
 
 from deltaferry.jobs import REPORT_PREFIX
+from deltaferry.reports import Report
 
 
 def parse_report_line(line: str) -> list[dict] | None:
@@ -41,26 +39,7 @@ def one_report(step: str, reports: list[dict]) -> dict:
     return {"step": step, "summary": describe(step, reports), "reports": reports}
 
 
-#: Where each kind of report is defined (imported only when one is read back).
-KINDS = {
-    "InferReport": "deltaferry.formats.json",
-    "RegistryReport": "deltaferry.formats.avro",
-    "ProtobufSchemaReport": "deltaferry.formats.protobuf.sources",
-    "IngestReport": "deltaferry.spark.ingest",
-    "MaintainReport": "deltaferry.spark.maintain",
-    "Skip": "deltaferry.plan",
-}
-
-
-def typed(data: dict) -> Any:
-    """A report read back as the dataclass its `kind` names (ValueError for an unknown kind)."""
-    kind = data.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"not a deltaferry report: kind {kind!r} (known: {', '.join(KINDS)})")
-    cls = getattr(importlib.import_module(KINDS[kind]), kind)
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in data.items() if k in names}
-    if kind == "Skip":  # its details are flattened into the report
-        values["details"] = {k: v for k, v in data.items()
-                             if k not in names and k not in ("kind", "summary", "skipped")}
-    return cls(**values)
+def typed(data: dict) -> Report:
+    """A report read back as the class its `kind` names (`deltaferry.reports.Report.parse`);
+    a ValueError for an unknown kind."""
+    return Report.parse(data)

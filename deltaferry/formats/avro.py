@@ -36,6 +36,7 @@ from deltaferry.registry import (
     subject_name,
     unanswered,
 )
+from deltaferry.reports import RegistryReport
 from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
@@ -241,31 +242,6 @@ def registry_for_run(topic: TopicConfig):
     settings = RegistrySettings.from_env()
     client = settings.client()
     return settings, client, reader_schema(client, topic, settings.safe_url)
-
-
-@dataclass
-class RegistryReport:
-    """What the infer step does for an avro topic: record which registry version ingest uses."""
-
-    topic: str
-    subject: str
-    schema_version: int
-    schema_id: int
-    registry: str
-    seconds: float
-    step: str = "infer"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        return (f"infer {self.topic}: avro topic, no inference; subject {self.subject!r} "
-                f"version {self.schema_version} (schema id {self.schema_id}) at {self.registry}, "
-                f"{self.seconds:.1f} s")
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        from dataclasses import asdict
-
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def registry_version(topic: TopicConfig) -> RegistryReport:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
+from deltaferry.reports import InferReport
 from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches, type_at
 from deltaferry.schema.merge import describe, is_decimal, merge_schemas
 from deltaferry.schema.rules import relaxed
@@ -38,33 +39,6 @@ REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in 
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
 REASON_HINTS = "value does not fit the topic's schema hints: "
-
-
-@dataclass
-class InferReport:
-    """What one inference did."""
-
-    topic: str
-    schema_version: int
-    changed: bool
-    offsets_scanned: int
-    full: bool
-    changes: str
-    seconds: float
-    step: str = "infer"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        scope = "full re-inference" if self.full else "incremental inference"
-        return (
-            f"infer {self.topic}: {scope} over {self.offsets_scanned} offsets in "
-            f"{self.seconds:.1f} s; schema v{self.schema_version} "
-            f"({'new version: ' + self.changes if self.changed else 'unchanged'})"
-        )
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def json_objects(df: DataFrame, keyed: bool = True) -> DataFrame:

@@ -1,85 +1,33 @@
-"""A class-data-sharing (CDS) archive of the driver JVM's classes: what a fresh driver spends
-its first seconds on (loading and verifying Spark's, Scala's and Delta's classes) done once at
-`make setup` and mapped from then on.
+"""Builds the class-data-sharing (CDS) archive of the driver JVM's classes: what a fresh driver
+spends its first seconds on (loading and verifying Spark's, Scala's and Delta's classes) done
+once at `make setup` and mapped from then on. Where the archive lives and when a driver maps it
+is `deltaferry.jvm` (`archive_path`, `archive_option`); this module only trains and writes it.
 
 Every step of a DAG run is a fresh driver (a spark-submit per task), so this is paid by every
-task: with the archive a session started in ~2.6 s instead of ~4.4 s, and its first Delta and
-JSON work is faster too (`bench/bench_notebook.py --messages 100000`, run with
-DELTAFERRY_DRIVER_JAVA_OPTIONS set to DRIVER_JAVA_OPTIONS alone, then unset: `deltaferry run`
-of the backlog 27.3 -> 22.0 s, of the +5 % 18.0 -> 13.3 s).
+task; bench/RESULTS.md has the figures.
 
 The archive is the JVM's own dynamic CDS (JDK 13+): a training session run with
 ``-XX:ArchiveClassesAtExit`` writes it; drivers started with ``-XX:SharedArchiveFile`` map it.
 It is valid for one JVM build and one classpath, so its file name carries a digest of the
 `java` binary and of the jars; a driver only gets the option when the archive for its JVM and
-jars exists (`java_options`). A JVM that cannot use an archive ignores it and starts as it
-would have (``-Xshare:auto``), so a stale archive costs speed, never a run.
+jars exists (`deltaferry.jvm.archive_option`). A JVM that cannot use an archive ignores it and
+starts as it would have (``-Xshare:auto``), so a stale archive costs speed, never a run.
 
     python -m deltaferry.spark.class_archive     # build it (make setup does), if missing
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from deltaferry import env as envvars
-from deltaferry.jvm import deps_dir, pyspark_jars_dir
-
-#: Where the archives live, under the deps folder `make setup` fills.
-FOLDER = "cds"
-
-
-def java_binary(env: Mapping[str, str] | None = None) -> Path | None:
-    """The `java` a driver PySpark launches runs: JAVA_HOME's, else the one on PATH."""
-    home = envvars.JAVA_HOME.raw(env)
-    if home and (Path(home) / "bin" / "java").exists():
-        return (Path(home) / "bin" / "java").resolve()
-    found = shutil.which("java", path=(os.environ if env is None else env).get("PATH"))
-    return Path(found).resolve() if found else None
-
-
-def archive_key(java: Path, jars: list[Path]) -> str:
-    """A digest of what makes an archive valid: the JVM binary (path, size, mtime) and the jars
-    on the driver's classpath and in spark.jars (names and sizes)."""
-    digest = hashlib.sha256()
-    for path in [java, *sorted(jars)]:
-        stat = path.stat()
-        digest.update(f"{path}|{stat.st_size}|{int(stat.st_mtime)}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def driver_jars() -> list[Path]:
-    """The jars a driver deltaferry starts loads classes from: pyspark's and the resolved
-    Spark-side ones."""
-    spark = deps_dir() / "jars" / "spark"
-    return sorted(pyspark_jars_dir().glob("*.jar")) + sorted(spark.glob("*.jar"))
-
-
-def archive_path(env: Mapping[str, str] | None = None) -> Path | None:
-    """Where the archive for this JVM and these jars is (or would be); None without a java."""
-    java = java_binary(env)
-    if java is None:
-        return None
-    return deps_dir() / FOLDER / f"driver-{archive_key(java, driver_jars())}.jsa"
-
-
-def java_options(env: Mapping[str, str] | None = None) -> str:
-    """``-XX:SharedArchiveFile=<archive>`` when the archive for this JVM and jars exists, else
-    "" (the driver starts without one)."""
-    try:
-        path = archive_path(env)
-    except OSError:
-        return ""
-    return f"-XX:SharedArchiveFile={path}" if path is not None and path.is_file() else ""
-
+from deltaferry.jvm import DRIVER_JAVA_OPTIONS, archive_path
 
 #: What the training session does: the classes of a typical run (a Delta table created, a JSON
 #: schema inferred, values parsed, a MERGE, OPTIMIZE and VACUUM, a streaming query with
@@ -120,8 +68,6 @@ def build(timeout: float = 600.0) -> Path | None:
     """Build the archive for this JVM and jars unless it exists; its path (None without a
     java). The training session's JVM writes it when it exits; it is moved into place only
     once complete, so a driver never maps half an archive."""
-    from deltaferry.spark.session import DRIVER_JAVA_OPTIONS
-
     path = archive_path()
     if path is None or path.is_file():
         return path

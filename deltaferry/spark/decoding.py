@@ -7,7 +7,7 @@ A decoder turns a micro-batch of Kafka records into deltaferry's raw columns
 format cannot use the record, or null) (`decode`). A key decoder adds what it needs to those
 raw columns, then the table's key columns (`columns`: what the rows are upserted by) and a
 `key_problem` (why the key cannot be used, or null). Everything else is the same for every
-format and lives in `deltaferry.spark.ingest.BatchWriter`: the reasons every format shares
+format and lives in `deltaferry.spark.ingest.stream.BatchWriter`: the reasons every format shares
 (no key; a tombstone is no problem) are put first by `with_reason`, what has a reason goes to
 the quarantine, the rest is kept latest per key and MERGEd on the key columns.
 

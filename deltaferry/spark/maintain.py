@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
+from deltaferry.reports import MaintainReport
 from deltaferry.state import record_vacuum
 from deltaferry.storage import storage_for
 
@@ -22,25 +22,6 @@ log = logging.getLogger(__name__)
 
 #: Delta refuses VACUUM below this retention unless its safety check is turned off.
 DELTA_SAFE_RETENTION_HOURS = 168.0
-
-
-@dataclass
-class MaintainReport:
-    """What one maintenance step did."""
-
-    topic: str
-    step: str
-    tables: dict
-    seconds: float
-
-    def summary(self) -> str:
-        """One line for logs."""
-        parts = ", ".join(f"{name}: {detail}" for name, detail in self.tables.items())
-        return f"{self.step} {self.topic}: {parts or 'no table yet'} ({self.seconds:.1f} s)"
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:

@@ -1,16 +1,10 @@
-"""The quarantine: a Delta table beside the topic's table holding every message that could not
-be used, with where it was in Kafka and why. One definition of its columns, one idempotent
-append (a micro-batch replayed after a crash is not appended twice).
+"""The quarantine's Spark writer: quarantine rows made from a micro-batch, one idempotent append
+(a micro-batch replayed after a crash is not appended twice), the table created in the current
+layout or a first-layout one migrated, and a replay's claim and mark of the rows it landed.
+The quarantine's layout and its reader are `deltaferry.quarantine`.
 
-Nothing is lost and every engine can read it: the key and the value are kept exactly as Kafka
-held them, as bytes (`raw_key`, `raw_value`), with their text beside them (`kafka_key`,
-`value_text`) only where the bytes are valid UTF-8 (null otherwise), and the Kafka headers. A
-string column holds valid UTF-8 only, so delta-rs, Polars and Spark all read the table (a string
-column with other bytes is a Parquet file delta-rs refuses). The table is a plain Delta table (no
-column mapping: its column names are fixed and simple, and delta-rs reads such tables whole).
-
-Quarantines written before this layout (the raw value as text for JSON topics, no headers) are
-rewritten once into it by `ensure_layout`, every byte kept.
+Quarantines written before the current layout (the raw value as text for JSON topics, no
+headers) are rewritten once into it by `ensure_layout`, every byte kept.
 """
 
 from __future__ import annotations
@@ -18,10 +12,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from deltaferry.errors import DeltaferryError
 from deltaferry.lock import ensure_held
+from deltaferry.quarantine import (
+    COLUMNS,
+    LAYOUT,
+    LAYOUT_PROPERTY,
+    LAYOUT_VERSION,
+    OLD_LAYOUT,
+    QuarantineLayoutError,
+    layout_problem,
+)
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.kafka_source import HEADERS, HEADERS_DDL, RAW_KEY
+from deltaferry.spark.kafka_source import RAW_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,40 +31,6 @@ if TYPE_CHECKING:
     from deltaferry.storage import Storage
 
 log = logging.getLogger(__name__)
-
-#: The quarantine's columns and their types, in order.
-LAYOUT: tuple[tuple[str, str], ...] = (
-    ("kafka_key", "string"),            # the key as text, null unless valid UTF-8 (or decoded)
-    (RAW_KEY, "binary"),                # the key's bytes as Kafka held them
-    ("kafka_partition", "int"),
-    ("kafka_offset", "bigint"),
-    ("kafka_timestamp", "timestamp"),
-    ("raw_value", "binary"),            # the value's bytes as Kafka held them (null: tombstone)
-    ("value_text", "string"),           # the value as text, null unless valid UTF-8
-    (HEADERS, HEADERS_DDL),             # Kafka headers, as Spark's Kafka source gives them
-    ("reason", "string"),
-    ("schema_version", "int"),
-    ("batch_id", "bigint"),
-    ("quarantined_at", "timestamp"),
-    ("replayed_at", "timestamp"),       # set by `deltaferry quarantine replay` once it landed
-    ("replay_id", "string"),            # which replay landed it
-)
-COLUMNS = tuple(name for name, _ in LAYOUT)
-#: What a person reading the quarantine wants to see first.
-SHOWN = ("kafka_key", "kafka_partition", "kafka_offset", "value_text", "reason")
-#: Table property naming the layout (informative; the columns decide, see `layout_problem`).
-LAYOUT_PROPERTY = "deltaferry.quarantine.layout"
-LAYOUT_VERSION = "2"
-
-
-class QuarantineLayoutError(DeltaferryError):
-    """A quarantine table has columns deltaferry cannot read or migrate."""
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"quarantine {path}: {problem}")
-
 
 def valid_text(column: Column) -> Column:
     """`column` (text or bytes) as text where its bytes are valid UTF-8, else null."""
@@ -129,23 +97,6 @@ def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
     return count if info.get("userMetadata") == tag else 0
 
 
-def layout_problem(schema) -> str | None:
-    """Why a table of `schema` (a Spark StructType) is not in the current layout, or None."""
-    have = {f.name: f.dataType.simpleString() for f in schema.fields}
-    wrong = [f"{name} ({have[name]}, expected {kind})" for name, kind in LAYOUT
-             if name in have and have[name] != kind.replace(" ", "")]
-    missing = [name for name, _ in LAYOUT if name not in have]
-    parts = ([f"column(s) of another type: {', '.join(wrong)}"] if wrong else []) + (
-        [f"missing column(s): {', '.join(missing)}"] if missing else [])
-    return "; ".join(parts) or None
-
-
-#: The columns of the first layout (raw_value as text for JSON topics, as bytes for binary
-#: formats; raw_key only for decoded keys), which `migrated` rewrites.
-OLD_LAYOUT = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp", "raw_value",
-              "reason", "schema_version", "batch_id", "quarantined_at")
-
-
 def migrated(old: DataFrame) -> DataFrame:
     """The rows of a first-layout quarantine in the current layout, every byte kept: the
     key's bytes are `raw_key` where it was kept, else the text key's own bytes (Spark's text
@@ -202,3 +153,71 @@ def ensure_layout(spark: SparkSession, path: str) -> bool:
     log.warning("quarantine %s: migrated %d row(s) to layout %s (raw key and value as bytes, "
                 "their text where valid UTF-8, headers)", path, count, LAYOUT_VERSION)
     return True
+
+
+# --- replay: the rows it reads, claims and marks ----------------------------------------------
+
+def kafka_records(rows: DataFrame, topic: str) -> DataFrame:
+    """Quarantine rows as the Kafka source gives records: key, value (the exact bytes),
+    topic, partition, offset, timestamp, headers; what every decoder's `raw_columns` reads."""
+    from pyspark.sql import functions as F
+
+    return rows.select(
+        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
+        F.lit(topic).alias("topic"), F.col("kafka_partition").alias("partition"),
+        F.col("kafka_offset").alias("offset"), F.col("kafka_timestamp").alias("timestamp"),
+        F.lit(0).alias("timestampType"), F.col("kafka_headers").alias("headers"))
+
+
+def _where(rows: DataFrame, replay_id: str) -> DataFrame:
+    """Position columns of `rows`, to match quarantine rows by (partition, offset)."""
+    from pyspark.sql import functions as F
+
+    return rows.select("kafka_partition", "kafka_offset").distinct() \
+        .withColumn("__replay_id", F.lit(replay_id))
+
+
+def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> int:
+    """Give the unclaimed quarantine rows of `parsed`'s usable records the id `replay_id`
+    (commit 1); how many rows were claimed."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
+    if usable.isEmpty():  # a MERGE that changes nothing commits nothing: no metrics to read
+        return 0
+    ensure_held(path, f"claiming quarantine rows in {path}")
+    (DeltaTable.forPath(spark, path).alias("q")
+     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
+            "q.kafka_offset = s.kafka_offset AND q.replay_id IS NULL AND q.replayed_at IS NULL")
+     .whenMatchedUpdate(set={"replay_id": F.col("s.__replay_id")})
+     .execute())
+    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    return int((last["operationMetrics"] or {}).get("numTargetRowsUpdated", 0))
+
+
+def mark(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> None:
+    """Mark the rows claimed by `replay_id` replayed where they parsed again (commit 3); a
+    claimed row that no longer parses is unclaimed, left for a later replay."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
+    claimed = f"q.replay_id = '{replay_id}' AND q.replayed_at IS NULL"
+    ensure_held(path, f"marking quarantine rows replayed in {path}")
+    (DeltaTable.forPath(spark, path).alias("q")
+     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
+            f"q.kafka_offset = s.kafka_offset AND {claimed}")
+     .whenMatchedUpdate(set={"replayed_at": F.current_timestamp()})
+     .whenNotMatchedBySourceUpdate(condition=claimed, set={"replay_id": F.lit(None)})
+     .execute())
+
+
+def unfinished(spark: SparkSession, path: str) -> list[str]:
+    """Ids of replays that claimed rows and did not mark them (interrupted)."""
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.format("delta").load(path)
+            .where(F.col("replay_id").isNotNull() & F.col("replayed_at").isNull())
+            .select("replay_id").distinct().collect())
+    return sorted(r[0] for r in rows)

@@ -16,7 +16,8 @@ Exactly once across crashes, in three commits:
 3. *mark*: the claimed rows get `replayed_at`.
 
 A replay interrupted after 1 or 2 leaves rows claimed but not marked: the next replay finishes
-that one first, under its own id, so the table write is applied once, then goes on.
+that one first, under its own id, so the table write is applied once, then goes on. The claim
+and the mark are the quarantine writer's (`deltaferry.spark.quarantine`).
 """
 
 from __future__ import annotations
@@ -24,18 +25,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.formats import decoder_for, key_decoder_for
-from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
+from deltaferry.reports import ReplayReport
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder
-from deltaferry.spark.ingest import apply_rows, parse_within, table_rows
+from deltaferry.spark.ingest.rows import apply_rows, parse_within, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,102 +45,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class ReplayReport:
-    """What one replay did."""
-
-    topic: str
-    replay_ids: list[str]
-    read: int = 0
-    landed: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    still_failing: int = 0
-    seconds: float = 0.0
-    step: str = "replay"
-
-    @property
-    def unchanged(self) -> int:
-        """Landed messages that changed no row: older than their key's row (or than another
-        replayed message of the key), or applied already by an interrupted replay."""
-        return self.landed - self.inserted - self.updated - self.deleted
-
-    def summary(self) -> str:
-        """One line for logs."""
-        return (f"replay {self.topic}: {self.read} quarantined message(s) read, {self.landed} "
-                f"now parse and are marked replayed ({self.inserted} inserted, {self.updated} "
-                f"updated, {self.deleted} deleted, {self.unchanged} changing nothing: older than "
-                f"the table's row or applied already), {self.still_failing} still fail and stay; "
-                f"replay {', '.join(self.replay_ids) or 'none'}, {self.seconds:.1f} s")
-
-    def as_dict(self) -> dict:
-        """Plain data (for JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
-
-
-def kafka_records(rows: DataFrame, topic: str) -> DataFrame:
-    """Quarantine rows as the Kafka source gives records: key, value (the exact bytes),
-    topic, partition, offset, timestamp, headers; what every decoder's `raw_columns` reads."""
-    from pyspark.sql import functions as F
-
-    return rows.select(
-        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"),
-        F.lit(topic).alias("topic"), F.col("kafka_partition").alias("partition"),
-        F.col("kafka_offset").alias("offset"), F.col("kafka_timestamp").alias("timestamp"),
-        F.lit(0).alias("timestampType"), F.col("kafka_headers").alias("headers"))
-
-
 def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDecoder
             ) -> DataFrame:
     """Quarantine `rows` decoded again through the topic's decoders (values over its
     max_value_bytes still not parsed), with each one's `reason`."""
-    raw = keys.raw_columns(decoder.raw_columns(kafka_records(rows, topic.name)))
+    raw = keys.raw_columns(decoder.raw_columns(quarantine.kafka_records(rows, topic.name)))
     return parse_within(decoder, keys, raw, topic.max_value_bytes)
-
-
-def _where(rows: DataFrame, replay_id: str) -> DataFrame:
-    """Position columns of `rows`, to match quarantine rows by (partition, offset)."""
-    from pyspark.sql import functions as F
-
-    return rows.select("kafka_partition", "kafka_offset").distinct() \
-        .withColumn("__replay_id", F.lit(replay_id))
-
-
-def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> int:
-    """Give the unclaimed quarantine rows of `parsed`'s usable records the id `replay_id`
-    (commit 1); how many rows were claimed."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
-    if usable.isEmpty():  # a MERGE that changes nothing commits nothing: no metrics to read
-        return 0
-    ensure_held(path, f"claiming quarantine rows in {path}")
-    (DeltaTable.forPath(spark, path).alias("q")
-     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
-            "q.kafka_offset = s.kafka_offset AND q.replay_id IS NULL AND q.replayed_at IS NULL")
-     .whenMatchedUpdate(set={"replay_id": F.col("s.__replay_id")})
-     .execute())
-    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    return int((last["operationMetrics"] or {}).get("numTargetRowsUpdated", 0))
-
-
-def mark(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> None:
-    """Mark the rows claimed by `replay_id` replayed where they parsed again (commit 3); a
-    claimed row that no longer parses is unclaimed, left for a later replay."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    usable = _where(parsed.where(F.col("reason").isNull()), replay_id)
-    claimed = f"q.replay_id = '{replay_id}' AND q.replayed_at IS NULL"
-    ensure_held(path, f"marking quarantine rows replayed in {path}")
-    (DeltaTable.forPath(spark, path).alias("q")
-     .merge(usable.alias("s"), "q.kafka_partition = s.kafka_partition AND "
-            f"q.kafka_offset = s.kafka_offset AND {claimed}")
-     .whenMatchedUpdate(set={"replayed_at": F.current_timestamp()})
-     .whenNotMatchedBySourceUpdate(condition=claimed, set={"replay_id": F.lit(None)})
-     .execute())
 
 
 def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
@@ -159,7 +69,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
         counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True)
         report.landed += parsed.where(F.col("reason").isNull()).count()
         faults.point("replay-landed")  # the table committed, the rows not marked
-        mark(spark, paths.quarantine, parsed, replay_id)
+        quarantine.mark(spark, paths.quarantine, parsed, replay_id)
     finally:
         parsed.unpersist()
     report.inserted += counts.get("inserted", counts.get("appended", 0))  # append: rows added
@@ -167,16 +77,6 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
     report.deleted += counts.get("deleted", 0)
     report.replay_ids.append(replay_id)
     return count
-
-
-def unfinished(spark: SparkSession, path: str) -> list[str]:
-    """Ids of replays that claimed rows and did not mark them (interrupted)."""
-    from pyspark.sql import functions as F
-
-    rows = (spark.read.format("delta").load(path)
-            .where(F.col("replay_id").isNotNull() & F.col("replayed_at").isNull())
-            .select("replay_id").distinct().collect())
-    return sorted(r[0] for r in rows)
 
 
 def new_replay_id() -> str:
@@ -198,7 +98,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
     decoder = decoder_for(spark, topic, store)
     keys = key_decoder_for(spark, topic)
     report = ReplayReport(topic.name, [])
-    for replay_id in unfinished(spark, paths.quarantine):
+    for replay_id in quarantine.unfinished(spark, paths.quarantine):
         log.warning("replay %s: finishing the interrupted replay %s first", topic.name, replay_id)
         report.read += land(spark, topic, paths, decoder, keys, replay_id, report)
     candidates = (spark.read.format("delta").load(paths.quarantine)
@@ -209,7 +109,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
     try:
         report.read += parsed.count()
         replay_id = new_replay_id()
-        if claim(spark, paths.quarantine, parsed, replay_id):
+        if quarantine.claim(spark, paths.quarantine, parsed, replay_id):
             land(spark, topic, paths, decoder, keys, replay_id, report)
         report.still_failing = parsed.where(F.col("reason").isNotNull()).count()
     finally:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from deltaferry import env as envvars
 from deltaferry.errors import ConfigError
-from deltaferry.jvm import jars_in
+from deltaferry.jvm import driver_java_options, driver_memory, jars_in
 from deltaferry.spark.shipping import is_local, package_zip
 from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
 
@@ -82,26 +82,6 @@ def worker_python(master: str | None, env: Mapping[str, str] | None = None) -> s
         return envvars.PYSPARK_PYTHON.raw(env)
     return sys.executable if is_local(master) else None
 
-#: JVM options of a driver deltaferry starts: C1 compilation only. A run is short and the machine
-#: small: C2's compiler threads cost more CPU than its faster code saves (an hourly run of
-#: 10,000 messages on 2 cores: 54 s with the default tiered compilation, 33 s with C1 only;
-#: `make bench-notebook`). C1 alone gets a 48 MB code cache, which a driver fills in about 40 s
-#: ("CodeCache is full. Compiler has been disabled": everything after runs interpreted), so it
-#: gets the 240 MB tiered compilation would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them
-#: ("" for the JVM's own).
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-
-
-def driver_java_options(env: Mapping[str, str] | None = None) -> str:
-    """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else DRIVER_JAVA_OPTIONS and
-    the class archive `make setup` built for this JVM and jars, if there is one
-    (`deltaferry.spark.class_archive`)."""
-    from deltaferry.spark.class_archive import java_options
-
-    if envvars.DRIVER_JAVA_OPTIONS.is_set(env):
-        return (envvars.DRIVER_JAVA_OPTIONS.raw(env) or "").strip()
-    return f"{DRIVER_JAVA_OPTIONS} {java_options(env)}".strip()
-
 
 COMMON_CONF = {
     "spark.sql.session.timeZone": "UTC",
@@ -140,7 +120,7 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     settings = {**COMMON_CONF, **QUIET_CONF, **s3a_spark_conf(env)}
     if not submitted:
         settings["spark.jars"] = spark_jars_csv()
-        settings["spark.driver.memory"] = envvars.DRIVER_MEMORY.value(env)
+        settings["spark.driver.memory"] = driver_memory(env)
         java_options = driver_java_options(env)
         if java_options:
             settings["spark.driver.extraJavaOptions"] = java_options

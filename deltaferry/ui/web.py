@@ -211,7 +211,7 @@ def create_app(user: Callable[..., Any],
                                                                            settings)), settings)
 
     def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], latest: int | None):
-        from deltaferry.ui.quarantine import clamp_latest, quarantine_page
+        from deltaferry.quarantine import clamp_latest, quarantine_page
 
         return quarantine_page(paths_of(topic, settings).quarantine, clamp_latest(latest),
                                settings)

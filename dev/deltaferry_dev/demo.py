@@ -155,7 +155,7 @@ def start_over(topic_dir: Path) -> None:
 def print_tables() -> None:
     """Print both demo topics' Delta tables and the JSON topic's quarantine."""
     from deltaferry.pipeline import TopicContext
-    from deltaferry.spark.quarantine import SHOWN
+    from deltaferry.quarantine import SHOWN
     from deltaferry.spark.session import get_spark
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its exit-time INFO line is noise

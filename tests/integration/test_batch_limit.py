@@ -1,4 +1,4 @@
-"""A run's micro-batch bound (`deltaferry.spark.ingest.batch_limit`) against a real broker: a
+"""A run's micro-batch bound (`deltaferry.spark.ingest.stream.batch_limit`) against a real broker: a
 bound whatever the size sample finds. A run with nothing to read yet (a stream that starts
 caught up) is sized by the last messages the topic holds; with no message to measure at all
 (an empty topic), by UNMEASURED_MESSAGE_BYTES, never unbounded."""
@@ -11,7 +11,7 @@ import pytest
 
 from deltaferry.config import Settings, TopicConfig
 from deltaferry.kafka import produce, topic_offsets
-from deltaferry.spark.ingest import MIN_BATCH, UNMEASURED_MESSAGE_BYTES, batch_limit
+from deltaferry.spark.ingest.stream import MIN_BATCH, UNMEASURED_MESSAGE_BYTES, batch_limit
 
 pytestmark = pytest.mark.integration
 

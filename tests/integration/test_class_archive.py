@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from deltaferry.spark.class_archive import archive_path
+from deltaferry.jvm import archive_path
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from deltaferry.spark.ingest import ONE_TASK_RECORDS, one_task_if_small
+from deltaferry.spark.ingest.rows import ONE_TASK_RECORDS, one_task_if_small
 from deltaferry.spark.kafka_source import latest_per_key
 
 pytestmark = pytest.mark.integration

@@ -283,8 +283,9 @@ def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic
     """A crash after the Delta writes but before the checkpoint commit replays the batch with
     the same id: the MERGE and the quarantine append must be skipped, not applied again."""
     from deltaferry.formats import decoder_for
+    from deltaferry.reports import IngestReport
     from deltaferry.spark import table as delta_table
-    from deltaferry.spark.ingest import BatchWriter, IngestReport
+    from deltaferry.spark.ingest.stream import BatchWriter
 
     topic = new_topic("replay", partitions=1)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap)

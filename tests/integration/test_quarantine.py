@@ -135,7 +135,7 @@ def test_a_first_layout_quarantine_is_migrated_every_byte_kept(
 
 def test_a_foreign_quarantine_table_is_refused_with_its_path(
         spark, kafka_bootstrap, new_topic, tmp_path):
-    from deltaferry.spark.quarantine import QuarantineLayoutError
+    from deltaferry.quarantine import QuarantineLayoutError
 
     topic = new_topic("foreign", partitions=1)
     send(kafka_bootstrap, topic, [(b"z", json.dumps({"n": 1}).encode(), None)])
@@ -158,7 +158,7 @@ def test_large_values_go_through_and_too_large_ones_are_quarantined_then_replaye
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from deltaferry.spark.ingest import REASON_TOO_LARGE
+    from deltaferry.spark.ingest.rows import REASON_TOO_LARGE
     from deltaferry.spark.replay import replay_quarantine
 
     topic = f"large-{uuid.uuid4().hex[:10]}"

@@ -15,7 +15,7 @@ from deltaferry.airflow import connections as c  # noqa: E402
 from deltaferry.airflow import operators as op  # noqa: E402
 from deltaferry.airflow import reports  # noqa: E402
 from deltaferry.errors import ConfigError  # noqa: E402
-from deltaferry.spark.session import DRIVER_JAVA_OPTIONS  # noqa: E402
+from deltaferry.jvm import DRIVER_JAVA_OPTIONS  # noqa: E402
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";'
 

@@ -3,7 +3,7 @@ columns, the MERGE condition and which bodies may decode to null."""
 
 from deltaferry.config import TopicConfig, parse_topics
 from deltaferry.formats.avro import all_null_encoding, key_columns, key_subject
-from deltaferry.spark.ingest import column_name
+from deltaferry.spark.ingest.rows import column_name
 from deltaferry.spark.table import merge_condition
 
 KEY = {"type": "record", "name": "Key", "namespace": "shop", "fields": [

@@ -15,7 +15,7 @@ import bench_merge  # noqa: E402
 import bench_notebook  # noqa: E402
 import fair  # noqa: E402
 
-from deltaferry.spark.ingest import ONE_TASK_RECORDS  # noqa: E402
+from deltaferry.spark.ingest.rows import ONE_TASK_RECORDS  # noqa: E402
 from deltaferry.spark.table import KEY_FILTER_LIMIT  # noqa: E402
 
 

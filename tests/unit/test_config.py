@@ -140,7 +140,7 @@ def test_bad_kafka_options(text, fragment):
 
 def test_micro_batches_are_sized_by_bytes_and_bounded_by_count():
     from deltaferry.config import TopicConfig
-    from deltaferry.spark.ingest import MIN_BATCH, messages_per_batch
+    from deltaferry.spark.ingest.stream import MIN_BATCH, messages_per_batch
 
     mib = 2**20
     assert messages_per_batch(TopicConfig("t", max_bytes_per_trigger=256 * mib), 1024) == 262144
@@ -156,7 +156,11 @@ def test_micro_batches_are_bounded_when_nothing_was_measured(measured):
     default largest (so a batch stays within max_bytes_per_trigger); a count bound still
     bounds it further."""
     from deltaferry.config import TopicConfig
-    from deltaferry.spark.ingest import MIN_BATCH, UNMEASURED_MESSAGE_BYTES, messages_per_batch
+    from deltaferry.spark.ingest.stream import (
+        MIN_BATCH,
+        UNMEASURED_MESSAGE_BYTES,
+        messages_per_batch,
+    )
 
     mib = 2**20
     assert UNMEASURED_MESSAGE_BYTES == mib

@@ -6,7 +6,7 @@ import pytest
 from deltaferry.cli import build_parser
 from deltaferry.config import parse_topic
 from deltaferry.errors import ConfigError
-from deltaferry.quarantine_view import QuarantineView, describe_bytes
+from deltaferry.quarantine import QuarantineView, describe_bytes
 
 
 def test_max_value_bytes_defaults_to_16_mib_and_must_be_positive():

@@ -98,7 +98,7 @@ def test_java_client_options_translate_for_librdkafka():
 
 
 def test_payload_fields_never_collide_with_kafka_columns():
-    from deltaferry.spark.ingest import column_name
+    from deltaferry.spark.ingest.rows import column_name
 
     assert column_name("kafka_offset") == "payload_kafka_offset"
     assert column_name("Kafka_Key") == "payload_Kafka_Key"
@@ -149,7 +149,7 @@ def test_a_widened_nested_type_becomes_a_spark_type_to_cast_to():
 
 
 def test_batch_progress_keeps_what_sparks_streaming_query_progress_says():
-    from deltaferry.spark.ingest import batch_progress, describe_progress
+    from deltaferry.spark.ingest.progress import batch_progress, describe_progress
 
     progress = {"batchId": 3, "numInputRows": 26, "inputRowsPerSecond": 4.33,
                 "processedRowsPerSecond": 2.01, "batchDuration": 12950,

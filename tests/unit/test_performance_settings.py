@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from deltaferry.config import Settings
+from deltaferry.jvm import DRIVER_JAVA_OPTIONS
 from deltaferry.spark.kafka_source import kafka_options
-from deltaferry.spark.session import DRIVER_JAVA_OPTIONS
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH")
@@ -45,15 +45,15 @@ def test_merge_counts_come_from_what_merge_returned():
 
 
 def test_a_driver_gets_the_class_archive_only_when_it_exists(tmp_path, monkeypatch):
-    from deltaferry.spark import class_archive
-    from deltaferry.spark.session import driver_java_options
+    from deltaferry import jvm
+    from deltaferry.jvm import driver_java_options
 
     monkeypatch.setenv("DELTAFERRY_DEPS", str(tmp_path))
     monkeypatch.delenv("DELTAFERRY_DRIVER_JAVA_OPTIONS", raising=False)
-    path = class_archive.archive_path()
+    path = jvm.archive_path()
     if path is None:
         pytest.skip("no java on PATH")
-    assert class_archive.java_options() == ""
+    assert jvm.archive_option() == ""
     assert driver_java_options() == DRIVER_JAVA_OPTIONS
     path.parent.mkdir(parents=True)
     path.write_bytes(b"archive")
@@ -64,7 +64,7 @@ def test_a_driver_gets_the_class_archive_only_when_it_exists(tmp_path, monkeypat
 
 
 def test_the_archive_is_named_for_its_jvm_and_jars(tmp_path):
-    from deltaferry.spark.class_archive import archive_key
+    from deltaferry.jvm import archive_key
 
     java, jar = tmp_path / "java", tmp_path / "a.jar"
     java.write_bytes(b"jvm")
@@ -114,7 +114,8 @@ def test_the_key_filter_is_used_where_it_pays():
 
 
 def test_delta_commit_is_its_own_phase_timed_by_the_commit_record():
-    from deltaferry.spark.ingest import Phases, describe_phases
+    from deltaferry.reports import describe_phases
+    from deltaferry.spark.ingest.progress import Phases
     from deltaferry.spark.table import commit_seconds
 
     tag = "deltaferry-t-q batch 3 attempt abc"

@@ -135,7 +135,7 @@ def test_only_steps_that_run_in_spark_start_it():
 
 def test_the_checkpoint_query_id_is_read_from_its_metadata_file(tmp_path):
     from deltaferry.errors import DeltaferryError
-    from deltaferry.spark.ingest import checkpoint_query_id
+    from deltaferry.spark.ingest.stream import checkpoint_query_id
 
     checkpoint = tmp_path / "_checkpoint"
     checkpoint.mkdir()

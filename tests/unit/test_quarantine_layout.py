@@ -11,7 +11,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from deltaferry.spark.quarantine import COLUMNS, LAYOUT, OLD_LAYOUT, layout_problem
+from deltaferry.quarantine import COLUMNS, LAYOUT, OLD_LAYOUT, layout_problem
 
 TYPES = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(),
          "bigint": LongType(), "timestamp": TimestampType(),

@@ -3,6 +3,8 @@ job writes it (report file and stdout line), the operator reads it back, and wha
 and returns is the report's own summary and fields."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -11,13 +13,18 @@ pytest.importorskip("airflow")
 from deltaferry import jobs  # noqa: E402
 from deltaferry.airflow import reports  # noqa: E402
 from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator  # noqa: E402
-from deltaferry.formats.avro import RegistryReport  # noqa: E402
-from deltaferry.formats.json import InferReport  # noqa: E402
-from deltaferry.plan import Skip  # noqa: E402
-from deltaferry.spark.ingest import IngestReport  # noqa: E402
-from deltaferry.spark.maintain import MaintainReport  # noqa: E402
+from deltaferry.reports import (  # noqa: E402
+    KINDS,
+    InferReport,
+    IngestReport,
+    MaintainReport,
+    ProtobufSchemaReport,
+    RegistryReport,
+    ReplayReport,
+    Skip,
+)
 
-KINDS = [
+REPORTS = [
     InferReport("t", 2, True, 40, False, "new field score", 3.5),
     RegistryReport("t", "t-value", 3, 17, "http://registry", 0.2),
     IngestReport("t", messages_read=40, batches=1, inserted=5, updated=3, deleted=1,
@@ -28,10 +35,14 @@ KINDS = [
     MaintainReport("t", "optimize", {"table": "9 files compacted into 1"}, 8.0),
     MaintainReport("t", "vacuum", {"table": "vacuumed, retention 168 h"}, 4.0),
     Skip("t", "ingest", "no new messages", {"lag": 0}),
+    ProtobufSchemaReport("t", "schemas/t.proto", ["v1", "v2"], 2, True, "new field score",
+                         ["v1: no message set"], 1.5),
+    ReplayReport("t", ["r1"], read=4, landed=3, inserted=1, updated=1, still_failing=1,
+                 seconds=2.0),
 ]
 
 
-@pytest.mark.parametrize("report", KINDS, ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("report", REPORTS, ids=lambda r: type(r).__name__)
 def test_a_report_round_trips_from_the_job_to_the_task(report, tmp_path, monkeypatch, capsys):
     target = tmp_path / "report.json"
     monkeypatch.setenv(jobs.REPORT_FILE_VAR, str(target))
@@ -45,6 +56,19 @@ def test_a_report_round_trips_from_the_job_to_the_task(report, tmp_path, monkeyp
     assert returned["summary"] == report.summary() and returned["topic"] == "t"
     assert returned["kind"] == type(report).__name__
     assert reports.typed(returned) == report  # parsed back by its kind, whole
+
+
+def test_every_kind_of_report_is_one_class_of_the_reports_module_and_round_trips():
+    assert set(KINDS) == {type(r).__name__ for r in REPORTS}
+    assert all(cls.__module__ == "deltaferry.reports" and cls.kind == name
+               for name, cls in KINDS.items())
+
+
+def test_the_reports_module_loads_no_spark():
+    code = "import sys, deltaferry.reports; print(any(m.startswith('pyspark') for m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_a_job_that_wrote_no_report_says_so(tmp_path):

@@ -5,7 +5,7 @@ import os
 import signal
 import threading
 
-from deltaferry.spark.ingest import StreamProgress
+from deltaferry.spark.ingest.progress import StreamProgress
 from deltaferry.steps import stop_on_signals
 
 

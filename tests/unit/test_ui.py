@@ -6,6 +6,7 @@ signed-in user; the real Airflow login is tests/integration/test_ui.py's)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -14,12 +15,12 @@ from fastapi import HTTPException, Request
 from fastapi.testclient import TestClient
 
 from deltaferry.config import TopicConfig, parse_topics
+from deltaferry.errors import DeltaferryError
 from deltaferry.paths import TopicPaths
-from deltaferry.quarantine_view import describe_bytes
+from deltaferry.quarantine import clamp_latest, describe_bytes, quarantine_page, show
 from deltaferry.schema.store import SchemaStore
 from deltaferry.storage import LocalStorage
 from deltaferry.ui.health import live_rows, table_health
-from deltaferry.ui.quarantine import clamp_latest, quarantine_page
 from deltaferry.ui.schema_history import (
     avro_paths,
     avro_tree,
@@ -124,6 +125,32 @@ def test_quarantine_page_counts_reasons_and_previews_the_latest_safely(warehouse
         2, repr(XSS), "value is not valid JSON")
     assert clamp_latest(None) == 50 and clamp_latest(0) == 1 and clamp_latest(10**6) == 500
     assert not quarantine_page(str(paths.root) + "/nothing", env=env).exists
+
+
+def test_quarantine_show_prints_what_the_page_shows_from_the_same_read(warehouse):
+    paths, env = warehouse
+    assert show(paths.quarantine, 2, env) == [
+        f"quarantine {paths.quarantine}: 4 message(s), 3 not replayed",
+        "         3  (3 not replayed)  value is not valid JSON",
+        "         1  (0 not replayed)  value is not valid UTF-8 text",
+        "latest 2:",
+        "  p1@9  key='u'  <62 bytes, not UTF-8: ff fe 00 01 02 03 04 05 06 07 08 09 ...>  "
+        "value is not valid UTF-8 text  [replayed]",
+        f"  p0@2  key='k2'  {XSS!r}  value is not valid JSON",
+    ]
+    assert show(str(paths.root) + "/nothing", env=env) == [
+        f"quarantine {paths.root}/nothing: 0 message(s), 0 not replayed"]
+
+
+def test_a_quarantine_of_an_older_layout_is_named_alike_by_show_and_the_page(tmp_path):
+    from deltalake import write_deltalake
+
+    old = str(tmp_path / "q")
+    write_deltalake(old, pa.table({"kafka_key": ["a"], "reason": ["bad"]}))
+    problem = "written by an earlier deltaferry (no kafka_offset"
+    assert quarantine_page(old, env={}).problem.startswith(problem)
+    with pytest.raises(DeltaferryError, match="^" + re.escape(f"quarantine {old}: {problem}")):
+        show(old, env={})
 
 
 def test_describe_bytes_keeps_the_cli_width_and_cuts_longer_when_asked():

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,6 +50,7 @@ from deltaferry.registry import (
     subject_name,
     unanswered,
 )
+from deltaferry.reports import ProtobufSchemaReport
 from deltaferry.schema.merge import describe, describe_conflict, merge_schemas
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 
@@ -342,34 +343,6 @@ def grow(store: SchemaStore, plans: dict[PlanKey, MessagePlan]) -> Union:
             continue
         return Union(version, True, version.changes, clashes)
     raise VersionConflictError(store.location, f"gave up after {COMMIT_ATTEMPTS} racing writes")
-
-
-@dataclass
-class ProtobufSchemaReport:
-    """What the infer step of a protobuf topic did: the writer versions it merged."""
-
-    topic: str
-    source: str
-    versions: list[str]
-    schema_version: int
-    changed: bool
-    changes: str
-    clashes: list[str]
-    seconds: float
-    step: str = "infer"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        what = f"schema v{self.schema_version} " + (
-            f"stored ({self.changes})" if self.changed else "unchanged")
-        clashes = f"; {len(self.clashes)} clashing: {'; '.join(self.clashes)}" \
-            if self.clashes else ""
-        return (f"infer {self.topic}: protobuf topic, {len(self.versions)} writer version(s) of "
-                f"{self.source}; {what}{clashes}; {self.seconds:.1f} s")
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
 
 
 def infer_protobuf(topic: TopicConfig, store: SchemaStore) -> ProtobufSchemaReport:

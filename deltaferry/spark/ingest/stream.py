@@ -1,7 +1,8 @@
-"""Ingest: a Structured Streaming query (availableNow trigger, checkpointed) that parses each
-micro-batch with the cached schema, quarantines what does not parse, keeps the latest record per
-key and MERGEs it into the topic's Delta table (mode upsert), or appends every record (mode
-append).
+"""The ingest query of a topic: a Structured Streaming query (checkpointed) that reads Kafka and
+hands each micro-batch to one foreachBatch writer (`BatchWriter`): decoded into rows
+(`deltaferry.spark.ingest.rows`), what does not parse into the quarantine, the rest MERGEd (or
+appended) into the table. `ingest_topic` runs it with the availableNow trigger, `stream_topic`
+with a processing-time trigger until asked to stop.
 
 Exactly once: the checkpoint records which offsets each micro-batch covered; the Delta writes of
 a batch are tagged with (query id, batch id), so a batch replayed after a crash is not applied
@@ -14,25 +15,38 @@ import json
 import logging
 import threading
 import time
-from collections import deque
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
-from deltaferry.config import Mode, Settings, TopicConfig, trigger_seconds
+from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.formats import decoder_for, key_decoder_for
-from deltaferry.formats.json import CORRUPT
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
+from deltaferry.reports import IngestReport, describe_counts, describe_phases
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, with_reason
+from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys
 from deltaferry.spark.failures import run_failure
-from deltaferry.spark.kafka_source import HEADERS, kafka_options, latest_per_key
-from deltaferry.state import TopicState, lag, read_checkpoint
+from deltaferry.spark.ingest.progress import (
+    Phases,
+    StreamProgress,
+    batch_progress,
+    complete,
+    describe_progress,
+)
+from deltaferry.spark.ingest.rows import (
+    apply_rows,
+    count_unusable,
+    grow_table,
+    one_task_if_small,
+    parse_within,
+    read_stats,
+    usable_rows,
+)
+from deltaferry.spark.kafka_source import kafka_options
+from deltaferry.state import TopicState, read_checkpoint
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
@@ -51,264 +65,11 @@ MIN_BATCH = 100
 UNMEASURED_MESSAGE_BYTES = 2**20
 
 
-@dataclass
-class IngestReport:
-    """What one ingest run did."""
-
-    topic: str
-    messages_read: int = 0
-    batches: int = 0
-    #: The topic's mode: upsert (inserted/updated/deleted count) or append (appended counts).
-    mode: str = "upsert"
-    appended: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    quarantined: int = 0
-    schema_version: int = 0
-    widened_columns: list[str] = field(default_factory=list)
-    #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
-    offsets_read_to: dict[str, int] = field(default_factory=dict)
-    lag: int = 0
-    #: Per micro-batch, what Spark's StreamingQueryProgress said (see `batch_progress`).
-    progress: list[dict] = field(default_factory=list)
-    #: Seconds per phase of the micro-batches, summed (see `BatchWriter.write`, `Phases`).
-    phases: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    step: str = "ingest"
-
-    def summary(self) -> str:
-        """One line for logs."""
-        read_to = ", ".join(f"p{p}: {o}" for p, o in self.offsets_read_to.items()) or "none"
-        return (
-            f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
-            f"{describe_counts(self.mode, asdict(self))}, "
-            f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
-            f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
-            + (f" ({describe_phases(self.phases)})" if self.phases else "")
-        )
-
-    def as_dict(self) -> dict:
-        """Plain data (for XCom and JSON output), with its summary line."""
-        return {**asdict(self), "kind": type(self).__name__, "summary": self.summary()}
-
-
-class Phases:
-    """Seconds per named phase of ingest, summed over micro-batches: `with phases("merge"):`.
-    Each phase ends with a Spark action, so its time is the work it names (Spark is lazy);
-    Delta's commit is split out of the MERGE (or append) by the commit's own timestamp."""
-
-    def __init__(self, into: dict[str, float] | None = None):
-        self.seconds: dict[str, float] = {} if into is None else into
-
-    @contextmanager
-    def __call__(self, name: str):
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
-
-    def add(self, name: str, seconds: float) -> None:
-        """Add `seconds` measured elsewhere (say, by Spark) to phase `name`."""
-        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
-
-    def split(self, name: str, part: str, seconds: float | None) -> None:
-        """Move `seconds` of phase `name` (at most all of it) to phase `part`: a phase whose
-        end the work itself timed (Delta's commit within a MERGE). Nothing when None."""
-        if seconds is None or name not in self.seconds:
-            return
-        moved = min(seconds, self.seconds[name])
-        self.seconds[name] -= moved
-        self.add(part, moved)
-
-
-def describe_counts(mode: str, counts: dict) -> str:
-    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert)."""
-    if mode == Mode.APPEND:
-        return f"{counts.get('appended', 0)} appended"
-    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
-
-
-def describe_phases(phases: dict[str, float]) -> str:
-    """``kafka read 3.1 s, decode 1.2 s, ...`` in the order the phases happen."""
-    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
-
-
-def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
-    """The table column of a payload field: its own name, or `payload_<name>` where it would
-    collide (Delta names are case-insensitive) with a column deltaferry adds (Kafka's, the
-    tombstone marker, the key columns `keys`)."""
-    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED, *keys)}
-    return f"payload_{field}" if field.lower() in reserved else field
-
-
-def batch_progress(progress, topic: str) -> dict:
-    """What Spark's StreamingQueryProgress says of one micro-batch: its id, input rows, rows
-    per second (arriving and processed), duration, and the offsets per partition it read to."""
-    (source,) = progress.get("sources") or [{}]
-    end = source.get("endOffset") or {}
-    end = json.loads(end) if isinstance(end, str) else end
-    durations = progress.get("durationMs") or {}
-    return {
-        "batch_id": progress.get("batchId"),
-        "input_rows": progress.get("numInputRows", 0),
-        "input_rows_per_second": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
-        "processed_rows_per_second": round(
-            float(progress.get("processedRowsPerSecond") or 0.0), 1),
-        "duration_ms": progress.get("batchDuration") or durations.get("triggerExecution", 0),
-        # what the query spent outside foreachBatch: finding the offsets to read, planning,
-        # writing the offsets log and the commit log of the checkpoint
-        "checkpoint_ms": sum(int(durations.get(k, 0)) for k in (
-            "latestOffset", "queryPlanning", "getBatch", "walCommit", "commitOffsets")),
-        "offsets": {str(p): int(o) for p, o in sorted((end.get(topic) or {}).items(),
-                                                       key=lambda item: int(item[0]))},
-    }
-
-
-def describe_progress(batch: dict) -> str:
-    """One log line for one batch's progress."""
-    offsets = ", ".join(f"p{p}: {o}" for p, o in batch["offsets"].items()) or "none"
-    return (f"batch {batch['batch_id']}: {batch['input_rows']} rows, "
-            f"{batch['processed_rows_per_second']:g} rows/s processed "
-            f"({batch['input_rows_per_second']:g} rows/s arriving), "
-            f"{batch['duration_ms'] / 1000:.1f} s, read to {offsets}")
-
-
-def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
-                  headers: bool = False) -> DataFrame:
-    """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
-    the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
-    and the tombstone marker."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    data_type = parsed.schema["data"].dataType
-    assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
-    # key columns a key decoder added (avro keys); a merge_key's are payload fields
-    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS
-                  and k in parsed.columns)
-    kafka_headers = (HEADERS,) if headers else ()
-    payload = [
-        F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
-        for f in data_type.fieldNames() if f != CORRUPT
-    ]
-    return parsed.select(
-        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
-        F.col("raw_value").isNull().alias(delta_table.DELETED),
-    )
-
-
-def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
-    """`raw` (the decoders' raw columns) decoded: key and value, and each record's `reason`
-    for the quarantine (null for a usable record)."""
-    return with_reason(decoder.decode(keys.decode(raw)), keys)
-
-
-#: Why a value larger than the topic's max_value_bytes was not parsed.
-REASON_TOO_LARGE = ("value is {size} bytes, over the topic's max_value_bytes ({limit}); kept here "
-                    "as bytes, not parsed")
-
-
-def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: int,
-                 largest: int | None = None) -> DataFrame:
-    """`parse`, except that a value over `max_bytes` is not decoded at all: it gets the reason
-    REASON_TOO_LARGE (no key, a key problem still come first), so one huge message goes to the
-    quarantine instead of failing the batch. `largest`, the largest value's size when the
-    caller knows it (`read_stats`), spares the check where no value is too large."""
-    from pyspark.sql import functions as F
-
-    if largest is not None and largest <= max_bytes:
-        return parse(decoder, keys, raw)
-    size = F.octet_length(F.col("raw_value"))
-    too_large = F.coalesce(size > max_bytes, F.lit(False))
-    parsed = parse(decoder, keys, raw.where(~too_large))
-    large = raw.where(too_large)
-    if large.isEmpty():
-        return parsed
-    reason = F.format_string(REASON_TOO_LARGE.replace("{size}", "%d")
-                             .replace("{limit}", str(max_bytes)), size)
-    large = with_reason(keys.decode(large).withColumn("problem", reason), keys)
-    return parsed.unionByName(large, allowMissingColumns=True)
-
-
-def read_stats(raw: DataFrame) -> tuple[int, int]:
-    """(records, bytes of the largest value) of a micro-batch's `raw` records, by the action
-    that reads (and, persisted, caches) them."""
-    from pyspark.sql import functions as F
-
-    row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
-    return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
-
-
-def count_unusable(parsed: DataFrame) -> int:
-    """How many records of `parsed` have a `reason` (go to the quarantine), counted by the
-    action that computes (and, persisted, caches) `parsed`: one job, not two."""
-    from pyspark.sql import functions as F
-
-    row = parsed.agg(F.count(F.col("reason"))).first()
-    return int(row[0]) if row is not None else 0
-
-
-#: A micro-batch of up to this many records is grouped in one task (`one_task_if_small`).
-ONE_TASK_RECORDS = 10_000
-
-
-def one_task_if_small(parsed: DataFrame, records: int) -> DataFrame:
-    """`parsed` as one partition when the batch has at most ONE_TASK_RECORDS records, else as
-    it is. Latest-per-key groups twice (by key and partition, then by key): on a batch of a few
-    hundred records each grouping's shuffle (8 partitions of a few rows) costs more than the
-    grouping. One partition satisfies both groupings, so Spark plans no shuffle at all, and a
-    batch of that size is grouped in one task in milliseconds; a larger one keeps the
-    partial aggregation before a shuffle over the cores."""
-    return parsed.coalesce(1) if records <= ONE_TASK_RECORDS else parsed
-
-
-def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
-    """The usable records of `parsed` as table rows (with their headers if `headers`): latest
-    per key on the key columns `keys`, every record where there are none (mode append)."""
-    from pyspark.sql import functions as F
-
-    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers)
-    return latest_per_key(rows, keys) if keys else rows
-
-
-def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
-               headers: bool = False) -> tuple[DataFrame, list[str]]:
-    """`usable_rows`, with the table at `path` grown first (column mapping where a name needs
-    it, new top-level columns, numeric widening); (rows, columns widened)."""
-    rows = usable_rows(parsed, keys, headers)
-    grow_table(spark, path, rows)
-    return rows, delta_table.widen_columns(spark, path, rows.schema)
-
-
-def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
-    """Make the table at `path` ready for `rows`' columns: column mapping first where a
-    field's name needs it, then the new top-level columns (nested ones arrive by MERGE)."""
-    columns = rows.drop(delta_table.DELETED).schema
-    delta_table.ensure_column_mapping(spark, path, columns)
-    delta_table.add_new_columns(spark, path, columns)
-
-
-def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
-               app_id: str, version: int, only_newer: bool = False,
-               tag: str | None = None) -> dict[str, int]:
-    """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
-    is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
-    append); the counts of what changed (zeros if skipped). The commit carries `tag` (a new
-    `commit_tag` if not given) as its userMetadata."""
-    tag = tag or delta_table.commit_tag(app_id, version)
-    if not keys:
-        return delta_table.append(spark, path, rows, tag, app_id, version)
-    with delta_table.idempotent_writes(spark, app_id, version, tag):
-        return delta_table.upsert(spark, path, rows, keys, only_newer=only_newer)
-
-
 def checkpoint_query_id(storage: Storage, checkpoint: str) -> str:
     """The query id a streaming checkpoint's `metadata` file holds (``{"id": "..."}``, written
-    by Spark when the query starts), read straight from storage: a Spark read of it cost a job
-    (~0.1-0.2 s) in the first micro-batch of every run. A DeltaferryError naming the file when
-    it is empty or not the query's metadata."""
+    by Spark when the query starts); a DeltaferryError naming the file when it is empty or not
+    the query's metadata. Read straight from storage: a Spark read of it costs a job in the
+    first micro-batch of every run."""
     uri = join(checkpoint, "metadata")
     text = storage.read(uri).decode("utf-8", errors="replace")
     first = text.splitlines()[0] if text.strip() else ""
@@ -555,23 +316,13 @@ class IngestStream:
 
     def finish(self, progress: list[dict], totals: StreamProgress | None = None
                ) -> IngestReport:
-        """The report, completed with the batches' `progress` (or a stream's `totals`, where
-        `progress` is its latest batches), the offsets read to and the lag; its summary
-        logged."""
-        report, topic, settings = self.report, self.topic, self.settings
-        report.progress = progress
-        totals = totals or StreamProgress(topic.name, progress)
-        if totals.batches:
-            Phases(report.phases).add("offsets + checkpoint", totals.checkpoint_ms / 1000)
-        report.messages_read, report.batches = totals.messages, totals.batches
-        state = self.checkpoint()
-        read_to = state.offsets
-        if not state.committed and progress:  # a stream's last batch was refused: not read
-            read_to = {int(p): o for p, o in progress[-1]["offsets"].items()}
-        report.offsets_read_to = {str(p): o for p, o in sorted((read_to or {}).items())}
-        report.lag = lag(topic_offsets(settings.kafka_bootstrap, topic.name,
-                                       settings.kafka_options), read_to)
-        report.seconds = time.monotonic() - self.started
+        """The report, completed (`progress.complete`) with the batches' `progress` (or a
+        stream's `totals`), the checkpoint's offsets and the lag; its summary logged."""
+        settings = self.settings
+        current = topic_offsets(settings.kafka_bootstrap, self.topic.name,
+                                settings.kafka_options)
+        report = complete(self.report, progress, totals, self.checkpoint(), current,
+                          time.monotonic() - self.started)
         log.info(report.summary())
         return report
 
@@ -648,31 +399,3 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     if not stop.is_set():
         raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
-
-
-class StreamProgress:
-    """The micro-batches of a query as Spark reports them: each batch that read messages taken
-    once (`add`), totals over all of them, and the latest `keep` (a stream runs for days)."""
-
-    def __init__(self, topic: str, batches: list[dict] | None = None, keep: int = 100):
-        self.topic = topic
-        self.latest: deque[dict] = deque(maxlen=keep)
-        self.last_id = -1
-        self.messages = self.batches = self.checkpoint_ms = 0
-        self._count(batches or [])
-
-    def add(self, recent: list[dict]) -> list[dict]:
-        """The batches of Spark's `recent` progress that read messages and were not added yet
-        (idle triggers repeat the next batch's id with no rows), now added."""
-        new = [batch_progress(p, self.topic) for p in recent
-               if p.get("numInputRows", 0) > 0 and p.get("batchId", -1) > self.last_id]
-        self._count(new)
-        return new
-
-    def _count(self, batches: list[dict]) -> None:
-        for batch in batches:
-            self.last_id = max(self.last_id, batch["batch_id"])
-            self.latest.append(batch)
-            self.messages += batch["input_rows"]
-            self.batches += 1
-            self.checkpoint_ms += batch["checkpoint_ms"]

@@ -1,0 +1,154 @@
+"""A micro-batch's records as table rows: decoded by the topic's decoder and key decoder (each
+record's `reason` for the quarantine, null for a usable one), the usable ones as table rows,
+the latest per key (mode upsert), and written to the table exactly once (`apply_rows`). Ingest
+and replay share it, so a replayed message becomes the row ingest would have made.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deltaferry.spark import table as delta_table
+from deltaferry.spark.decoding import Decoder, KeyDecoder, with_reason
+from deltaferry.formats.json import CORRUPT
+from deltaferry.spark.kafka_source import HEADERS, latest_per_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
+    """The table column of a payload field: its own name, or `payload_<name>` where it would
+    collide (Delta names are case-insensitive) with a column deltaferry adds (Kafka's, the
+    tombstone marker, the key columns `keys`)."""
+    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, delta_table.DELETED, *keys)}
+    return f"payload_{field}" if field.lower() in reserved else field
+
+
+def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
+                  headers: bool = False) -> DataFrame:
+    """Valid records as table rows: Kafka columns, the key columns `keys` (beyond kafka_key),
+    the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
+    and the tombstone marker."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    data_type = parsed.schema["data"].dataType
+    assert isinstance(data_type, StructType)  # every decoder's `data` is a struct
+    # key columns a key decoder added (avro keys); a merge_key's are payload fields
+    extra = tuple(k for k in keys if k not in delta_table.METADATA_COLUMNS
+                  and k in parsed.columns)
+    kafka_headers = (HEADERS,) if headers else ()
+    payload = [
+        F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
+        for f in data_type.fieldNames() if f != CORRUPT
+    ]
+    return parsed.select(
+        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
+        F.col("raw_value").isNull().alias(delta_table.DELETED),
+    )
+
+
+def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
+    """`raw` (the decoders' raw columns) decoded: key and value, and each record's `reason`
+    for the quarantine (null for a usable record)."""
+    return with_reason(decoder.decode(keys.decode(raw)), keys)
+
+
+#: Why a value larger than the topic's max_value_bytes was not parsed.
+REASON_TOO_LARGE = ("value is {size} bytes, over the topic's max_value_bytes ({limit}); kept here "
+                    "as bytes, not parsed")
+
+
+def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: int,
+                 largest: int | None = None) -> DataFrame:
+    """`parse`, except that a value over `max_bytes` is not decoded at all: it gets the reason
+    REASON_TOO_LARGE (no key, a key problem still come first), so one huge message goes to the
+    quarantine instead of failing the batch. `largest`, the largest value's size when the
+    caller knows it (`read_stats`), spares the check where no value is too large."""
+    from pyspark.sql import functions as F
+
+    if largest is not None and largest <= max_bytes:
+        return parse(decoder, keys, raw)
+    size = F.octet_length(F.col("raw_value"))
+    too_large = F.coalesce(size > max_bytes, F.lit(False))
+    parsed = parse(decoder, keys, raw.where(~too_large))
+    large = raw.where(too_large)
+    if large.isEmpty():
+        return parsed
+    reason = F.format_string(REASON_TOO_LARGE.replace("{size}", "%d")
+                             .replace("{limit}", str(max_bytes)), size)
+    large = with_reason(keys.decode(large).withColumn("problem", reason), keys)
+    return parsed.unionByName(large, allowMissingColumns=True)
+
+
+def read_stats(raw: DataFrame) -> tuple[int, int]:
+    """(records, bytes of the largest value) of a micro-batch's `raw` records, by the action
+    that reads (and, persisted, caches) them."""
+    from pyspark.sql import functions as F
+
+    row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
+    return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
+
+
+def count_unusable(parsed: DataFrame) -> int:
+    """How many records of `parsed` have a `reason` (go to the quarantine), counted by the
+    action that computes (and, persisted, caches) `parsed`: one job, not two."""
+    from pyspark.sql import functions as F
+
+    row = parsed.agg(F.count(F.col("reason"))).first()
+    return int(row[0]) if row is not None else 0
+
+
+#: A micro-batch of up to this many records is grouped in one task (`one_task_if_small`).
+ONE_TASK_RECORDS = 10_000
+
+
+def one_task_if_small(parsed: DataFrame, records: int) -> DataFrame:
+    """`parsed` as one partition when the batch has at most ONE_TASK_RECORDS records, else as
+    it is. Latest-per-key groups twice (by key and partition, then by key): on a batch of a few
+    hundred records each grouping's shuffle (8 partitions of a few rows) costs more than the
+    grouping. One partition satisfies both groupings, so Spark plans no shuffle at all, and a
+    batch of that size is grouped in one task in milliseconds; a larger one keeps the
+    partial aggregation before a shuffle over the cores."""
+    return parsed.coalesce(1) if records <= ONE_TASK_RECORDS else parsed
+
+
+def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False) -> DataFrame:
+    """The usable records of `parsed` as table rows (with their headers if `headers`): latest
+    per key on the key columns `keys`, every record where there are none (mode append)."""
+    from pyspark.sql import functions as F
+
+    rows = to_table_rows(parsed.where(F.col("reason").isNull()), keys, headers)
+    return latest_per_key(rows, keys) if keys else rows
+
+
+def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
+               headers: bool = False) -> tuple[DataFrame, list[str]]:
+    """`usable_rows`, with the table at `path` grown first (column mapping where a name needs
+    it, new top-level columns, numeric widening); (rows, columns widened)."""
+    rows = usable_rows(parsed, keys, headers)
+    grow_table(spark, path, rows)
+    return rows, delta_table.widen_columns(spark, path, rows.schema)
+
+
+def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
+    """Make the table at `path` ready for `rows`' columns: column mapping first where a
+    field's name needs it, then the new top-level columns (nested ones arrive by MERGE)."""
+    columns = rows.drop(delta_table.DELETED).schema
+    delta_table.ensure_column_mapping(spark, path, columns)
+    delta_table.add_new_columns(spark, path, columns)
+
+
+def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
+               app_id: str, version: int, only_newer: bool = False,
+               tag: str | None = None) -> dict[str, int]:
+    """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
+    is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
+    append); the counts of what changed (zeros if skipped). The commit carries `tag` (a new
+    `commit_tag` if not given) as its userMetadata."""
+    tag = tag or delta_table.commit_tag(app_id, version)
+    if not keys:
+        return delta_table.append(spark, path, rows, tag, app_id, version)
+    with delta_table.idempotent_writes(spark, app_id, version, tag):
+        return delta_table.upsert(spark, path, rows, keys, only_newer=only_newer)
