@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 
 from deltaferry.kafka import TopicOffsets
-from deltaferry.state import CheckpointState, lag
 from deltaferry.reports import IngestReport
+from deltaferry.state import CheckpointState, lag
 
 
 class Phases:

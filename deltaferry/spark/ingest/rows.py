@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from deltaferry.formats.json import CORRUPT
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, with_reason
-from deltaferry.formats.json import CORRUPT
 from deltaferry.spark.kafka_source import HEADERS, latest_per_key
 
 if TYPE_CHECKING:
