@@ -30,6 +30,9 @@ class TopicFormat(Protocol):
     #: Whether the infer step reads the topic's messages in Spark (False: it reads writer
     #: schemas only, so it needs no JVM and is never skipped: it is cheap).
     infer_needs_spark: bool
+    #: Whether the topic's schema versions are the ones deltaferry caches (False: they are the
+    #: registry's, read at run time, so pages show the registry's latest version).
+    caches_schema: bool
 
     def uses_registry(self, topic: TopicConfig) -> bool:
         """Whether `topic`'s writer schemas come from the Schema Registry."""

@@ -365,6 +365,7 @@ class AvroFormat:
     the registry version ingest uses (no Spark)."""
 
     infer_needs_spark = False
+    caches_schema = False
 
     def uses_registry(self, topic: TopicConfig) -> bool:
         return True

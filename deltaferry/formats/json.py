@@ -294,6 +294,7 @@ class JsonFormat:
     """`format: json`: the infer step reads the topic in Spark; no Schema Registry."""
 
     infer_needs_spark = True
+    caches_schema = True
 
     def uses_registry(self, topic: TopicConfig) -> bool:
         return False

@@ -63,6 +63,8 @@ class SchemaHistory:
     registry_url: str | None = None
     registry: list[RegistryVersion] = field(default_factory=list)  # newest first
     registry_problem: str | None = None
+    #: Whether deltaferry caches the versions (False: the registry's are the topic's versions).
+    cached: bool = True
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -194,10 +196,11 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     """The schema history of `topic`: its cache (`store`) and, for a topic read through the
     Schema Registry, the subject's versions (a registry that does not answer is said on the
     page, the rest still shows)."""
-    from deltaferry.formats import uses_registry
+    from deltaferry.formats import format_of, uses_registry
     from deltaferry.registry import subject_name
 
-    history = SchemaHistory(topic.name, topic.format, store.location)
+    history = SchemaHistory(topic.name, topic.format, store.location,
+                            cached=format_of(topic).caches_schema)
     numbers = store.versions()
     stored = [store.read(n) for n in numbers]
     history.versions = [version_row(v, stored[i - 1] if i else None)

@@ -120,7 +120,7 @@ SCHEMA = """{% extends "base.html" %}
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
 {% for v in h.versions %}<tr><td class="num">v{{ v.version }}</td><td>{{ v.created_at }}</td>
 <td class="mono">{{ v.offsets }}</td><td class="changes">{{ v.changes }}</td></tr>{% endfor %}
-</table>{% else %}<p class="muted">No schema stored yet{% if h.format == "avro" %} (avro topics read the registry's versions){% endif %}.</p>{% endif %}
+</table>{% else %}<p class="muted">No schema stored yet{% if not h.cached %} ({{ h.format }} topics read the registry's versions){% endif %}.</p>{% endif %}
 {% if h.subject %}<h2>Schema Registry: subject <code>{{ h.subject }}</code></h2>
 {% if h.registry_url %}<p class="sub">Registry <code>{{ h.registry_url }}</code></p>{% endif %}
 {% if h.registry_problem %}<p class="note">{{ h.registry_problem }}</p>{% endif %}

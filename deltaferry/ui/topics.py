@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, parse_kafka_options, warehouse_from_env
+from deltaferry.formats import format_of
 from deltaferry.paths import TopicPaths
 from deltaferry.state import committed_offsets, lag
 from deltaferry.storage import Storage, storage_for
@@ -310,6 +311,7 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     from deltaferry.ui.health import table_rows
 
     row = TopicRow(topic.name, topic.format, topic.dag_id, topic.schedule, last_run=last_run)
+    cached = format_of(topic).caches_schema
     paths = TopicPaths.for_topic(warehouse, topic.name)
     storage = storage or storage_for(paths.root, env)
 
@@ -322,7 +324,7 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     def schema() -> None:
         versions = SchemaStore(paths.schema, storage).versions()
         row.schema_version = f"v{versions[-1]}" if versions else None
-        if topic.format == "avro":  # read with a registered version, not a cached one
+        if not cached:  # read with a registered version, not a cached one
             from deltaferry.ui.schema_history import registry_latest
 
             row.schema_version = f"registry v{registry_latest(topic, env)}"
@@ -352,7 +354,7 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
         attempt("table", rows)
     else:
         row.quarantined_total = 0
-        if topic.format == "avro":
+        if not cached:
             attempt("schema", schema)
     attempt("lag", topic_lag)
     return row

@@ -127,6 +127,7 @@ class ProtobufFormat:
     topic's .proto file; the infer step merges them into the schema cache (no Spark)."""
 
     infer_needs_spark = False
+    caches_schema = True
 
     def uses_registry(self, topic: TopicConfig) -> bool:
         return not topic.protobuf.proto_file
