@@ -303,10 +303,10 @@ def key_filter(spark: SparkSession, path: str, source: DataFrame,
     Added to the MERGE condition, Spark applies it to the table's scan, before the joins: with
     a batch's keys spread over the table, every file is touched, and without it each of
     MERGE's passes (find the touched files, write the changes, write the deletion vectors)
-    joins every row of the table (100 upserts into 2,000,000 rows: 6.0 s without, 3.6 s with
-    it). It only narrows: the key equality still decides each match. Its costs: one small job
-    (the source's keys to the driver), Spark plans a condition of as many values (~0.15 ms
-    each), and Delta writes it in the commit's operationParameters.predicate."""
+    joins every row of the table (`make bench-merge` measures the difference). It only narrows:
+    the key equality still decides each match. Its costs: one small job (the source's keys to
+    the driver), a planned condition of as many values, and Delta writes it in the commit's
+    operationParameters.predicate."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import IntegralType, StringType
 
