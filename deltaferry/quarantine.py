@@ -95,14 +95,13 @@ TEXT_WIDTH = 60
 
 
 @dataclass
-class QuarantineView:
-    """What one quarantine holds, as `read` found it: counts per reason and the newest rows
-    (the READ columns, and schema_version where the table has it)."""
+class QuarantineCounts:
+    """What the terminal view and the page share: where the quarantine is, whether it exists
+    or why it cannot be read, and its counts per reason."""
 
     location: str
     #: reason -> (all rows, rows not replayed yet), most frequent first
     reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
-    latest: list[dict] = field(default_factory=list)
     #: Whether a quarantine table exists at `location`.
     exists: bool = False
     #: Why the table could not be read (a layout the reader does not know), else None.
@@ -115,6 +114,14 @@ class QuarantineView:
     @property
     def waiting(self) -> int:
         return sum(w for _, w in self.reasons.values())
+
+
+@dataclass
+class QuarantineView(QuarantineCounts):
+    """What one quarantine holds, as `read` found it: counts per reason and the newest rows
+    (the READ columns, and schema_version where the table has it)."""
+
+    latest: list[dict] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The view as lines for a terminal (`deltaferry quarantine show`)."""
@@ -164,7 +171,7 @@ def read(location: str, latest: int = SHOW_LATEST, env: Mapping[str, str] | None
     columns = [*READ, *(["schema_version"] if "schema_version" in names else [])]
     newest = rows(f"SELECT {', '.join(columns)} FROM q ORDER BY quarantined_at DESC, "
                   f"kafka_partition DESC, kafka_offset DESC LIMIT {max(0, int(latest))}")
-    return QuarantineView(location, reasons, newest, exists=True)
+    return QuarantineView(location, reasons, exists=True, latest=newest)
 
 
 def show(location: str, latest: int = SHOW_LATEST, env: Mapping[str, str] | None = None
@@ -227,24 +234,11 @@ class QuarantinedMessage:
 
 
 @dataclass
-class QuarantinePage:
+class QuarantinePage(QuarantineCounts):
     """What the quarantine page shows: a `QuarantineView` with its rows as previews (HTML
     escaping is the page template's job)."""
 
-    location: str
-    exists: bool = False
-    #: reason -> (messages, not replayed yet), most frequent first
-    reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
     latest: list[QuarantinedMessage] = field(default_factory=list)
-    problem: str | None = None
-
-    @property
-    def total(self) -> int:
-        return sum(n for n, _ in self.reasons.values())
-
-    @property
-    def waiting(self) -> int:
-        return sum(w for _, w in self.reasons.values())
 
 
 def clamp_latest(value: int | None) -> int:
@@ -282,5 +276,5 @@ def quarantine_page(location: str, latest: int = DEFAULT_LATEST,
     """The page of the quarantine at `location`: what `read` finds, with the `latest` newest
     messages (clamped to 1..MAX_LATEST) as previews."""
     view = read(location, clamp_latest(latest), env)
-    return QuarantinePage(location, view.exists, view.reasons,
-                          [message_from_row(r) for r in view.latest], view.problem)
+    return QuarantinePage(location, view.reasons, view.exists, view.problem,
+                          latest=[message_from_row(r) for r in view.latest])

@@ -31,7 +31,7 @@ def test_show_prints_text_where_valid_and_size_and_hex_where_not():
     assert describe_bytes(b"\xff" * 20, None) == (
         "<20 bytes, not UTF-8: ff ff ff ff ff ff ff ff ff ff ff ff ...>")
     assert describe_bytes(b"x" * 100, "x" * 100).endswith("...'")
-    view = QuarantineView("wh/t/_quarantine", {"value is not valid JSON": (3, 1)}, [
+    view = QuarantineView("wh/t/_quarantine", {"value is not valid JSON": (3, 1)}, latest=[
         {"kafka_partition": 0, "kafka_offset": 7, "raw_key": b"k", "kafka_key": "k",
          "raw_value": b"{", "value_text": "{", "reason": "value is not valid JSON",
          "replayed_at": "2026-11-23"}])
