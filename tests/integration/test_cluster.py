@@ -177,11 +177,13 @@ def test_cli_runs_json_avro_and_protobuf_topics_on_the_cluster(cluster, stack_di
     entries = [f"  - name: {topics['json'][0]}\n",
                f"  - name: {topics['avro'][0]}\n    format: avro\n",
                f"  - name: {topics['protobuf'][0]}\n    format: protobuf\n"
-               f"    proto_file: {ORDER_PROTO}\n    message: shop.Order\n"]
+               f"    protobuf: {{proto_file: {ORDER_PROTO}, message: shop.Order}}\n"]
     (tmp_path / "topics.yaml").write_text("topics:\n" + "".join(entries))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DELTAFERRY_", "AWS_"))}
     env.update({
         "DELTAFERRY_TOPICS": str(tmp_path / "topics.yaml"), "DELTAFERRY_WAREHOUSE": warehouse,
+        # an installed deltaferry is told where its jars are (make setup resolved them)
+        "DELTAFERRY_DEPS": os.environ["DELTAFERRY_DEPS"],
         "DELTAFERRY_SPARK_MASTER": cluster["DELTAFERRY_SPARK_MASTER"],
         "DELTAFERRY_SPARK_CONF": cluster["DELTAFERRY_SPARK_CONF"],
         "DELTAFERRY_KAFKA_BOOTSTRAP": cluster["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"],
