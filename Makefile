@@ -9,8 +9,10 @@ DEPS   := $(CURDIR)/.deps
 export DELTAFERRY_DEPS ?= $(DEPS)
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
+# The dlt pipeline's own venv (bench/dlt_pipeline.py): dlt never enters the product's .venv.
+DLT_VENV := .venv-dlt
 
-.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet lock clean help
+.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet bench-peers lock lock-dlt clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -26,6 +28,7 @@ help:
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
+	@echo "make bench-peers - deltaferry vs the notebook port vs a dlt pipeline, same topic: backlog and +5 % (N=... REPEATS=... LARGE=1)"
 	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
@@ -128,6 +131,17 @@ bench-ui: setup
 bench-fleet: setup
 	$(BIN)/python bench/bench_fleet.py $(if $(TOPICS),--topics $(TOPICS)) $(if $(N),--messages $(N))
 
+# deltaferry, the notebook's port and a dlt pipeline (bench/dlt_pipeline.py, run by .venv-dlt's
+# Python) side by side on one topic, the tables verified equal; exits 1 when a goal is NOT MET.
+bench-peers: setup $(DLT_VENV)/.installed
+	$(BIN)/python bench/bench_peers.py --dlt-python $(DLT_VENV)/bin/python $(if $(N),--messages $(N)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(LARGE),--large)
+
+# dlt's venv from its lock (exact pins, Python 3.11); idempotent: a stamp per lock.
+$(DLT_VENV)/.installed: bench/dlt-requirements.lock | $(VENV)/.installed
+	test -x $(DLT_VENV)/bin/python || $(BIN)/uv venv -q --python 3.11 $(DLT_VENV)
+	$(BIN)/uv pip sync -q --python $(DLT_VENV)/bin/python bench/dlt-requirements.lock
+	touch $@
+
 # The local Schema Registry: Apicurio Registry 2.4.2.Final built as a Quarkus app from Maven
 # Central (jvm/registry/pom.xml): registry-runner.jar and its lib/ into .deps/registry, which
 # `deltaferry stack up` starts. About 210 MB of downloads and a minute the first time.
@@ -142,5 +156,9 @@ $(DEPS)/registry/.built: jvm/registry/pom.xml jvm/registry/src/main/resources/ap
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra airflow --extra dev --python-version 3.11 --override overrides.txt -o requirements.lock
 
+# Re-resolve dlt's lock after changing bench/dlt-requirements.in.
+lock-dlt:
+	$(BIN)/uv pip compile bench/dlt-requirements.in --python-version 3.11 -o bench/dlt-requirements.lock
+
 clean: stack-down
-	rm -rf $(VENV) .deps .stack warehouse .airflow
+	rm -rf $(VENV) $(DLT_VENV) .deps .stack warehouse .airflow

@@ -1,0 +1,406 @@
+"""Benchmark: deltaferry against what a Python team would pick instead (issue 30), side by side
+on the same topic, each tool a whole fresh process on a folder of its own:
+
+* `deltaferry run TOPIC` (plain: a fresh driver, no warm one);
+* the seed-004 notebook's port on Spark's defaults (bench/seed004_port.py, as in
+  bench_notebook: the notebook as it ran);
+* a dlt pipeline (bench/dlt_pipeline.py: dlt 1.31.0, confluent-kafka, offsets in dlt's state,
+  latest per key, upsert into a Delta table through delta-rs), run by its own venv's Python
+  (`.venv-dlt`, from bench/dlt-requirements.lock; `make bench-peers` makes it).
+
+1. backlog: N JSON messages of ~1 KB over N/10 keys (bench_pipeline's `messages`, as
+   bench_goals and bench_notebook make them), 3 partitions, into fresh folders;
+2. +5 %: N/20 more messages (updates of existing keys), each tool again on its folder.
+
+Each run is repeated in --repeats rounds, the tools' order turning from round to round
+(`fair.rounds`); a ratio is the median of the rounds' ratios. After every round the tables are
+verified the same (`same_table.compare`: deltaferry's against dlt's and against the port's:
+same keys, per key the same values; nested values as canonical JSON): a difference stops the
+benchmark (exit 2), naming the key and field.
+
+The goals of issue 30, judged on the medians: deltaferry <= 1.5x dlt's wall time on the
+backlog and the +5 % run; the port >= 8x deltaferry's on the backlog and >= 15x on the +5 %
+run. One table at the end (also written to bench/out/peers-<time>.md); exit 1 when a goal is
+NOT MET.
+
+--large adds the large-table curve, deltaferry and dlt only (the port would take hours): a topic
+of --large-messages (1,000,000) messages over as many random keys (so ~63 % of them distinct),
+then 5 % and 0.5 % more messages on random keys; and a table of --large-keys (2,000,000) keys,
+one message each, then 5 % and 0.5 % of its keys changed. Every run: deltaferry <= 1.5x dlt.
+
+    make bench-peers                          # 210,000 messages, 3 rounds
+    make bench-peers N=20000 REPEATS=1        # a smoke test
+    make bench-peers LARGE=1
+    .venv/bin/python bench/bench_peers.py --large --large-messages 50000 --large-keys 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from bench_goals import commit, verdict  # noqa: E402
+from bench_notebook import (  # noqa: E402
+    MESSAGES,
+    describe_ingest,
+    run_contender,
+    timed,
+)
+from bench_pipeline import messages  # noqa: E402
+from fair import Goal, median, rounds, spread, warn_on_limits  # noqa: E402
+from same_table import compare  # noqa: E402
+
+from deltaferry.kafka import create_topic, produce  # noqa: E402
+
+CONTENDERS = ("deltaferry", "port", "dlt")
+LARGE_CONTENDERS = ("deltaferry", "dlt")
+LABELS = {"deltaferry": "deltaferry run", "port": "seed-004 port, Spark's defaults",
+          "dlt": "dlt 1.31.0 pipeline"}
+
+#: Issue 30's goals: deltaferry's wall time at most this many times dlt's, every run.
+VS_DLT = 1.5
+#: ... and the port's at least this many times deltaferry's, per run.
+VS_PORT = {"backlog": 8.0, "+5 %": 15.0}
+
+DLT_PYTHON = BENCH.parent / ".venv-dlt" / "bin" / "python"
+
+
+@dataclass
+class Phase:
+    """One run of every tool: its label, what it produces first (returns the count)."""
+
+    label: str
+    produce: Callable[[], int]
+    messages: int = 0
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    runs: dict[str, list[dict]] = field(default_factory=dict)
+
+    def ratios(self, numerator: str, denominator: str) -> list[float]:
+        """Per round, `numerator`'s seconds over `denominator`'s (both ran in that round)."""
+        return [a / b for a, b in zip(self.seconds[numerator], self.seconds[denominator],
+                                      strict=True)]
+
+
+# --- the tools' tables ------------------------------------------------------------------
+
+def table_path(contender: str, folder: Path, topic: str) -> str:
+    """Where `contender`'s run on `folder` keeps its table."""
+    if contender == "deltaferry":
+        return str(folder / "warehouse" / topic / "table")
+    if contender == "port":
+        return str(folder / "seed004" / "delta-table")
+    from dlt_pipeline import TABLE_PATH
+
+    return str(folder / TABLE_PATH)
+
+
+def verify(folders: dict[str, Path], topic: str, expected_rows: int | None = None) -> str:
+    """deltaferry's table against each other tool's (`same_table.compare`); SystemExit(2) on
+    a difference. Returns a one-line account."""
+    ours = table_path("deltaferry", folders["deltaferry"], topic)
+    lines, rows = [], None
+    for contender, folder in folders.items():
+        if contender == "deltaferry":
+            continue
+        result = compare(ours, table_path(contender, folder, topic), ("deltaferry", contender))
+        if not result.same:
+            print(result.describe(), flush=True)
+            raise SystemExit(2)
+        lines.append(f"= {contender}")
+        rows = result.rows[0]
+    if expected_rows is not None and rows != expected_rows:
+        print(f"deltaferry's table has {rows:,} rows, {expected_rows:,} keys were produced",
+              flush=True)
+        raise SystemExit(2)
+    return f"tables verified: deltaferry ({rows or 0:,} rows) {' '.join(lines)}"
+
+
+# --- the tools' runs --------------------------------------------------------------------
+
+def run_dlt(topic: str, bootstrap: str, folder: Path, env: dict[str, str],
+            python: Path) -> dict:
+    """One fresh-process run of the dlt pipeline on `folder`."""
+    own = {k: v for k, v in env.items() if k != "PYTHONPATH"}  # nothing of the product's
+    seconds, rss, out = timed([str(python), str(BENCH / "dlt_pipeline.py"), topic,
+                               "--bootstrap", bootstrap, "--folder", str(folder)], own)
+    line = next(x for x in out.splitlines() if x.startswith("DLT "))
+    figures = json.loads(line.split(" ", 1)[1])
+    return {"seconds": seconds, "rss": rss, "dlt": figures,
+            "detail": ", ".join(f"{k} {v}" for k, v in figures.items())}
+
+
+def run_tool(contender: str, topic: str, bootstrap: str, folder: Path, env: dict[str, str],
+             dlt_python: Path) -> dict:
+    if contender == "dlt":
+        return run_dlt(topic, bootstrap, folder, env, dlt_python)
+    return run_contender(contender, topic, bootstrap, folder, env, folder.parent
+                         / f"report-{folder.name}.json")
+
+
+def run_phases(topic: str, bootstrap: str, folder: Path, env: dict[str, str],
+               phases: list[Phase], contenders: tuple[str, ...], repeats: int,
+               dlt_python: Path, keys: Callable[[], int] | None = None) -> list[Phase]:
+    """Each phase: its messages produced, then every tool in `repeats` rounds of turning
+    order, each round's tools on folders of their own (the same folders phase after phase),
+    the tables verified after each round. `keys`: the distinct keys produced so far, which
+    deltaferry's table must hold, if known."""
+    orders = rounds(list(contenders), repeats)
+    for phase in phases:
+        phase.messages = phase.produce()
+        print(f"\n{phase.label}: {phase.messages:,} new messages", flush=True)
+        phase.runs = {c: [] for c in contenders}
+        for index, order in enumerate(orders):
+            print(f"  round {index + 1}: {' -> '.join(order)}", flush=True)
+            folders = {c: folder / f"round{index}-{c}" for c in contenders}
+            for contender in order:
+                run = run_tool(contender, topic, bootstrap, folders[contender], env,
+                               dlt_python)
+                phase.runs[contender].append(run)
+                print(f"    {LABELS[contender]:<32} {run['seconds']:7.1f} s  peak RSS "
+                      f"{run['rss'] / 2**20:6.0f} MiB  ({run['detail']})", flush=True)
+                if run.get("ingest"):
+                    print(f"      {describe_ingest(run['reports'])}", flush=True)
+            print(f"    {verify(folders, topic, keys() if keys else None)}", flush=True)
+        phase.seconds = {c: [r["seconds"] for r in phase.runs[c]] for c in contenders}
+        if "dlt" in contenders:
+            print(f"  deltaferry / dlt: {spread(phase.ratios('deltaferry', 'dlt'), 'x', 2)}",
+                  flush=True)
+        if "port" in contenders:
+            print(f"  port / deltaferry: {spread(phase.ratios('port', 'deltaferry'), 'x', 2)}",
+                  flush=True)
+    return phases
+
+
+def new_topic(bootstrap: str, env: dict[str, str], prefix: str, partitions: int
+              ) -> tuple[str, Path, dict[str, str]]:
+    """A fresh topic, a folder for the runs on it, and the environment deltaferry needs."""
+    topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=partitions)
+    folder = Path(tempfile.mkdtemp(prefix=f"deltaferry-bench-peers-{prefix}-"))
+    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
+    return topic, folder, {**env, "DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
+                           "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+
+
+# --- the main comparison ----------------------------------------------------------------
+
+def backlog_and_more(bootstrap: str, env: dict[str, str], count: int, keys: int,
+                     repeats: int, dlt_python: Path, message_bytes: int = 1000,
+                     partitions: int = 3,
+                     contenders: tuple[str, ...] = CONTENDERS) -> list[Phase]:
+    """The three tools on a backlog of `count` messages over `keys` keys, then `count / 20`
+    more (bench_notebook's topic)."""
+    topic, folder, env = new_topic(bootstrap, env, "bench_peers", partitions)
+    extra = count // 20
+    warn_on_limits("the backlog", count)
+    warn_on_limits("the +5 % run", extra)
+    print(f"topic {topic}: {count:,} messages, {keys:,} keys, ~{message_bytes} B, "
+          f"{partitions} partitions; {os.cpu_count()} cores; each run a fresh process; "
+          f"{repeats} round(s), the order turning; folders under {folder}", flush=True)
+
+    def backlog() -> int:
+        return produce(bootstrap, topic, messages(count, keys, message_bytes))
+
+    def more() -> int:
+        tail = list(messages(count + extra, keys, message_bytes, seed=2))[count:]
+        return produce(bootstrap, topic, tail)
+
+    phases = [Phase("backlog", backlog), Phase("+5 %", more)]
+    return run_phases(topic, bootstrap, folder, env, phases, contenders, repeats, dlt_python,
+                      keys=lambda: min(keys, count))
+
+
+# --- the large-table curve --------------------------------------------------------------
+
+def keyed(keys: Iterator[int], size: int, seed: int) -> Iterator[tuple[str, dict]]:
+    """A message of about `size` bytes (bench_pipeline's shape) for each key of `keys`."""
+    bodies = messages(2**62, 1, size, seed=seed)  # endless; its key is replaced
+    for key, (_, body) in zip(keys, bodies, strict=False):
+        body["id"] = key
+        body["customer"]["name"] = f"customer-{key}"
+        yield f"key-{key}", body
+
+
+def large(bootstrap: str, env: dict[str, str], messages_count: int, table_keys: int,
+          repeats: int, dlt_python: Path, partitions: int = 3) -> list[tuple[str, Phase]]:
+    """Issue 30's large-table curve, deltaferry and dlt: (topic label, phase) per run."""
+    results: list[tuple[str, Phase]] = []
+
+    # 1. a topic of random keys: `messages_count` of them over as many keys, then 5 %, 0.5 %
+    topic, folder, topic_env = new_topic(bootstrap, env, "bench_peers_random", partitions)
+    rng = random.Random(30)
+    seen: set[int] = set()
+
+    def random_keys(count: int) -> Iterator[int]:
+        for _ in range(count):
+            key = rng.randrange(messages_count)
+            seen.add(key)
+            yield key
+
+    def random_run(count: int, seed: int) -> Callable[[], int]:
+        return lambda: produce(bootstrap, topic, keyed(random_keys(count), 1000, seed))
+
+    print(f"\nlarge 1: topic {topic}, {messages_count:,} messages over {messages_count:,} "
+          f"random keys, then 5 % and 0.5 % more; folders under {folder}", flush=True)
+    phases = [Phase(f"{messages_count:,} random keys, backlog", random_run(messages_count, 1)),
+              Phase("random keys, +5 % messages", random_run(messages_count // 20, 2)),
+              Phase("random keys, +0.5 % messages", random_run(messages_count // 200, 3))]
+    for phase, divisor in zip(phases[1:], (20, 200), strict=True):
+        warn_on_limits(phase.label, messages_count // divisor)
+    run_phases(topic, bootstrap, folder, topic_env, phases, LARGE_CONTENDERS, repeats,
+               dlt_python, keys=lambda: len(seen))
+    results += [("random keys", p) for p in phases]
+
+    # 2. a table of `table_keys` keys, then 5 % and 0.5 % of them changed
+    topic, folder, topic_env = new_topic(bootstrap, env, "bench_peers_table", partitions)
+    sample = random.Random(31)
+
+    def changed(fraction: float, seed: int) -> Callable[[], int]:
+        def run() -> int:
+            keys = sample.sample(range(table_keys), int(table_keys * fraction))
+            return produce(bootstrap, topic, keyed(iter(keys), 1000, seed))
+        return run
+
+    print(f"\nlarge 2: topic {topic}, a table of {table_keys:,} keys, then 5 % and 0.5 % of "
+          f"them changed; folders under {folder}", flush=True)
+    for fraction in (0.05, 0.005):
+        warn_on_limits(f"{fraction:.1%} of the keys", int(table_keys * fraction))
+    phases = [Phase(f"{table_keys:,}-key table, backlog",
+                    lambda: produce(bootstrap, topic, keyed(iter(range(table_keys)), 1000, 4))),
+              Phase("table, 5 % of keys changed", changed(0.05, 5)),
+              Phase("table, 0.5 % of keys changed", changed(0.005, 6))]
+    run_phases(topic, bootstrap, folder, topic_env, phases, LARGE_CONTENDERS, repeats,
+               dlt_python, keys=lambda: table_keys)
+    results += [("table", p) for p in phases]
+    return results
+
+
+# --- the verdict ------------------------------------------------------------------------
+
+def goals(phases: list[Phase], large_phases: list[tuple[str, Phase]] = ()) -> list[Goal]:
+    """Issue 30's goals as rows: deltaferry / dlt per run, the port / deltaferry per run."""
+    rows = []
+    for phase in phases:
+        label = f"{phase.label} ({phase.messages:,})"
+        if "dlt" in phase.seconds:
+            ratio = phase.ratios("deltaferry", "dlt")
+            rows.append(Goal(f"{label}: deltaferry run / dlt", f"<= {VS_DLT:g}x",
+                             f"{spread(ratio, 'x', 2)}; deltaferry "
+                             f"{spread(phase.seconds['deltaferry'])}, dlt "
+                             f"{spread(phase.seconds['dlt'])}", median(ratio) <= VS_DLT))
+        if "port" in phase.seconds and phase.label in VS_PORT:
+            ratio = phase.ratios("port", "deltaferry")
+            target = VS_PORT[phase.label]
+            rows.append(Goal(f"{label}: seed-004 port on Spark's defaults / deltaferry run",
+                             f">= {target:g}x", f"{spread(ratio, 'x', 2)}; port "
+                             f"{spread(phase.seconds['port'])}, deltaferry "
+                             f"{spread(phase.seconds['deltaferry'])}", median(ratio) >= target,
+                             "deltaferry's side only"))
+    for _, phase in large_phases:
+        ratio = phase.ratios("deltaferry", "dlt")
+        rows.append(Goal(f"large, {phase.label} ({phase.messages:,}): deltaferry run / dlt",
+                         f"<= {VS_DLT:g}x", f"{spread(ratio, 'x', 2)}; deltaferry "
+                         f"{spread(phase.seconds['deltaferry'])}, dlt "
+                         f"{spread(phase.seconds['dlt'])}", median(ratio) <= VS_DLT))
+    return rows
+
+
+def side_by_side(phases: list[Phase]) -> str:
+    """Each tool's median seconds per run, and the ratios."""
+    tools = [c for c in CONTENDERS if any(c in p.seconds for p in phases)]
+    head = ("| run | " + " | ".join(LABELS[c] for c in tools)
+            + " | deltaferry / dlt | port / deltaferry |")
+    lines = [head, "|---" * (len(tools) + 3) + "|"]
+    for phase in phases:
+        cells = [spread(phase.seconds[c]) if c in phase.seconds else "-" for c in tools]
+        vs_dlt = (f"{median(phase.ratios('deltaferry', 'dlt')):.2f}x"
+                  if "dlt" in phase.seconds else "-")
+        vs_port = (f"{median(phase.ratios('port', 'deltaferry')):.2f}x"
+                   if "port" in phase.seconds else "-")
+        lines.append(f"| {phase.label} ({phase.messages:,}) | " + " | ".join(cells)
+                     + f" | {vs_dlt} | {vs_port} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=MESSAGES,
+                        help="the backlog (its +5 %% run is 1/20 of it; default %(default)s)")
+    parser.add_argument("--keys", type=int, help="distinct keys (default: messages / 10)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of each run, the tools' order turning (default 3)")
+    parser.add_argument("--dlt-python", type=Path, default=DLT_PYTHON,
+                        help="the Python of dlt's own venv (default .venv-dlt/bin/python)")
+    parser.add_argument("--large", action="store_true",
+                        help="also the large-table curve (deltaferry and dlt)")
+    parser.add_argument("--large-only", action="store_true",
+                        help="only the large-table curve")
+    parser.add_argument("--large-messages", type=int, default=1_000_000)
+    parser.add_argument("--large-keys", type=int, default=2_000_000)
+    parser.add_argument("--large-repeats", type=int, default=1,
+                        help="rounds of each large run (default 1)")
+    parser.add_argument("--results", type=Path,
+                        help="where to write the tables (default bench/out/peers-<time>.md)")
+    args = parser.parse_args()
+    if args.repeats < 1 or args.large_repeats < 1:
+        parser.error("--repeats and --large-repeats must be at least 1")
+    if not args.dlt_python.exists():
+        parser.error(f"{args.dlt_python} is missing: `make bench-peers` makes dlt's venv "
+                     "(.venv-dlt) from bench/dlt-requirements.lock")
+    started = time.monotonic()
+    env = dict(os.environ)
+    if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
+        from deltaferry_dev import stack
+
+        env.update(stack.up())
+    bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+
+    phases: list[Phase] = []
+    if not args.large_only:
+        keys = args.keys or max(1, args.messages // 10)
+        phases = backlog_and_more(bootstrap, env, args.messages, keys, args.repeats,
+                                  args.dlt_python)
+    large_phases: list[tuple[str, Phase]] = []
+    if args.large or args.large_only:
+        large_phases = large(bootstrap, env, args.large_messages, args.large_keys,
+                             args.large_repeats, args.dlt_python)
+
+    text = ""
+    if phases:
+        text += (f"{args.repeats} round(s); seconds are medians (range, rounds); a ratio is "
+                 f"the median of the rounds' ratios\n\n{side_by_side(phases)}\n\n")
+    if large_phases:
+        text += (f"large-table curve, {args.large_repeats} round(s):\n\n"
+                 f"{side_by_side([p for _, p in large_phases])}\n\n")
+    goal_text, status = verdict(goals(phases, large_phases),
+                                min(args.repeats, args.large_repeats) if large_phases
+                                else args.repeats)
+    text += goal_text
+    print(f"\n{text}", flush=True)
+    results = args.results or BENCH / "out" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.md"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    results.write_text(
+        f"# bench-peers {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n\n"
+        f"commit {commit()}; {platform.node()}, {os.cpu_count()} cores; load average at the "
+        f"end {load}; took {(time.monotonic() - started) / 60:.1f} min; arguments: "
+        f"{' '.join(sys.argv[1:]) or '(defaults)'}\n\n{text}\n", encoding="utf-8")
+    print(f"written to {results}", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

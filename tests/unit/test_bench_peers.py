@@ -1,0 +1,142 @@
+"""make bench-peers (issue 30) compares what it should and does not flatter: the tables check
+finds a missing key, a key twice and a differing field (nested ones as JSON, whichever tool
+typed them), Kafka columns only one tool has are left alone; a ratio over its target is NOT MET
+and exits 1; the dlt pipeline stays out of the product's environment."""
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_peers  # noqa: E402
+import same_table  # noqa: E402
+
+
+def deltaferry_like(rows):
+    """Rows as deltaferry lands them: nested values typed (structs, lists)."""
+    return pa.table({
+        "kafka_key": [r[0] for r in rows],
+        "kafka_partition": pa.array([0] * len(rows), pa.int32()),
+        "kafka_offset": [r[1] for r in rows],
+        "kafka_timestamp": [datetime(2026, 11, 25, 18, 0, tzinfo=UTC)] * len(rows),
+        "amount": [r[2] for r in rows],
+        "customer": [{"name": r[3], "tier": None} for r in rows],
+        "tags": [["a", "b"]] * len(rows),
+    }).sort_by("kafka_key")
+
+
+def dlt_like(rows):
+    """The same as dlt lands them: nested values as JSON text, its bookkeeping columns."""
+    return pa.table({
+        "kafka_key": [r[0] for r in rows],
+        "kafka_partition": [0] * len(rows),
+        "kafka_offset": [r[1] for r in rows],
+        "kafka_timestamp": [datetime(2026, 11, 25, 18, 0, tzinfo=UTC)] * len(rows),
+        "amount": [r[2] for r in rows],
+        "customer": [f'{{"name":"{r[3]}"}}' for r in rows],
+        "tags": ['["a","b"]'] * len(rows),
+        "_dlt_id": [f"id{i}" for i in range(len(rows))],
+    }).drop_columns(["_dlt_id"]).sort_by("kafka_key")
+
+
+ROWS = [("k1", 10, 1.5, "ann"), ("k2", 11, 2.5, "bob"), ("k3", 12, 3.5, "cy")]
+
+
+def test_the_same_latest_rows_are_the_same_table_whichever_tool_typed_the_nested_ones():
+    result = same_table.compare_arrow(deltaferry_like(ROWS), dlt_like(ROWS))
+    assert result.same, result.problems
+    assert result.rows == (3, 3)
+
+
+def test_a_differing_field_names_the_key_and_the_field():
+    theirs = [*ROWS[:2], ("k3", 12, 3.5, "cyd")]
+    result = same_table.compare_arrow(deltaferry_like(ROWS), dlt_like(theirs))
+    [problem] = result.problems
+    assert "'customer'" in problem and "key 'k3'" in problem and "cyd" in problem
+    older = [*ROWS[:2], ("k3", 9, 3.5, "cy")]  # an older message of k3 kept
+    [problem] = same_table.compare_arrow(deltaferry_like(ROWS), dlt_like(older)).problems
+    assert "'kafka_offset'" in problem and "key 'k3'" in problem
+
+
+def test_missing_keys_and_keys_twice_are_mismatches():
+    result = same_table.compare_arrow(deltaferry_like(ROWS), dlt_like(ROWS[:2]))
+    assert any("keys only in deltaferry's table: 'k3'" in p for p in result.problems)
+    twice = same_table.compare_arrow(deltaferry_like(ROWS), dlt_like([*ROWS, ROWS[0]]))
+    assert any("more than once in dlt's table: 'k1'" in p for p in twice.problems)
+
+
+def test_kafka_columns_one_tool_lacks_are_skipped_payload_ones_are_not():
+    port = deltaferry_like(ROWS).drop_columns(["kafka_partition"])
+    assert same_table.compare_arrow(deltaferry_like(ROWS), port).same
+    no_amount = dlt_like(ROWS).drop_columns(["amount"])
+    [problem] = same_table.compare_arrow(deltaferry_like(ROWS), no_amount).problems
+    assert "field 'amount' only in deltaferry's table" in problem
+
+
+def test_compare_reads_delta_tables_and_leaves_bookkeeping_and_deleted_rows_out(tmp_path):
+    from deltalake import write_deltalake
+
+    ours = deltaferry_like(ROWS).append_column(
+        same_table.DELETED, pa.array([False, False, True]))
+    write_deltalake(str(tmp_path / "ours"), ours)
+    theirs = dlt_like(ROWS[:2]).append_column("_dlt_load_id", pa.array(["1", "1"]))
+    write_deltalake(str(tmp_path / "theirs"), theirs)
+    result = same_table.compare(str(tmp_path / "ours"), str(tmp_path / "theirs"))
+    assert result.same, result.problems
+    assert "same table: 2 rows" in result.describe()
+
+
+def phase(label, seconds):
+    result = bench_peers.Phase(label, lambda: 0, messages=1000)
+    result.seconds = seconds
+    return result
+
+
+def test_goals_judge_the_median_ratio_against_issue_30s_targets():
+    backlog = phase("backlog", {"deltaferry": [10.0, 10.0, 10.0], "dlt": [8.0, 5.0, 7.0],
+                                "port": [90.0, 70.0, 85.0]})
+    more = phase("+5 %", {"deltaferry": [4.0, 4.0, 4.0], "dlt": [3.0, 3.0, 2.0],
+                          "port": [80.0, 56.0, 59.0]})
+    rows = bench_peers.goals([backlog, more])
+    by = {r.goal: r.met for r in rows}
+    assert by["backlog (1,000): deltaferry run / dlt"] is True  # median 10/7 = 1.43
+    assert by["+5 % (1,000): deltaferry run / dlt"] is True  # 4/3 = 1.33
+    assert by["backlog (1,000): seed-004 port on Spark's defaults / deltaferry run"] is True
+    assert by["+5 % (1,000): seed-004 port on Spark's defaults / deltaferry run"] is False
+    text, status = bench_peers.verdict(rows, 3)
+    assert status == 1 and "1 of 4 goals NOT MET" in text
+    backlog.seconds["dlt"] = [5.0, 5.0, 9.0]  # one fast dlt round: the median is 2x
+    assert bench_peers.goals([backlog])[0].met is False
+
+
+def test_large_runs_are_judged_against_dlt():
+    run = phase("5 % of keys changed", {"deltaferry": [22.0], "dlt": [5.0]})
+    [row] = bench_peers.goals([], [("table", run)])
+    assert row.met is False and row.target == "<= 1.5x"
+    head, _, line = bench_peers.side_by_side([run]).splitlines()
+    assert "deltaferry / dlt" in head and "| 4.40x | - |" in line
+
+
+def test_default_backlog_sits_on_no_tuning_limit():
+    import fair
+
+    assert fair.limits_at(bench_peers.MESSAGES) == []
+    assert fair.limits_at(bench_peers.MESSAGES // 20) == []
+
+
+def test_dlt_stays_in_its_own_pinned_venv():
+    lock = (REPO / "bench" / "dlt-requirements.lock").read_text()
+    pins = {line.split("==")[0]: line.split("==")[1].strip()
+            for line in lock.splitlines() if "==" in line and not line.startswith("#")}
+    assert pins["dlt"] == "1.31.0"
+    product = (REPO / "requirements.lock").read_text()
+    for shared in ("deltalake", "pyarrow", "confluent-kafka"):
+        assert f"{shared}=={pins[shared]}" in product, shared
+    assert "dlt==" not in product and "dlt[" not in product
+    makefile = (REPO / "Makefile").read_text()
+    assert "--dlt-python $(DLT_VENV)/bin/python" in makefile
+    assert "/.venv-dlt/" in (REPO / ".gitignore").read_text()
