@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from fair import (  # noqa: E402
     spread,
     table,
     warn_on_limits,
+    write_results,
 )
 
 from deltaferry.config import Settings, TopicConfig  # noqa: E402
@@ -258,25 +258,6 @@ def verdict(goals: list[Goal], repeats: int) -> tuple[str, int]:
     return f"{table(goals)}\n\n" + "\n".join(notes), 1 if missed else 0
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def write_results(path: Path, text: str, args: argparse.Namespace, seconds: float) -> None:
-    """The table with when, where and how it was measured: the dated record of the figures."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    path.write_text(
-        f"# bench-goals {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n\n"
-        f"commit {commit()}; {platform.node()}, {os.cpu_count()} cores; load average at the "
-        f"end {load}; took {seconds / 60:.1f} min; driver memory {driver_memory()}; arguments: "
-        f"{' '.join(sys.argv[1:]) or '(defaults)'}\n\n{text}\n", encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS),
@@ -351,7 +332,8 @@ def main() -> int:
     print(f"\n{text}", flush=True)
     results = args.results or (Path(__file__).resolve().parent / "out"
                                / f"goals-{time.strftime('%Y%m%d-%H%M%S')}.md")
-    write_results(results, text, args, time.monotonic() - started)
+    write_results(results, "bench-goals", text, sys.argv[1:], time.monotonic() - started,
+                  f"driver memory {driver_memory()}; ")
     print(f"written to {results}", flush=True)
     return status
 

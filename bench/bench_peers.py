@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -52,7 +51,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from bench_goals import commit, verdict  # noqa: E402
+from bench_goals import verdict  # noqa: E402
 from bench_notebook import (  # noqa: E402
     MESSAGES,
     describe_ingest,
@@ -60,7 +59,7 @@ from bench_notebook import (  # noqa: E402
     timed,
 )
 from bench_pipeline import messages  # noqa: E402
-from fair import Goal, median, rounds, spread, warn_on_limits  # noqa: E402
+from fair import Goal, median, rounds, spread, warn_on_limits, write_results  # noqa: E402
 from same_table import compare  # noqa: E402
 
 from deltaferry.kafka import create_topic, produce  # noqa: E402
@@ -391,13 +390,7 @@ def main() -> int:
     text += goal_text
     print(f"\n{text}", flush=True)
     results = args.results or BENCH / "out" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.md"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    results.write_text(
-        f"# bench-peers {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n\n"
-        f"commit {commit()}; {platform.node()}, {os.cpu_count()} cores; load average at the "
-        f"end {load}; took {(time.monotonic() - started) / 60:.1f} min; arguments: "
-        f"{' '.join(sys.argv[1:]) or '(defaults)'}\n\n{text}\n", encoding="utf-8")
+    write_results(results, "bench-peers", text, sys.argv[1:], time.monotonic() - started)
     print(f"written to {results}", flush=True)
     return status
 

@@ -14,10 +14,14 @@ bench_merge:
 from __future__ import annotations
 
 import os
+import platform
 import re
 import statistics
+import subprocess
 import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -183,3 +187,25 @@ def table(goals: list[Goal]) -> str:
     lines += [f"| {g.goal} | {g.target} | {g.measured} | {g.shown} | {g.tuning} |"
               for g in goals]
     return "\n".join(lines)
+
+
+def commit() -> str:
+    """The checkout's short commit, or "unknown" outside a git checkout."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_results(path: Path, title: str, text: str, arguments: list[str], seconds: float,
+                  details: str = "") -> None:
+    """A benchmark's table with when, where and how it was measured (commit, machine, load,
+    duration, `details`, `arguments`): the dated record of its figures."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    path.write_text(
+        f"# {title} {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n\n"
+        f"commit {commit()}; {platform.node()}, {os.cpu_count()} cores; load average at the "
+        f"end {load}; took {seconds / 60:.1f} min; {details}arguments: "
+        f"{' '.join(arguments) or '(defaults)'}\n\n{text}\n", encoding="utf-8")
