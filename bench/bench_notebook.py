@@ -153,6 +153,18 @@ def run_contender(contender: str, topic: str, bootstrap: str, folder: Path, env,
             "detail": ", ".join(f"{k} {v}" for k, v in port.items())}
 
 
+def new_topic(bootstrap: str, env: dict[str, str], prefix: str, partitions: int
+              ) -> tuple[str, Path, dict[str, str]]:
+    """A fresh topic named `prefix`_<random>, a folder for the runs on it (its topics file
+    names the topic), and `env` with what deltaferry needs to find both."""
+    topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=partitions)
+    folder = Path(tempfile.mkdtemp(prefix=f"deltaferry-{prefix}-"))
+    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
+    return topic, folder, {**env, "DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
+                           "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+
+
 def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 3,
             repeats: int = 3, contenders: tuple[str, ...] = CONTENDERS) -> list[dict]:
     """The contenders on one topic of `count` messages over `keys` keys, then on `count / 20`
@@ -163,12 +175,7 @@ def compare(count: int, keys: int, message_bytes: int = 1000, partitions: int = 
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         env.update(stack.up())
     bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    topic = f"bench_nb_{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions=partitions)
-    folder = Path(tempfile.mkdtemp(prefix="deltaferry-bench-notebook-"))
-    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
-    env.update({"DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
-                "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap})
+    topic, folder, env = new_topic(bootstrap, env, "bench_nb", partitions)
     produced = produce(bootstrap, topic, messages(count, keys, message_bytes))
     extra = count // 20
     warn_on_limits("the backlog", produced)

@@ -41,9 +41,7 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +53,7 @@ from bench_goals import verdict  # noqa: E402
 from bench_notebook import (  # noqa: E402
     MESSAGES,
     describe_ingest,
+    new_topic,
     run_contender,
     timed,
 )
@@ -62,7 +61,7 @@ from bench_pipeline import messages  # noqa: E402
 from fair import Goal, median, rounds, spread, warn_on_limits, write_results  # noqa: E402
 from same_table import compare  # noqa: E402
 
-from deltaferry.kafka import create_topic, produce  # noqa: E402
+from deltaferry.kafka import produce  # noqa: E402
 
 CONTENDERS = ("deltaferry", "port", "dlt")
 LARGE_CONTENDERS = ("deltaferry", "dlt")
@@ -181,17 +180,6 @@ def run_phases(topic: str, bootstrap: str, folder: Path, env: dict[str, str],
             print(f"  port / deltaferry: {spread(phase.ratios('port', 'deltaferry'), 'x', 2)}",
                   flush=True)
     return phases
-
-
-def new_topic(bootstrap: str, env: dict[str, str], prefix: str, partitions: int
-              ) -> tuple[str, Path, dict[str, str]]:
-    """A fresh topic, a folder for the runs on it, and the environment deltaferry needs."""
-    topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions=partitions)
-    folder = Path(tempfile.mkdtemp(prefix=f"deltaferry-bench-peers-{prefix}-"))
-    (folder / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
-    return topic, folder, {**env, "DELTAFERRY_TOPICS": str(folder / "topics.yaml"),
-                           "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
 
 
 # --- the main comparison ----------------------------------------------------------------
