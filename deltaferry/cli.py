@@ -47,6 +47,8 @@ def _add_extensions(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from deltaferry.alerts import failing
+    from deltaferry.errors import AlertError
     from deltaferry.pipeline import configure_logging, run_topic
 
     configure_logging()
@@ -55,6 +57,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps([r.as_dict() for r in reports], indent=2),
                                      encoding="utf-8")
+    failed = failing(reports)
+    if failed:
+        raise AlertError([alert.line() for alert in failed])
     return 0
 
 
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":
