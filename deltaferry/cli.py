@@ -98,8 +98,10 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
         _add_extensions(sub)
 
     p_run = sub.add_parser(
-        "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"
-    )
+        "run", help="infer (or reuse) the schema, ingest what is new, maintain the table",
+        epilog="Exit status: 0 done; 2 an error (one line on stderr); 3 an alert of the topic "
+        "whose action is fail fired after ingest (the data landed; the steps after it did not "
+        "run)")
     p_run.add_argument("topic", help="a topic listed in the topics file (DELTAFERRY_TOPICS)")
     p_run.add_argument(
         "--reinfer",
