@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 KEY = "alerts"
 
 
+def number_text(value: float) -> str:
+    """A threshold or value as a line says it: whole numbers in full (``1500000``), others
+    shortest (``0.0741``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 @dataclass(frozen=True)
 class Alert:
     """One crossed threshold: the topic, the threshold's name (`alert`), the value and the
@@ -55,8 +61,8 @@ class Alert:
 
     def line(self) -> str:
         """One line naming the topic, the threshold and the value (for logs and errors)."""
-        return (f"alert {self.alert} on topic {self.topic!r}: {self.value:g} > "
-                f"{self.threshold:g} ({self.detail}); action {self.action}")
+        return (f"alert {self.alert} on topic {self.topic!r}: {number_text(self.value)} > "
+                f"{number_text(self.threshold)} ({self.detail}); action {self.action}")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (a report's ``alerts`` entry): the fields and the line."""
@@ -114,12 +120,12 @@ def check(topic: str, options: AlertOptions, figures: RunFigures,
                     f"{figures.messages_read} message(s) read were quarantined")
         elif name == "max_ingest_minutes" and figures.ingest_seconds is not None:
             minutes = round(figures.ingest_seconds / 60, 2)
-            crossed(name, minutes, threshold, f"ingest took {minutes:g} min")
+            crossed(name, minutes, threshold, f"ingest took {number_text(minutes)} min")
         elif (name == "stale_after_minutes" and figures.lag
               and figures.table_changed is not None):
             minutes = round((now - figures.table_changed) / 60, 1)
             crossed(name, minutes, threshold, f"{figures.lag} message(s) waiting and the "
-                    f"table unchanged for {minutes:g} min")
+                    f"table unchanged for {number_text(minutes)} min")
     return found
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from deltaferry import env as envvars
 from deltaferry import fleet, steps
+from deltaferry.alerts import number_text
 from deltaferry.config import (
     TopicConfig,
     TopicsFile,
@@ -129,7 +130,7 @@ def alerts_text(topic: TopicConfig) -> str:
     thresholds = topic.alerts.thresholds()
     if not thresholds:
         return "none set"
-    said = ", ".join(f"{name} {value:g}" for name, value in thresholds.items())
+    said = ", ".join(f"{name} {number_text(value)}" for name, value in thresholds.items())
     targets = ", ".join(f"`{t}`" for t in topic.notify) or "no notify target: task log only"
     return f"{said} (action {topic.alerts.action}) → {targets}"
 

@@ -116,6 +116,12 @@ def test_each_threshold_compares_its_own_figure(figures, kwargs, fired):
     assert [a.alert for a in check("t", options(**kwargs), figures, now=NOW)] == fired
 
 
+def test_large_lags_and_thresholds_are_said_in_full():
+    (alert,) = check("t", options(max_lag_messages=1_000_000),
+                     RunFigures(messages_read=1, lag=1_234_567, ingest_seconds=1.0))
+    assert alert.line().startswith("alert max_lag_messages on topic 't': 1234567 > 1000000 (")
+
+
 def test_staleness_is_minutes_since_the_table_changed_while_messages_wait():
     (alert,) = check("t", options(stale_after_minutes=120, action="fail"),
                      RunFigures(lag=5, table_changed=NOW - 3 * 3600), now=NOW)
