@@ -123,6 +123,9 @@ AWS_CONN_ID = _v("DELTAFERRY_AWS_CONN_ID", "the Airflow connection of the object
 SCHEMA_REGISTRY_CONN_ID = _v("DELTAFERRY_SCHEMA_REGISTRY_CONN_ID", "the Airflow connection of "
                              "the Schema Registry", "connection id",
                              default="schema_registry_default")
+NOTIFY_TIMEOUT_SECONDS = _v("DELTAFERRY_NOTIFY_TIMEOUT_SECONDS", "how long a task waits for "
+                            "a notify target to answer (each POST); one that does not is "
+                            "logged and skipped", "seconds", default="10")
 # --- set by deltaferry for its own processes, or by the crash tests ---------------------------
 REPORT_FILE = _v("DELTAFERRY_REPORT_FILE", "a job also writes its reports to this file (the "
                  "Airflow operator sets it)", "path", internal=True)
