@@ -41,6 +41,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from deltaferry import env as envvars
 from deltaferry import steps
+from deltaferry.airflow import lineage
 from deltaferry.airflow.connections import (
     SPARK_CONN_ID,
     KafkaAccess,
@@ -178,10 +179,13 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                       self.step, self.topic, master, kafka.source, storage.source,
                       ", debug locations" if debug else "",
                       ", full re-inference" if reinfer and self.step == "infer" else "")
-        skip = self._nothing_to_do(env, reinfer, debug)
+        ctx = self._context(env, debug)
+        self._lineage = lineage.Facts(self.topic, self.step,
+                                      lineage.kafka_namespace(kafka.bootstrap), ctx.paths)
+        skip = self._nothing_to_do(ctx, env, reinfer)
         self.timing["plan"] = time.monotonic() - began
         if skip is not None:
-            self._skip(context, {**skip, "task": self.timing})
+            self._skip(context, {**skip, "task": self.timing}, env)
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
         running = time.monotonic()
@@ -193,6 +197,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.timing["run"] = time.monotonic() - running
         report = {**one_report(self.step, reports), "task": self.timing}
         self.log.info("deltaferry result: %s", describe(self.step, reports))
+        self._note_lineage(report, env)
         self._alert(context, report)
         self._publish(context, report, debug)
         return report
@@ -308,25 +313,30 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             return []
         return data if isinstance(data, list) else [data]
 
-    def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool) -> dict | None:
+    def _context(self, env: dict[str, str], debug: bool):
+        """The topic's TopicContext as the job will see it (`env`, debug locations)."""
+        from deltaferry.context import TopicContext
+
+        return TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
+
+    def _nothing_to_do(self, ctx, env: dict[str, str], reinfer: bool) -> dict | None:
         """The step's Skip (as a dict, with what the step checks after it: the ingest step's
         alerts) when it has nothing to do (decided without a JVM, deltaferry.plan); the run
         itself goes through the runner in the job (deltaferry.jobs)."""
-        from deltaferry.context import TopicContext
         from deltaferry.state import TopicState
 
-        ctx = TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
         step, state = steps.get(self.step), TopicState(ctx, env)
         skip = step.skip(ctx, state, reinfer=reinfer, env=env)
         return None if skip is None else step.checked(ctx, skip.as_dict(), state)
 
-    def _skip(self, context, report: dict) -> None:
+    def _skip(self, context, report: dict, env: dict[str, str]) -> None:
         """End the task as skipped (no asset event), its report as the XCom return value; its
         alerts sent first (and one whose action is fail fails it instead)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         self.log.info("deltaferry result: %s", report["summary"])
         context["ti"].xcom_push(key="return_value", value=report)
+        self._note_lineage(report, env)
         self._alert(context, report)
         raise AirflowSkipException(report["summary"])
 
@@ -348,6 +358,43 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         if failed:
             context["ti"].xcom_push(key="return_value", value=report)
             raise AlertsFailed(failed)
+
+    def _note_lineage(self, report: dict, env: dict[str, str]) -> None:
+        """Keep the step's report, and the schemas of its tables when OpenLineage will emit,
+        for the lineage hooks below. Never raises (a failure is logged, the task goes on)."""
+        facts: lineage.Facts | None = getattr(self, "_lineage", None)
+        if facts is None:
+            return
+        facts = lineage.Facts(facts.topic, facts.step, facts.kafka, facts.paths, report)
+        self._lineage = facts
+        if not lineage.enabled():
+            return
+        try:
+            self._lineage = lineage.with_schemas(facts, env)
+        except BaseException as exc:  # delta-rs panics are BaseExceptions
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise
+            self.log.warning("OpenLineage: the schemas of %r are left out (%s: %s)", self.topic,
+                             type(exc).__name__, exc)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The task's datasets and facets for Airflow's OpenLineage provider, which calls this
+        after the task succeeded or was skipped (deltaferry.airflow.lineage); None before
+        `execute` learned the topic's locations."""
+        facts: lineage.Facts | None = getattr(self, "_lineage", None)
+        if facts is None:
+            return None
+        try:
+            return lineage.operator_lineage(facts)
+        except Exception as exc:  # lineage never fails a task
+            self.log.warning("OpenLineage: no lineage for %r (%s: %s)", self.topic,
+                             type(exc).__name__, exc)
+            return None
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """As on complete, for a failed task: the datasets, with the facets of whatever the
+        step finished (an ingest failed by its alerts has landed its rows)."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     def _publish(self, context, report: dict, debug: bool) -> None:
         """The report as the `extra` of the task's asset events (the ingest task's table)."""
