@@ -1,5 +1,6 @@
 """A local webhook: an HTTP server in a thread that records every JSON POST it gets. The demo's
-and the tests' notify target (an Airflow HTTP connection whose host is `url`)."""
+and the tests' notify target (an Airflow HTTP connection whose host is `url`), and their
+OpenLineage receiver (Airflow's OpenLineage HTTP transport posting to `LINEAGE_PATH`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+#: Where OpenLineage's HTTP transport posts events (its ``endpoint``, as Marquez serves it).
+LINEAGE_PATH = "/api/v1/lineage"
 
 
 class WebhookReceiver:
@@ -44,16 +48,27 @@ class WebhookReceiver:
     @property
     def url(self) -> str:
         """The URL the webhook answers on."""
+        return f"{self.root}{self.path}"
+
+    @property
+    def root(self) -> str:
+        """``http://host:port`` of the server, without a path."""
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}{self.path}"
+        return f"http://{host!s}:{port}"
+
+    def lineage_transport(self) -> dict[str, Any]:
+        """An OpenLineage HTTP transport posting to this server (the JSON of Airflow's
+        ``[openlineage] transport``, AIRFLOW__OPENLINEAGE__TRANSPORT)."""
+        return {"type": "http", "url": self.root, "endpoint": LINEAGE_PATH.lstrip("/")}
 
     def connection(self) -> dict[str, Any]:
         """An Airflow HTTP connection to this webhook (its JSON form, for AIRFLOW_CONN_<ID>)."""
         return {"conn_type": "http", "host": self.url}
 
-    def bodies(self) -> list[dict[str, Any]]:
-        """The JSON bodies received so far."""
-        return [post["body"] for post in self.posts]
+    def bodies(self, path: str | None = None) -> list[dict[str, Any]]:
+        """The JSON bodies received so far (those posted to `path`, when given)."""
+        return [post["body"] for post in list(self.posts)
+                if path is None or post["path"] == path]
 
     def wait_for(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
         """The bodies once at least `count` arrived (those so far after `timeout` seconds)."""

@@ -5,7 +5,11 @@ Through a real Airflow (the project's launcher, one instance for both cases) who
 webhook gets exactly one POST naming the topic and the threshold; with action fail the ingest
 task fails after the webhook got the alert, and its result still carries it. Through
 `deltaferry run`: with action fail the exit status is 3 and stderr's last line names the
-threshold and the value."""
+threshold and the value.
+
+The same Airflow has OpenLineage's HTTP transport pointed at the same local server, so the
+same runs also show the lineage: the ingest task's COMPLETE event (its FAIL event, for the fail
+topic) reads the Kafka topic and writes the table, with its schema and row counts."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import os
 import subprocess
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,7 +26,7 @@ import pytest
 from deltaferry.kafka import create_topic, produce
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import follow, wait_until
-from deltaferry_dev.receiver import WebhookReceiver
+from deltaferry_dev.receiver import LINEAGE_PATH, WebhookReceiver
 from deltaferry_dev.stack.process import free_ports
 
 pytestmark = pytest.mark.integration
@@ -59,12 +64,21 @@ def airflow(stack_env, kafka_bootstrap, tmp_path_factory):
                "DELTAFERRY_TOPICS": str(topics_file),
                "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
                "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port),
-               "AIRFLOW_CONN_ALERTS_HOOK": json.dumps(receiver.connection())}
+               "AIRFLOW_CONN_ALERTS_HOOK": json.dumps(receiver.connection()),
+               "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(receiver.lineage_transport())}
         running = services.up(folder / "home", env=env)
         try:
             yield running, names, receiver
         finally:
             services.down(folder / "home")
+
+
+@pytest.fixture(scope="module")
+def runs(airflow) -> dict[str, str]:
+    """Both topics' DAG runs, triggered at once: their run ids by action."""
+    running, names, _ = airflow
+    client = running.client()
+    return {action: trigger(client, topic) for action, topic in names.items()}
 
 
 def trigger(client, topic: str) -> str:
@@ -86,11 +100,9 @@ def posts_for(receiver: WebhookReceiver, topic: str) -> list[dict]:
     return [b for b in receiver.bodies() if b.get("topic") == topic]
 
 
-def test_warn_sends_one_post_and_the_run_succeeds_fail_sends_it_and_fails_ingest(airflow):
+def test_warn_sends_one_post_and_the_run_succeeds_fail_sends_it_and_fails_ingest(airflow, runs):
     running, names, receiver = airflow
     client = running.client()
-
-    runs = {action: trigger(client, topic) for action, topic in names.items()}  # both at once
 
     # action warn: the run succeeds, its result and log say the alert, one POST names it
     topic = names["warn"]
@@ -130,6 +142,42 @@ def test_warn_sends_one_post_and_the_run_succeeds_fail_sends_it_and_fails_ingest
     assert log.index("sent to connection 'alerts_hook'") < log.index("Task failed with exception")
     assert len(posts_for(receiver, names["warn"])) == 1  # still exactly one
     assert len(posts_for(receiver, topic)) == 1  # the failure itself is not sent twice
+
+
+def lineage_event(receiver: WebhookReceiver, dag_id: str, task_id: str,
+                  event_type: str) -> dict | None:
+    """The OpenLineage event of type `event_type` of one task of `dag_id` (None until the
+    receiver got it)."""
+    found = [e for e in receiver.bodies(LINEAGE_PATH) if e.get("eventType") == event_type
+             and e.get("job", {}).get("name") == f"{dag_id}.{task_id}"]
+    return found[-1] if found else None
+
+
+def test_the_runs_emit_openlineage_events_from_the_topic_to_the_table(airflow, runs, stack_env,
+                                                                      kafka_bootstrap):
+    running, names, receiver = airflow
+    client = running.client()
+    warehouse = (running.home.parent / "warehouse").resolve()
+    for action, topic in names.items():
+        dag_id = f"ingest_{topic}"
+        finished(client, topic, runs[action])
+        ending = "COMPLETE" if action == "warn" else "FAIL"  # fail: the alert failed the task
+        event = wait_until(partial(lineage_event, receiver, dag_id, "ingest", ending), 60,
+                           interval=0.5, what=f"the {ending} event of {dag_id}.ingest")
+        (source,) = event["inputs"]
+        assert (source["namespace"], source["name"]) == (f"kafka://{kafka_bootstrap}", topic)
+        assert source["inputFacets"]["inputStatistics"]["rowCount"] == 10
+        table, quarantine = event["outputs"]
+        assert (table["namespace"], table["name"]) == ("file", str(warehouse / topic / "table"))
+        columns = [c["name"] for c in table["facets"]["schema"]["fields"]]
+        assert {"kafka_key", "id", "status"} <= set(columns)
+        assert table["outputFacets"]["outputStatistics"]["rowCount"] == 8  # 8 keys inserted
+        assert quarantine["name"] == str(warehouse / topic / "_quarantine")
+        assert quarantine["outputFacets"]["outputStatistics"]["rowCount"] == 2
+        infer = lineage_event(receiver, dag_id, "infer_schema", "COMPLETE")
+        assert [o["name"] for o in infer["outputs"]] == [str(warehouse / topic / "_schema")]
+    sent = json.dumps(receiver.bodies(LINEAGE_PATH))
+    assert stack_env["AWS_SECRET_ACCESS_KEY"] not in sent  # in every component's environment
 
 
 def test_deltaferry_run_with_action_fail_exits_3_naming_the_threshold_and_value(
