@@ -1,6 +1,7 @@
 """The pages as a FastAPI app: ``/`` (topics; sorted and filtered by its query parameters, see
 `deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health`` and the same
-pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page.
+pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page; and
+``/metrics``, the topics' numbers in Prometheus' text format (`deltaferry.ui.metrics`).
 
 Nothing here imports Airflow: `create_app` is given the user dependency (the plugin passes
 Airflow's own, which accepts the UI's session cookie and the REST API's bearer token and answers
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
@@ -190,6 +191,25 @@ def create_app(user: Callable[..., Any],
                            visible=lambda t: t.name in names,
                            query=TopicsQuery.from_params(request.query_params))
         return html(request, "topics.html", page=page)
+
+    @app.get("/metrics")
+    def metrics(who=Depends(user)) -> Response:
+        """Every topic the user may read, as Prometheus' text format; 503 naming the file when
+        the topics file cannot be read (a scrape that fails, rather than no topics)."""
+        from deltaferry.ui.metrics import CONTENT_TYPE, exposition
+        from deltaferry.ui.topics import all_topic_rows
+
+        try:
+            topics = load(topics_file)
+        except ConfigError as exc:
+            log.warning("deltaferry metrics: %s", exc)
+            return Response(redact(str(exc), secret_values(env())) + "\n", 503,
+                            media_type="text/plain", headers=HEADERS)
+        allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
+        settings = env()
+        body = exposition(all_topic_rows(allowed, settings, runs([t.dag_id for t in allowed])))
+        return Response(redact(body.decode(), secret_values(settings)), media_type=CONTENT_TYPE,
+                        headers=HEADERS)
 
     @app.get("/topics/{topic}/{page}", response_class=HTMLResponse)
     def by_topic(request: Request, topic: str, page: str, who=Depends(user)):
