@@ -1,6 +1,6 @@
 """The pages as a FastAPI app: ``/`` (topics; sorted and filtered by its query parameters, see
-`deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health`` and the same
-pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page; and
+`deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health|runs`` and the
+same pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page; and
 ``/metrics``, the topics' numbers in Prometheus' text format (`deltaferry.ui.metrics`).
 
 Nothing here imports Airflow: `create_app` is given the user dependency (the plugin passes
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -31,7 +31,8 @@ from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_top
 from deltaferry.errors import ConfigError
 
 log = logging.getLogger(__name__)
-PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"))
+PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"),
+         ("runs", "Run history"))
 #: Environment variables whose names say they hold secrets (their values never reach a page).
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|CREDENTIAL|PRIVATE|FERNET", re.I)
 #: Values shorter than this are not blanked (they would match ordinary words).
@@ -107,11 +108,13 @@ def create_app(user: Callable[..., Any],
                authorize: Callable[[Any, str], bool] = lambda _user, _dag_id: True,
                runs: Callable[[list[str]], Mapping] = lambda _dag_ids: {},
                env: Callable[[], Mapping[str, str]] = environment,
+               history: Callable[[str, int], Sequence] = lambda _dag_id, _limit: [],
                topics_file: str | None = None,
                load: Callable[[str | None], TopicsFile] = load_topics):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
-    DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`); `env()`
+    DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`);
+    `history(dag_id, limit)` a DAG's latest `limit` runs, newest first (LastRun each); `env()`
     the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
     topics file with its bad entries (the plugin's also has those Airflow refuses)."""
     from jinja2 import DictLoader, Environment, select_autoescape
@@ -172,6 +175,11 @@ def create_app(user: Callable[..., Any],
             return html(request, "health.html", tables=health_of(topic, settings),
                         small_file_bytes=SMALL_FILE_BYTES,
                         optimize_min_files=topic.optimize_min_files, **context)
+        if page == "runs":
+            from deltaferry.ui.runs import RUNS_SHOWN, runs_page
+
+            return html(request, "runs.html",
+                        r=runs_page(topic.dag_id, history(topic.dag_id, RUNS_SHOWN)), **context)
         return refuse(request, 404, "No such page",
                       f"There is no page {page!r}; the pages are "
                       f"{', '.join(key for key, _ in PAGES)}.", show_tabs)
