@@ -1,6 +1,6 @@
-"""The `deltaferry` command line: `run TOPIC`, `stream TOPIC` and `quarantine show|replay TOPIC`,
-and the subcommands of the `deltaferry.commands` entry points (a source checkout's harness adds
-`stack up|down|status` and `airflow up|down|status`)."""
+"""The `deltaferry` command line: `run TOPIC`, `stream TOPIC`, `quarantine show|replay TOPIC`,
+`status [TOPIC]` and `check [FILE]`, and the subcommands of the `deltaferry.commands` entry
+points (a source checkout's harness adds `stack up|down|status` and `airflow up|down|status`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from deltaferry.errors import DeltaferryError
 COMMANDS_GROUP = "deltaferry.commands"
 CHECKOUT_COMMANDS = ("stack", "airflow")
 #: The library's own subcommands: a command line naming one of them loads no entry point.
-OWN_COMMANDS = ("run", "stream", "quarantine")
+OWN_COMMANDS = ("run", "stream", "quarantine", "status", "check")
 
 
 def _not_installed(name: str) -> Callable[[argparse.Namespace], int]:
@@ -79,6 +79,75 @@ def _quarantine(args: argparse.Namespace) -> int:
     for line in show(ctx.paths.quarantine, latest=args.latest):
         print(line)
     return 0
+
+
+def airflow_runs(dag_ids: list[str]) -> tuple[dict, str | None]:
+    """The last run of each DAG of `dag_ids` from the metadata database of the Airflow that
+    AIRFLOW_HOME names (the topics page's query), and None; or no runs and why not."""
+    from deltaferry import env as envvars
+
+    if not envvars.AIRFLOW_HOME.value():
+        return {}, "AIRFLOW_HOME is not set (the Airflow whose metadata holds the runs)"
+    try:
+        from deltaferry.airflow.ui import last_runs
+
+        return last_runs(dag_ids), None
+    except Exception as exc:  # no Airflow here, or its database does not answer: say so
+        from deltaferry.ui.topics import problem_text
+
+        return {}, f"Airflow's metadata database: {problem_text(exc)}"
+
+
+def _status(args: argparse.Namespace) -> int:
+    import os
+
+    from deltaferry.config import load_topics
+    from deltaferry.ui.topics import all_topic_rows
+
+    topics = load_topics(args.topics_file)
+    chosen = [topics.get(args.topic)] if args.topic else topics.topics
+    runs, unknown = airflow_runs([t.dag_id for t in chosen])
+    rows = all_topic_rows(chosen, os.environ, runs)
+    if args.json:
+        print(json.dumps([status_json(r) for r in rows], indent=2))
+        return 0
+    for i, row in enumerate(rows):
+        print(("\n" if i else "") + "\n".join(row.lines(unknown)))
+    if not args.topic and topics.errors:
+        print(f"\n{len(topics.errors)} bad entr{'y' if len(topics.errors) == 1 else 'ies'} "
+              f"(`deltaferry check` lists them)")
+    return 0
+
+
+def status_json(row) -> dict:
+    """A status row as plain data (``--json``)."""
+    run = row.last_run
+    return {"topic": row.name, "format": row.format, "dag_id": row.dag_id,
+            "last_run": None if run is None else {
+                "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
+                "quarantined": run.quarantined, "alerts": run.alerts,
+                "last_success": run.last_success.isoformat() if run.last_success else None},
+            "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,
+            "quarantined_not_replayed": row.quarantined_waiting,
+            "schema_version": row.schema_version, "not_read": row.notes}
+
+
+def _check(args: argparse.Namespace) -> int:
+    from deltaferry.config import load_topics
+
+    loaded = load_topics(args.file)  # a file that is not there or not YAML: exit 2, one line
+    try:
+        from deltaferry.airflow.factory import build
+    except ImportError:
+        errors, note = [str(e) for e in loaded.errors], " (schedules not checked: no Airflow)"
+    else:
+        errors, note = build(loaded.path, log_errors=False, dags=False).errors, ""
+    valid = len(loaded.topics) + len(loaded.errors) - len(errors)
+    print(f"{loaded.path}: {valid} topic(s) valid, {len(errors)} entr"
+          f"{'y' if len(errors) == 1 else 'ies'} invalid{note}")
+    for error in errors:
+        print(f"  - {error}")
+    return 1 if errors else 0
 
 
 def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
@@ -143,6 +212,24 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     p_quarantine.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                               help="replay: wait up to this long for another run of the topic")
     p_quarantine.set_defaults(func=_quarantine)
+
+    p_status = sub.add_parser(
+        "status", help="what the topics page shows of every topic (or TOPIC): last run, rows, "
+        "lag, quarantined, schema version, alerts firing (no Spark)")
+    p_status.add_argument("topic", nargs="?",
+                          help="one topic of the topics file (default: all of them)")
+    p_status.add_argument("--topics-file", metavar="FILE",
+                          help="the topics file (default: DELTAFERRY_TOPICS)")
+    p_status.add_argument("--json", action="store_true",
+                          help="print the topics as a JSON list instead of text")
+    p_status.set_defaults(func=_status)
+
+    p_check = sub.add_parser(
+        "check", help="validate a topics file: list every bad entry's problems and exit 1 if "
+        "there is one (for a team's CI)")
+    p_check.add_argument("file", nargs="?",
+                         help="the topics file (default: DELTAFERRY_TOPICS, else topics.yaml)")
+    p_check.set_defaults(func=_check)
     return parser
 
 

@@ -122,6 +122,9 @@ AWS_CONN_ID = _v("DELTAFERRY_AWS_CONN_ID", "the Airflow connection of the object
 SCHEMA_REGISTRY_CONN_ID = _v("DELTAFERRY_SCHEMA_REGISTRY_CONN_ID", "the Airflow connection of "
                              "the Schema Registry", "connection id",
                              default="schema_registry_default")
+AIRFLOW_HOME = _v("AIRFLOW_HOME", "the Airflow whose metadata database `deltaferry status` "
+                  "reads the last runs from (Airflow's own variable)", "path",
+                  default_doc="unset: `deltaferry status` shows no last run")
 # --- set by deltaferry for its own processes, or by the crash tests ---------------------------
 REPORT_FILE = _v("DELTAFERRY_REPORT_FILE", "a job also writes its reports to this file (the "
                  "Airflow operator sets it)", "path", internal=True)

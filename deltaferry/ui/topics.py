@@ -129,6 +129,37 @@ class TopicRow:
         """When the DAG's latest successful run ended (None: never)."""
         return self.last_run.last_success if self.last_run else None
 
+    def lines(self, runs_unknown: str | None = None) -> list[str]:
+        """The row as lines for a terminal (`deltaferry status`): what the topics page shows
+        of it, and the alerts of its last run where its report lists them. `runs_unknown` says
+        why the last run is not known (no Airflow to ask), if it is not."""
+        def count(value: int | None) -> str:
+            return "unknown" if value is None else f"{value:,}"
+
+        run = self.last_run
+        if run is not None:
+            last = f"{run.state} ({run.at}): {run.result}"
+        else:
+            last = f"unknown: {runs_unknown}" if runs_unknown else "no run yet"
+        waiting = ("" if self.quarantined_waiting is None
+                   else f", {count(self.quarantined_waiting)} not replayed")
+        out = [f"{self.name} ({self.format}, DAG {self.dag_id})",
+               f"  last run       {last}"]
+        if run is not None:
+            out.append(f"  last success   {run.last_success_text or 'never'}")
+        out += [f"  rows           {count(self.rows)}",
+                f"  lag            {count(self.lag)}",
+                f"  quarantined    {count(run.quarantined if run else None)} last run, "
+                f"{count(self.quarantined_total)} total{waiting}",
+                f"  schema         {self.schema_version or 'none yet'}"]
+        alerts = run.alerts if run else None
+        if alerts is not None:
+            out.append(f"  alerts firing  {len(alerts) or 'none'}")
+            out += [f"    {a.get('alert', '?')}: {a.get('value', '?')} (threshold "
+                    f"{a.get('threshold', '?')})" for a in alerts]
+        out += [f"  not read       {note}" for note in self.notes]
+        return out
+
 
 def _int_or_none(text: str | None) -> int | None:
     text = (text or "").strip()
