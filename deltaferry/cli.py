@@ -9,8 +9,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deltaferry.errors import DeltaferryError
+
+if TYPE_CHECKING:
+    from deltaferry.config import TopicsFile
 
 #: The entry-point group (importlib.metadata) of extra subcommands: each entry point, named as its
 #: command, is a callable that adds that command to the subparsers it is given and sets the
@@ -98,13 +102,27 @@ def airflow_runs(dag_ids: list[str]) -> tuple[dict, str | None]:
         return {}, f"Airflow's metadata database: {problem_text(exc)}"
 
 
+def checked_topics(path: str | None) -> tuple[TopicsFile, bool]:
+    """The topics file at `path` as the DAG files and the topics page see it (entries whose
+    schedule Airflow refuses are bad entries), and True; without Airflow installed, as the
+    topics file's own checks see it, and False. A ConfigError if the file cannot be read."""
+    from deltaferry.config import load_topics
+
+    loaded = load_topics(path)  # a file that is not there or not YAML: said as it is
+    try:
+        from deltaferry.airflow.ui import checked_topics as airflow_checked
+
+        return airflow_checked(loaded.path), True
+    except ImportError:
+        return loaded, False
+
+
 def _status(args: argparse.Namespace) -> int:
     import os
 
-    from deltaferry.config import load_topics
     from deltaferry.ui.topics import all_topic_rows
 
-    topics = load_topics(args.topics_file)
+    topics, _ = checked_topics(args.topics_file)
     chosen = [topics.get(args.topic)] if args.topic else topics.topics
     runs, unknown = airflow_runs([t.dag_id for t in chosen])
     rows = all_topic_rows(chosen, os.environ, runs)
@@ -133,17 +151,10 @@ def status_json(row) -> dict:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from deltaferry.config import load_topics
-
-    loaded = load_topics(args.file)  # a file that is not there or not YAML: exit 2, one line
-    try:
-        from deltaferry.airflow.factory import build
-    except ImportError:
-        errors, note = [str(e) for e in loaded.errors], " (schedules not checked: no Airflow)"
-    else:
-        errors, note = build(loaded.path, log_errors=False, dags=False).errors, ""
-    valid = len(loaded.topics) + len(loaded.errors) - len(errors)
-    print(f"{loaded.path}: {valid} topic(s) valid, {len(errors)} entr"
+    topics, with_airflow = checked_topics(args.file)
+    errors = topics.errors
+    note = "" if with_airflow else " (schedules not checked: Airflow is not installed)"
+    print(f"{topics.path}: {len(topics.topics)} topic(s) valid, {len(errors)} entr"
           f"{'y' if len(errors) == 1 else 'ies'} invalid{note}")
     for error in errors:
         print(f"  - {error}")
