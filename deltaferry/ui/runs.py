@@ -23,10 +23,12 @@ RUNS_SHOWN = 50
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 660, 170, 56, 22, 10
 #: Colours of the phases, in the order they are first met; a bar's single colour.
 PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f",
-           "#4a5568")
+           "#4a5568", "#e53e3e", "#63b3ed", "#9ae6b4", "#fbd38d")
 BAR = "#2b6cb0"
-#: The part of an ingest's seconds its phases do not name.
+#: The part of an ingest's seconds its phases do not name (the query's start and planning),
+#: always drawn grey.
 OTHER = "other"
+OTHER_COLOUR = "#cbd5e0"
 
 
 @dataclass(frozen=True)
@@ -188,13 +190,16 @@ def stacked_chart(key: str, title: str, unit: str, runs: Sequence[RunPoint]) -> 
         x, w = _slot(i, len(runs))
         base = 0.0
         for phase, seconds in stack.items():
-            colour = colours.setdefault(phase, PALETTE[len(colours) % len(PALETTE)])
+            named = len([p for p in colours if p != OTHER])
+            colour = colours.setdefault(phase, OTHER_COLOUR if phase == OTHER
+                                        else PALETTE[named % len(PALETTE)])
             low, high = _y(base, chart), _y(base + seconds, chart)
             chart.bars.append(Bar(round(x + w * 0.15, 1), round(high, 1),
                                   round(max(w * 0.7, 1), 1), round(low - high, 1), colour,
                                   f"{run.at} {run.run_id}: {phase} {number_text(seconds)} s"))
             base += seconds
-    chart.legend = [(colour, phase) for phase, colour in colours.items()]
+    chart.legend = [(colour, phase) for phase, colour in colours.items() if phase != OTHER]
+    chart.legend += [(OTHER_COLOUR, OTHER)] if OTHER in colours else []
     return chart
 
 

@@ -50,6 +50,7 @@ def test_charts_mark_every_run_with_a_report_oldest_on_the_left():
     seconds = charts["seconds"]                          # r1, r2 two phases (+other), r4 0
     assert seconds.points == 3 and len(seconds.bars) == 2 + 3 + 1
     assert [label for _, label in seconds.legend] == ["kafka_read", "merge", OTHER]
+    assert len({colour for colour, _ in seconds.legend}) == 3      # other: its own grey
     lag = charts["lag"]
     assert len(lag.dots) == 3 and lag.lines == [f"{lag.dots[0].x},{lag.dots[0].y} "
                                                 f"{lag.dots[1].x},{lag.dots[1].y}"]
