@@ -9,6 +9,8 @@ batch (the watermarks of all topics asked of the broker together, `topics_offset
 run is what the caller found in Airflow's metadata (`LastRun`). Topics are gathered by a bounded
 thread pool, each with short timeouts, so one slow system cannot hold the page; filters that need
 no gathering (name, state, last success) are applied first, so only the topics shown are read.
+The metrics and `deltaferry status` read the same rows through the same `TopicsReader`
+(`all_topic_rows`).
 """
 
 from __future__ import annotations
