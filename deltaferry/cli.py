@@ -50,15 +50,26 @@ def _add_extensions(sub: argparse._SubParsersAction) -> None:
         ep.load()(sub)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    import os
+
     from deltaferry.pipeline import configure_logging, run_topic
+    from deltaferry.spark import warm
 
     configure_logging()
-    reports = run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps,
-                        wait=args.wait)
+    warm_run = warm.run_command(argv, os.environ,
+                                lambda line: print(line, file=sys.stderr, flush=True))
+    if warm_run is None:
+        reports = [r.as_dict() for r in run_topic(args.topic, reinfer=args.reinfer,
+                                                  steps_text=args.steps, wait=args.wait)]
+    else:
+        code, reports = warm_run
+        if code != 0:
+            return code
+        for report in reports:
+            print(report["summary"])
     if args.report:
-        Path(args.report).write_text(json.dumps([r.as_dict() for r in reports], indent=2),
-                                     encoding="utf-8")
+        Path(args.report).write_text(json.dumps(reports, indent=2), encoding="utf-8")
     return 0
 
 
@@ -171,32 +182,13 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
 
     if extensions:
         _add_extensions(sub)
+    from deltaferry.jobs import add_run_arguments
 
     p_run = sub.add_parser(
         "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"
     )
-    p_run.add_argument("topic", help="a topic listed in the topics file (DELTAFERRY_TOPICS)")
-    p_run.add_argument(
-        "--reinfer",
-        action="store_true",
-        help="re-read the whole topic to infer the schema instead of only the new offsets",
-    )
-    p_run.add_argument(
-        "--steps",
-        default="infer,ingest,maintain",
-        help="comma-separated subset of infer,ingest,maintain (default: all three, in order)",
-    )
-    p_run.add_argument(
-        "--report", metavar="FILE",
-        help="also write every step's report to FILE as JSON (a list; what the summary lines "
-        "say, with all figures)",
-    )
-    p_run.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS",
-        help="wait up to this long for another run of the topic (Airflow's or a manual one) to "
-        "finish (default: refuse at once, naming it)",
-    )
-    p_run.set_defaults(func=_run)
+    add_run_arguments(p_run)
+    p_run.set_defaults(func=_run, with_argv=True)
 
     p_stream = sub.add_parser(
         "stream", help="ingest continuously: a micro-batch every trigger_interval (topic entry) "
@@ -249,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(extensions=not argv or argv[0] not in OWN_COMMANDS).parse_args(argv)
     try:
+        if getattr(args, "with_argv", False):  # passed on whole to a warm driver
+            return args.func(args, argv[1:])
         return args.func(args)
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)

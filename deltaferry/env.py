@@ -80,7 +80,8 @@ PYSPARK_PYTHON = _v("PYSPARK_PYTHON", "the interpreter of the Python workers", "
 JAVA_HOME = _v("JAVA_HOME", "the JVM a class archive is built for", "path",
                default_doc="the java on PATH")
 WARM_DRIVERS = _v("DELTAFERRY_WARM_DRIVERS", "steps on a local master run in kept-running "
-                  "drivers: auto | on | off", "auto | on | off", default="auto")
+                  "drivers: auto (Airflow tasks) | on (`deltaferry run` too) | off",
+                  "auto | on | off", default="auto")
 WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs", "path",
               default_doc="deltaferry-warm-<uid> in the temporary folder")
 WARM_IDLE_SECONDS = _v("DELTAFERRY_WARM_IDLE_SECONDS", "a warm driver pool unused this long "

@@ -66,3 +66,49 @@ def main(step: str, argv: list[str] | None = None) -> int:
         print(report.summary(), file=sys.stderr)
     publish([r.as_dict() for r in reports])
     return 0
+
+
+def run_command(argv: list[str]) -> int:
+    """A whole `deltaferry run` (the command's arguments, DELTAFERRY_TOPICS for the topics
+    file) in a warm driver: the same runner, checks and lock as the command in its own process;
+    the reports are published as a job's are (the command prints their summary lines); exit 2
+    with the message on errors."""
+    from deltaferry.pipeline import configure_logging, run_topic
+
+    parser = argparse.ArgumentParser(prog="deltaferry run")
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging()
+    try:
+        reports = run_topic(args.topic, reinfer=args.reinfer, steps_text=args.steps,
+                            wait=args.wait, say=lambda line: None)
+    except DeltaferryError as exc:
+        print(f"deltaferry: error: {exc}", file=sys.stderr)
+        return 2
+    publish([r.as_dict() for r in reports])
+    return 0
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """`deltaferry run`'s arguments: the command's, and the warm driver's that runs it."""
+    parser.add_argument("topic", help="a topic listed in the topics file (DELTAFERRY_TOPICS)")
+    parser.add_argument(
+        "--reinfer",
+        action="store_true",
+        help="re-read the whole topic to infer the schema instead of only the new offsets",
+    )
+    parser.add_argument(
+        "--steps",
+        default="infer,ingest,maintain",
+        help="comma-separated subset of infer,ingest,maintain (default: all three, in order)",
+    )
+    parser.add_argument(
+        "--report", metavar="FILE",
+        help="also write every step's report to FILE as JSON (a list; what the summary lines "
+        "say, with all figures)",
+    )
+    parser.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS",
+        help="wait up to this long for another run of the topic (Airflow's or a manual one) to "
+        "finish (default: refuse at once, naming it)",
+    )

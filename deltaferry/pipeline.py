@@ -120,7 +120,7 @@ def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False,
 
 
 def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
-              spark=None, wait: float = 0.0) -> list:
+              spark=None, wait: float = 0.0, say=print) -> list:
     """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports.
 
     A step with nothing to do (deltaferry.plan) is skipped, and Spark starts only for a step
@@ -132,7 +132,7 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
     reports = run_steps(ctx, todo, f"deltaferry run {name} --steps {steps_text}", spark, wait,
                         reinfer=reinfer, check_kafka=True, stop_when_empty=True)
     for report in reports:
-        print(report.summary())
+        say(report.summary())
     return reports
 
 

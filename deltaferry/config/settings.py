@@ -12,8 +12,11 @@ from deltaferry.errors import ConfigError
 
 
 def warehouse_from_env(env: Mapping[str, str] | None = None) -> str:
-    """DELTAFERRY_WAREHOUSE (a folder or a URI), else ``warehouse/`` in the current directory."""
-    warehouse = envvars.WAREHOUSE.value(env) or str(Path.cwd() / "warehouse")
+    """DELTAFERRY_WAREHOUSE (a folder or a URI), else ``warehouse/`` in the current directory;
+    a relative folder is made absolute (Delta takes a relative path for a table's name)."""
+    warehouse = envvars.WAREHOUSE.value(env) or "warehouse"
+    if "://" not in warehouse:
+        warehouse = str(Path(warehouse).absolute())
     return warehouse.rstrip("/") or "/"
 
 

@@ -132,3 +132,60 @@ def test_a_task_that_goes_away_stops_its_driver(pool_env, tmp_path):
     lines.clear()
     assert run(env, "ingest", topic, topics_file, tmp_path / "after.json", lines)[0] == 0
     assert table_keys(env, topic) == sorted(f"k{i}" for i in range(KEYS))
+
+
+def deltaferry(env, cwd, *args) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = [str(Path(sys.executable).parent / "deltaferry"), *args]
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_bootstrap):
+    """DELTAFERRY_WARM_DRIVERS=on: `deltaferry run` runs in the pool's driver (which warmed up
+    first), its summary lines on stdout and its report file written as a run in its own process
+    writes them; the next run takes the same driver; relative paths mean the command's folder;
+    an error is the command's one line and exit 2. With the default (auto), the command runs in
+    its own process."""
+    env, topic, topics_file = pool_env
+    folder = tmp_path / "here"
+    folder.mkdir()
+    (folder / "topics.yaml").write_text(topics_file.read_text())
+    env = {**env, warm.ENABLED_VAR: "on", "DELTAFERRY_TOPICS": "topics.yaml",
+           "DELTAFERRY_WAREHOUSE": "warehouse"}
+    env.pop("DELTAFERRY_SPARK_MASTER", None)  # local[*]
+
+    code, out, err = deltaferry(env, folder, "run", topic, "--report", "report.json")
+    assert code == 0, err
+    assert "takes the run step" in err
+    assert out.splitlines()[1].startswith(f"ingest {topic}: 2000 messages")
+    reports = json.loads((folder / "report.json").read_text())
+    assert [r["step"] for r in reports] == ["infer", "ingest", "optimize", "vacuum"]
+    assert reports[1]["messages_read"] == 2000
+    pool = err.split("warm driver pool ")[1].split(":")[0]
+    log = next((tmp_path / "pool").glob("*.log")).read_text()
+    assert "warmed up in" in log, log
+
+    produce(kafka_bootstrap, topic, ((f"k{i}", {"i": -i}) for i in range(KEYS)))
+    code, out, err = deltaferry(env, folder, "run", topic)
+    assert code == 0, err
+    assert f"warm driver pool {pool}: driver pid" in err  # the same pool, warm
+    assert f"ingest {topic}: {KEYS} messages" in out
+    assert table_keys({"DELTAFERRY_WAREHOUSE": str(folder / "warehouse")}, topic) == sorted(
+        f"k{i}" for i in range(KEYS))
+
+    code, out, err = deltaferry(env, folder, "run", "no-such-topic")
+    assert code == 2
+    assert [line for line in err.splitlines() if line.startswith("deltaferry: error:")] == [
+        line for line in err.splitlines() if "no-such-topic" in line and "error" in line]
+    assert "no-such-topic" in err
+
+    produce(kafka_bootstrap, topic, ((f"k{i}", {"i": i}) for i in range(3)))
+    code, out, err = deltaferry({**env, warm.ENABLED_VAR: "auto"}, folder, "run", topic)
+    assert code == 0, err
+    assert "takes the run step" not in err
+    assert f"ingest {topic}: 3 messages" in out

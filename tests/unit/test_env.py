@@ -70,4 +70,7 @@ def test_no_default_assumes_a_source_checkout(tmp_path, monkeypatch):
     assert deps_dir() == tmp_path.resolve() / ".deps"
     assert warehouse_from_env() == str(tmp_path / "warehouse")
     assert topics_path() == str(tmp_path / "topics.yaml")
+    # a relative folder is the current directory's (Delta would take it for a table's name)
+    assert warehouse_from_env({"DELTAFERRY_WAREHOUSE": "lake/"}) == str(tmp_path / "lake")
+    assert warehouse_from_env({"DELTAFERRY_WAREHOUSE": "s3://b/wh/"}) == "s3://b/wh"
     assert not hasattr(__import__("deltaferry.jvm").jvm, "REPO_ROOT")
