@@ -76,11 +76,12 @@ class TreePeak:
         return self.peak
 
 
-def timed(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """(seconds, peak RSS bytes, stdout) of running `command` to its end."""
+def timed(command: list[str], env: dict[str, str], cwd: Path | None = None
+          ) -> tuple[float, int, str]:
+    """(seconds, peak RSS bytes, stdout) of running `command` (in `cwd`) to its end."""
     started = time.monotonic()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+                               stderr=subprocess.DEVNULL, text=True, cwd=cwd)
     peak = TreePeak(process.pid)
     out, _ = process.communicate()
     seconds = time.monotonic() - started

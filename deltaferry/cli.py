@@ -53,6 +53,8 @@ def _add_extensions(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
     import os
 
+    from deltaferry import alerts
+    from deltaferry.errors import AlertError
     from deltaferry.pipeline import configure_logging, run_topic
     from deltaferry.spark import warm
 
@@ -68,8 +70,13 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
             return code
         for report in reports:
             print(report["summary"])
+            for alert in alerts.of(report):
+                print(alert.line())
     if args.report:
         Path(args.report).write_text(json.dumps(reports, indent=2), encoding="utf-8")
+    failed = alerts.failing(reports)
+    if failed:
+        raise AlertError([alert.line() for alert in failed])
     return 0
 
 
@@ -185,8 +192,10 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     from deltaferry.jobs import add_run_arguments
 
     p_run = sub.add_parser(
-        "run", help="infer (or reuse) the schema, ingest what is new, maintain the table"
-    )
+        "run", help="infer (or reuse) the schema, ingest what is new, maintain the table",
+        epilog="Exit status: 0 done; 2 an error (one line on stderr); 3 an alert of the topic "
+        "whose action is fail fired after ingest (the data landed; the steps after it did not "
+        "run)")
     add_run_arguments(p_run)
     p_run.set_defaults(func=_run, with_argv=True)
 
@@ -246,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ AWS_CONN_ID = _v("DELTAFERRY_AWS_CONN_ID", "the Airflow connection of the object
 SCHEMA_REGISTRY_CONN_ID = _v("DELTAFERRY_SCHEMA_REGISTRY_CONN_ID", "the Airflow connection of "
                              "the Schema Registry", "connection id",
                              default="schema_registry_default")
+NOTIFY_TIMEOUT_SECONDS = _v("DELTAFERRY_NOTIFY_TIMEOUT_SECONDS", "how long a task waits for "
+                            "a notify target to answer (each POST); one that does not is "
+                            "logged and skipped", "seconds", default="10")
 AIRFLOW_HOME = _v("AIRFLOW_HOME", "the Airflow whose metadata database `deltaferry status` "
                   "reads the last runs from (Airflow's own variable)", "path",
                   default_doc="unset: `deltaferry status` shows no last run")

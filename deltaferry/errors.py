@@ -10,6 +10,9 @@ from __future__ import annotations
 class DeltaferryError(Exception):
     """Base class: the message is written for the user and names what is at fault."""
 
+    #: The CLI's exit status for this error.
+    exit_code = 2
+
 
 class ConfigError(DeltaferryError):
     """The topics file or an environment setting is invalid."""
@@ -91,3 +94,14 @@ class SchemaFormatError(DeltaferryError):
         self.problem = problem
         where = f"{schema} schema at {path}" if path else f"{schema} schema"
         super().__init__(f"{where}: {problem}")
+
+
+class AlertError(DeltaferryError):
+    """A run crossed a threshold whose action is fail: its data landed, the run reports a
+    failure (one line per alert, each naming the topic, the threshold and the value)."""
+
+    exit_code = 3
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        super().__init__("; ".join(lines))

@@ -84,7 +84,7 @@ def run_command(argv: list[str]) -> int:
                             wait=args.wait, say=lambda line: None)
     except DeltaferryError as exc:
         print(f"deltaferry: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     publish([r.as_dict() for r in reports])
     return 0
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
 
-from deltaferry import steps
+from deltaferry import alerts, steps
 from deltaferry.config import TopicConfig
 from deltaferry.context import TopicContext
 from deltaferry.errors import EmptyTopicError
@@ -74,7 +74,9 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
     before any step, so an unreachable broker or a missing topic is said before the JVM), then
     each step in order: skipped when it has nothing to do (`decide`, deltaferry.plan),
     else run, Spark started (as `app_name`) for the first step that needs it unless `spark`
-    is given. The list of reports. A step finding the topic empty raises EmptyTopicError, or
+    is given; each report, run or skipped, goes through the step's checks after it (the
+    ingest step's alerts, deltaferry.alerts), and an alert whose action is fail ends the run
+    there. The list of reports. A step finding the topic empty raises EmptyTopicError, or
     with `stop_when_empty` is logged and ends the run.
 
     One snapshot of the topic's state (deltaferry.state), read under the lock so that no
@@ -87,22 +89,27 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
         state = TopicState(ctx)
         if check_kafka:
             state.offsets  # noqa: B018  (reading them is the check)
-        for step in todo:
+        for position, step in enumerate(todo):
             skip = step.skip(ctx, state, reinfer=reinfer) if decide else None
             if skip is not None:
-                reports.append(skip)
-                continue
-            if spark is None and step.needs_spark(ctx.topic):
-                spark = get_spark(app_name or f"deltaferry-{ctx.topic.name}",
-                                  ctx.settings.spark_master)
-            if spark is not None:
-                warn_local_warehouse(ctx, spark)
-            try:
-                reports.extend(step.run(ctx, spark, state, reinfer=reinfer))
-            except EmptyTopicError as exc:
-                if not stop_when_empty:
-                    raise
-                log.warning("%s", exc)
+                reports.append(step.checked(ctx, skip, state))
+            else:
+                if spark is None and step.needs_spark(ctx.topic):
+                    spark = get_spark(app_name or f"deltaferry-{ctx.topic.name}",
+                                      ctx.settings.spark_master)
+                if spark is not None:
+                    warn_local_warehouse(ctx, spark)
+                try:
+                    done = step.run(ctx, spark, state, reinfer=reinfer)
+                except EmptyTopicError as exc:
+                    if not stop_when_empty:
+                        raise
+                    log.warning("%s", exc)
+                    break
+                reports.extend(step.checked(ctx, report, state) for report in done)
+            if alerts.failing(reports) and position < len(todo) - 1:
+                log.warning("%s: an alert's action is fail; the steps after %s do not run",
+                            ctx.topic.name, step.name)
                 break
     return reports
 
@@ -121,7 +128,8 @@ def run_step(step: str, ctx: TopicContext, spark, reinfer: bool = False,
 
 def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,maintain",
               spark=None, wait: float = 0.0, say=print) -> list:
-    """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports.
+    """Infer (or reuse) the schema, ingest what is new, maintain the table; returns the reports
+    (each summary line to `say`, and a line per alert after the ingest step's).
 
     A step with nothing to do (deltaferry.plan) is skipped, and Spark starts only for a step
     that has work. An empty topic is not a failure: the run says so and stops. The whole run
@@ -133,6 +141,8 @@ def run_topic(name: str, reinfer: bool = False, steps_text: str = "infer,ingest,
                         reinfer=reinfer, check_kafka=True, stop_when_empty=True)
     for report in reports:
         say(report.summary())
+        for alert in alerts.of(report):
+            say(alert.line())
     return reports
 
 

@@ -196,6 +196,9 @@ class IngestReport(Report):
     phases: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     step: str = "ingest"
+    #: The topic's thresholds this run crossed (`deltaferry.alerts.Alert.as_dict`), set after
+    #: the step by `deltaferry.alerts.checked`.
+    alerts: list[dict] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line for logs."""

@@ -141,6 +141,25 @@ def table_files(uri: str, env: Mapping[str, str] | None = None) -> TableFiles | 
     return TableFiles(sizes, created / 1000 if created else None)
 
 
+def last_change(uri: str, env: Mapping[str, str] | None = None) -> float | None:
+    """When the Delta table at `uri` last changed: its newest commit's time (epoch seconds),
+    read with delta-rs; None when there is no table or its log cannot be read (said in the
+    log)."""
+    from deltalake.exceptions import TableNotFoundError
+
+    from deltaferry.lake import open_table
+
+    try:
+        newest = open_table(uri, env).history(1)
+    except TableNotFoundError:
+        return None
+    except Exception as exc:  # an unreadable log: unknown, not a made-up time
+        log.warning("cannot read the Delta log of %s (%s: %s)", uri, type(exc).__name__, exc)
+        return None
+    stamp = newest[0].get("timestamp") if newest else None
+    return stamp / 1000 if isinstance(stamp, (int, float)) else None
+
+
 def existing_tables(paths: TopicPaths, env: Mapping[str, str] | None = None
                     ) -> dict[str, TableFiles | None]:
     """The topic's Delta tables that exist (table, quarantine), each with its files (each log
@@ -219,6 +238,12 @@ class TopicState:
     def tables(self) -> dict[str, TableFiles | None]:
         """The topic's Delta tables that exist, each with its files (`existing_tables`)."""
         return existing_tables(self.ctx.paths, self.env)
+
+    @cached_property
+    def table_changed(self) -> float | None:
+        """When the topic's table last changed (epoch seconds, `last_change`): read when first
+        asked, so after the step that wrote it."""
+        return last_change(self.ctx.paths.table, self.env)
 
     @cached_property
     def last_vacuum(self) -> float | None:

@@ -86,6 +86,11 @@ class Step:
         """Run this single step; its report."""
         raise NotImplementedError(f"step {self.name} runs its parts")
 
+    def checked(self, ctx: TopicContext, report: Any, state: TopicState | None = None) -> Any:
+        """This step's report (a Report or its `as_dict()`, run or skipped) with what is
+        checked after the step added to it; as it is for most steps."""
+        return report
+
 
 @dataclass(frozen=True)
 class Infer(Step):
@@ -113,6 +118,13 @@ class Ingest(Step):
         from deltaferry.spark.ingest import ingest_topic
 
         return ingest_topic(spark, ctx, state)
+
+    def checked(self, ctx: TopicContext, report: Any, state: TopicState | None = None) -> Any:
+        """The report with the topic's alerts (deltaferry.alerts), whether ingest ran or was
+        skipped: lag and staleness apply to both."""
+        from deltaferry.alerts import checked
+
+        return checked(ctx, report, state)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-su
 params ``reinfer`` and ``debug``; the ingest task declares the Delta table as an asset. Every
 task runs in the Airflow pool of deltaferry's Spark drivers (`deltaferry.fleet`), and a topic's
 later steps go before other topics' first ones (weight rule ``upstream``), so a fleet finishes
-topics one by one instead of starting them all.
+topics one by one instead of starting them all. The entry's ``notify`` targets get the ingest
+task's alerts and every task's failure (deltaferry.airflow.notify).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from deltaferry import env as envvars
 from deltaferry import fleet, steps
+from deltaferry.alerts import number_text
 from deltaferry.config import (
     TopicConfig,
     TopicsFile,
@@ -111,6 +113,7 @@ def doc_for(topic: TopicConfig, paths: TopicPaths) -> str:
 | schedule | {schedule_text(topic)} |
 | micro-batch bound | {bound} |
 | VACUUM retention | {topic.vacuum_retention_hours:g} h |
+| alerts | {alerts_text(topic)} |
 
 Tasks: **infer_schema** (reuses the cached schema; ingest grows it from new messages) → **ingest**
 (availableNow stream, {landing(topic)}) → **optimize** → **vacuum**.
@@ -120,6 +123,16 @@ Each task's XCom `return_value` holds what it did; the ingest task's asset event
 Trigger with **reinfer** to re-read the whole topic for the schema; **debug** writes to
 `_debug/` locations instead. Configured in the topics file; edit it, not this DAG.
 """
+
+
+def alerts_text(topic: TopicConfig) -> str:
+    """The entry's thresholds and notify targets, in words (the DAG page's alerts row)."""
+    thresholds = topic.alerts.thresholds()
+    if not thresholds:
+        return "none set"
+    said = ", ".join(f"{name} {number_text(value)}" for name, value in thresholds.items())
+    targets = ", ".join(f"`{t}`" for t in topic.notify) or "no notify target: task log only"
+    return f"{said} (action {topic.alerts.action}) → {targets}"
 
 
 def landing(topic: TopicConfig) -> str:
@@ -179,7 +192,7 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
             DeltaferrySparkSubmitOperator(
                 task_id=steps.get(name).task_id, topic=topic.name, step=name,
                 topics_file=topics_file, trigger_rule="none_failed" if position else "all_success",
-                outlets=[table] if name == "ingest" else [],
+                outlets=[table] if name == "ingest" else [], notify=topic.notify,
             )
             for position, name in enumerate(steps.DAG_STEPS)
         ]

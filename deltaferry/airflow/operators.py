@@ -19,7 +19,11 @@ needs decided at run time, so a DAG file only names the topic and the step:
   ends *skipped*, saying why in its log and its XCom (and the ingest task emits no asset event);
 * the job writes its report to a file the task names (``DELTAFERRY_REPORT_FILE``); it becomes
   the task's XCom return value (one dict), a ``deltaferry result:`` line in the log and the
-  ``extra`` of the task's asset events.
+  ``extra`` of the task's asset events;
+* the ingest step's report carries the topic's alerts (deltaferry.alerts, checked by the job,
+  or here when the step is skipped): one ``deltaferry alert:`` line each in the log, each sent
+  to the topic's ``notify`` targets (deltaferry.airflow.notify) before the task ends, and an
+  alert whose action is fail then fails the task (no retry: the data landed).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +131,20 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
     :param topic: the topic's name (an entry of the topics file)
     :param step: one of deltaferry.steps.STEPS
     :param topics_file: the topics file the job reads (default: DELTAFERRY_TOPICS)
+    :param notify: Airflow connection ids that get the step's alerts and, unless
+        ``on_failure_callback`` is given, its failure (deltaferry.airflow.notify)
     Every other keyword argument goes to SparkSubmitOperator as it is (conf, conn_id,
     executor_memory, packages, keytab, principal, proxy_user, env_vars, ...).
     """
 
     ui_color = "#e8f4fa"
 
-    def __init__(self, *, topic: str, step: str, topics_file: str | None = None, **kwargs):
+    def __init__(self, *, topic: str, step: str, topics_file: str | None = None,
+                 notify: Sequence[str] = (), **kwargs):
+        from deltaferry.airflow.notify import TaskFailureNotifier
+
+        if notify:
+            kwargs.setdefault("on_failure_callback", [TaskFailureNotifier(topic, notify)])
         kwargs.setdefault("application", str(steps.get(step).script))
         kwargs.setdefault("name", f"deltaferry-{step}-{topic}")
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
@@ -144,6 +155,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.topic = topic
         self.step = step
         self.topics_file = topics_file
+        self.notify = tuple(notify)
 
     def execute(self, context) -> Any:  # the task's XCom: one report dict
         from airflow.sdk.log import mask_secret
@@ -169,7 +181,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         skip = self._nothing_to_do(env, reinfer, debug)
         self.timing["plan"] = time.monotonic() - began
         if skip is not None:
-            self._skip(context, {**skip.as_dict(), "task": self.timing})
+            self._skip(context, {**skip, "task": self.timing})
         self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
                                                 self.topics_file)
         running = time.monotonic()
@@ -181,6 +193,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.timing["run"] = time.monotonic() - running
         report = {**one_report(self.step, reports), "task": self.timing}
         self.log.info("deltaferry result: %s", describe(self.step, reports))
+        self._alert(context, report)
         self._publish(context, report, debug)
         return report
 
@@ -295,21 +308,46 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             return []
         return data if isinstance(data, list) else [data]
 
-    def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool):
-        """The step's Skip when it has nothing to do (decided without a JVM, deltaferry.plan);
-        the run itself goes through the runner in the job (deltaferry.jobs)."""
+    def _nothing_to_do(self, env: dict[str, str], reinfer: bool, debug: bool) -> dict | None:
+        """The step's Skip (as a dict, with what the step checks after it: the ingest step's
+        alerts) when it has nothing to do (decided without a JVM, deltaferry.plan); the run
+        itself goes through the runner in the job (deltaferry.jobs)."""
         from deltaferry.context import TopicContext
+        from deltaferry.state import TopicState
 
         ctx = TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
-        return steps.get(self.step).skip(ctx, reinfer=reinfer, env=env)
+        step, state = steps.get(self.step), TopicState(ctx, env)
+        skip = step.skip(ctx, state, reinfer=reinfer, env=env)
+        return None if skip is None else step.checked(ctx, skip.as_dict(), state)
 
     def _skip(self, context, report: dict) -> None:
-        """End the task as skipped (no asset event), its report as the XCom return value."""
+        """End the task as skipped (no asset event), its report as the XCom return value; its
+        alerts sent first (and one whose action is fail fails it instead)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
         self.log.info("deltaferry result: %s", report["summary"])
         context["ti"].xcom_push(key="return_value", value=report)
+        self._alert(context, report)
         raise AirflowSkipException(report["summary"])
+
+    def _alert(self, context, report: dict) -> None:
+        """The report's alerts: a log line each, sent to the topic's notify targets; then
+        AlertsFailed (the task fails, no retry) if one's action is fail, its report the XCom
+        return value."""
+        from deltaferry import alerts
+        from deltaferry.airflow.notify import AlertsFailed, send_alerts
+
+        found = alerts.of(report)
+        if not found:
+            return
+        for alert in found:
+            self.log.warning("deltaferry alert: %s", alert.line())
+        send_alerts(self.notify, found, report.get("summary") or "",
+                    context, self.log)
+        failed = [a for a in found if a.fails]
+        if failed:
+            context["ti"].xcom_push(key="return_value", value=report)
+            raise AlertsFailed(failed)
 
     def _publish(self, context, report: dict, debug: bool) -> None:
         """The report as the `extra` of the task's asset events (the ingest task's table)."""

@@ -6,6 +6,7 @@ Re-exports what callers import from ``deltaferry.config``.
 
 from deltaferry.config.settings import Settings, parse_kafka_options, warehouse_from_env
 from deltaferry.config.topics import (
+    ALERT_ACTIONS,
     FORMATS,
     KAFKA_COLUMNS,
     KEY_FORMATS,
@@ -15,6 +16,7 @@ from deltaferry.config.topics import (
     SUBJECT_STRATEGIES,
     TOPIC_NAME_RE,
     TRIGGER_INTERVAL_RE,
+    AlertOptions,
     AvroOptions,
     FileOptions,
     Format,
@@ -33,9 +35,10 @@ from deltaferry.config.topics import (
 )
 
 __all__ = [
-    "FORMATS", "KAFKA_COLUMNS", "KEY_FORMATS", "MODES", "PROTO_NAME_RE", "STARTING_OFFSETS",
-    "SUBJECT_STRATEGIES", "TOPIC_NAME_RE", "TRIGGER_INTERVAL_RE", "AvroOptions", "FileOptions",
-    "Format", "JsonOptions", "KeyFormat", "Mode", "ProtobufOptions", "Settings", "TopicConfig",
-    "TopicsFile", "load_topics", "parse_kafka_options", "parse_topic", "parse_topics",
-    "topics_path", "trigger_seconds", "validate_topic_name", "warehouse_from_env",
+    "ALERT_ACTIONS", "AlertOptions", "FORMATS", "KAFKA_COLUMNS", "KEY_FORMATS", "MODES",
+    "PROTO_NAME_RE", "STARTING_OFFSETS", "SUBJECT_STRATEGIES", "TOPIC_NAME_RE",
+    "TRIGGER_INTERVAL_RE", "AvroOptions", "FileOptions", "Format", "JsonOptions", "KeyFormat",
+    "Mode", "ProtobufOptions", "Settings", "TopicConfig", "TopicsFile", "load_topics",
+    "parse_kafka_options", "parse_topic", "parse_topics", "topics_path", "trigger_seconds",
+    "validate_topic_name", "warehouse_from_env",
 ]

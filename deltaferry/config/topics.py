@@ -74,6 +74,10 @@ _UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 36
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
+#: What a crossed threshold does to the run (see deltaferry.alerts).
+ALERT_ACTIONS = ("warn", "fail")
+#: An Airflow connection id: letters, digits and ``_.-``.
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 #: A protobuf full name: dotted identifiers.
 PROTO_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -178,6 +182,25 @@ def _merge_key(value: Any) -> tuple[str, ...] | None:
     return tuple(fields_)
 
 
+def _notify(value: Any) -> tuple[str, ...]:
+    """null or a list of distinct Airflow connection ids (one id alone may be given as text)."""
+    if value is None:
+        return ()
+    ids = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
+        else value
+    if not isinstance(ids, list):
+        raise ValueError(f"must be a list of Airflow connection ids, e.g. [deltaferry_alerts], "
+                         f"got {value!r}")
+    for conn_id in ids:
+        if not isinstance(conn_id, str) or not CONN_ID_RE.match(conn_id):
+            raise ValueError(f"each entry must be an Airflow connection id (letters, digits, "
+                             f"'_', '.', '-'), got {conn_id!r}")
+    repeated = sorted({c for c in ids if ids.count(c) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once")
+    return tuple(ids)
+
+
 def _schema_hints(value: Any) -> tuple[Hint, ...]:
     if value is None:
         return ()
@@ -244,6 +267,41 @@ class JsonOptions:
         lambda v: v is None or (isinstance(v, str) and v.endswith((".yaml", ".yml"))),
         "must be the path of a YAML file (schemas/<topic>.yaml) or null")] = option(
         None, "the same as a YAML file, relative to the topics file; not with schema_hints")
+
+
+@options(frozen=True, config=_CONFIG)
+class AlertOptions:
+    """``alerts:`` thresholds checked after each run's ingest (deltaferry.alerts); null: not
+    checked. An alert goes to the topic's ``notify`` targets and into the run's result."""
+
+    max_lag_messages: Annotated[int | None, _check(
+        lambda v: v is None or (_is_int(v) and v >= 0),
+        "must be a whole number of messages >= 0 or null")] = option(
+        None, "alert when more messages than this are left on the topic after the run")
+    max_quarantined_ratio: Annotated[float | None, _check(
+        lambda v: v is None or (_is_number(v) and 0 <= v <= 1),
+        "must be a ratio from 0 to 1 (0.01: one message in a hundred) or null",
+        lambda v: None if v is None else float(v))] = option(
+        None, "alert when more than this share of the messages the run read was quarantined")
+    max_ingest_minutes: Annotated[float | None, _check(
+        lambda v: v is None or (_is_number(v) and v > 0),
+        "must be a number of minutes > 0 or null",
+        lambda v: None if v is None else float(v))] = option(
+        None, "alert when the ingest step took longer than this")
+    stale_after_minutes: Annotated[float | None, _check(
+        lambda v: v is None or (_is_number(v) and v > 0),
+        "must be a number of minutes > 0 or null",
+        lambda v: None if v is None else float(v))] = option(
+        None, "alert when messages are waiting after the run and the table has not changed "
+        "for this long")
+    action: Annotated[str, _one_of(ALERT_ACTIONS)] = option(
+        "warn", "warn: the run succeeds and the alert is sent; fail: the alert is sent and the "
+        "run fails (the DAG's ingest task, `deltaferry run`'s exit status)")
+
+    def thresholds(self) -> dict[str, float]:
+        """The thresholds that are set, by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "action" and getattr(self, f.name) is not None}
 
 
 @options(frozen=True, config=_CONFIG)
@@ -321,6 +379,11 @@ class TopicConfig:
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")
     json: JsonOptions = Field(default_factory=JsonOptions, description="json topics' options")
+    alerts: AlertOptions = Field(default_factory=AlertOptions,
+                                 description="thresholds checked after each run's ingest")
+    notify: Annotated[tuple[str, ...], BeforeValidator(_notify)] = option(
+        (), "Airflow connection ids (HTTP webhooks) that get the topic's alerts and task "
+        "failures, e.g. [deltaferry_alerts]", json_schema_extra={"shown": "list of connection ids"})
 
     @property
     def dag_id(self) -> str:
@@ -352,32 +415,37 @@ class FileOptions:
 #: The per-format sections of an entry and their options.
 SECTIONS: dict[str, type] = {"avro": AvroOptions, "protobuf": ProtobufOptions,
                              "json": JsonOptions}
+#: Every section of an entry (a mapping of options, merged key by key over ``defaults:``):
+#: the formats' and ``alerts:``.
+NESTED: dict[str, type] = {**SECTIONS, "alerts": AlertOptions}
 #: A flat key of a format's option -> its section (the flat spelling is still read).
 FLAT_KEYS = {f.name: section for section, cls in SECTIONS.items()
              for f in dataclasses.fields(cls)}
 _TOP_KEYS = [f.name for f in dataclasses.fields(TopicConfig)]
 #: Every option's spelling in the file, nested ones as section.key.
-KNOWN_KEYS = sorted([k for k in _TOP_KEYS if k not in SECTIONS]
-                    + [f"{s}.{f.name}" for s, cls in SECTIONS.items()
+KNOWN_KEYS = sorted([k for k in _TOP_KEYS if k not in NESTED]
+                    + [f"{s}.{f.name}" for s, cls in NESTED.items()
                        for f in dataclasses.fields(cls)])
 _ADAPTER: TypeAdapter[TopicConfig] = TypeAdapter(TopicConfig)
 _FILE_ADAPTER: TypeAdapter[FileOptions] = TypeAdapter(FileOptions)
 
 
 def _problem(error: ValidationError) -> str:
-    """The first problem of a validation error as ``key: problem``, in the words the option's
+    """The first problem of a validation error as ``key: problem`` (``section.key`` within a
+    section), in the words the option's
     check used (pydantic's own wording would name its types, not the option's rule)."""
     first = error.errors()[0]
     cause = (first.get("ctx") or {}).get("error")
     text = str(cause) if cause is not None else first["msg"]
-    return f"{first['loc'][-1]}: {text}" if first["loc"] else text
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {text}" if where else text
 
 
 def _nest(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`mapping` with flat per-format keys moved into their sections (one warning naming
     `where` and the nested spelling); a section that is not a mapping is refused."""
     nested = {k: v for k, v in mapping.items() if k not in FLAT_KEYS}
-    for section in SECTIONS:
+    for section in NESTED:
         if section in nested and not isinstance(nested[section], dict):
             raise ConfigError(where, f"{section}: must be a mapping of {section} options "
                               f"({', '.join(k for k in KNOWN_KEYS if k.startswith(section))}), "
@@ -399,9 +467,9 @@ def _nest(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
-    """`entry` over `defaults`, section by section for the per-format sections."""
+    """`entry` over `defaults`, key by key within a section (the formats', ``alerts:``)."""
     merged = {**defaults, **entry}
-    for section in SECTIONS:
+    for section in NESTED:
         if isinstance(defaults.get(section), dict) and isinstance(entry.get(section), dict):
             merged[section] = {**defaults[section], **entry[section]}
     return merged
@@ -409,7 +477,7 @@ def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, A
 
 def _unknown(merged: Mapping[str, Any]) -> list[str]:
     found = [k for k in merged if k not in _TOP_KEYS]
-    for section in SECTIONS:
+    for section in NESTED:
         found += [f"{section}.{k}" for k in merged.get(section) or {}
                   if f"{section}.{k}" not in KNOWN_KEYS]
     return sorted(found)

@@ -9,6 +9,10 @@ Airflow's scheduler (and a run triggered through its REST API), the resulting ta
 * ``demo_orders``: protobuf bodies of ``schemas/shop/order.proto`` (no registry): nested,
   repeated, map, enum and Timestamp fields, an update, and a body that does not decode.
 
+``demo_events``' entry sets ``max_quarantined_ratio: 0.05``, so its two bad messages fire an
+alert: the demo starts a local webhook (`deltaferry_dev.receiver`), points the ``demo_alerts``
+connection at it and prints what it received.
+
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
 """
@@ -29,6 +33,8 @@ from deltaferry.kafka import create_topic, produce
 DEMO_TOPIC = "demo_events"
 AVRO_TOPIC = "demo_payments"
 PROTO_TOPIC = "demo_orders"
+#: The Airflow connection ``demo_events`` notifies (its entry in topics.yaml).
+ALERTS_CONN_ID = "demo_alerts"
 
 
 def sample_events(n_users: int = 8, seed: int = 7):
@@ -114,6 +120,7 @@ def main() -> int:
     print the table."""
     from deltaferry_dev.airflow import services
     from deltaferry_dev.airflow.rest import run_through_scheduler
+    from deltaferry_dev.receiver import WebhookReceiver
 
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
@@ -130,12 +137,18 @@ def main() -> int:
     say(f"produced {count} protobuf orders on {PROTO_TOPIC!r} (schema: schemas/shop/order.proto)")
 
     airflow = services.up(env=os.environ, say=say)
-    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
-        dag_id = f"ingest_{topic}"
-        runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
-        if any(run["state"] != "success" for run in runs):
-            say(f"a DAG run failed; its task logs are in the UI at {airflow.url}/dags/{dag_id}")
-            return 1
+    with WebhookReceiver() as webhook:
+        airflow.client().set_connection(ALERTS_CONN_ID, webhook.connection())
+        say(f"Airflow connection {ALERTS_CONN_ID!r}: a local webhook at {webhook.url} (the "
+            f"demo's notify target: {DEMO_TOPIC}'s alerts and task failures go there)")
+        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
+            dag_id = f"ingest_{topic}"
+            runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
+            if any(run["state"] != "success" for run in runs):
+                say(f"a DAG run failed; its task logs are in the UI at "
+                    f"{airflow.url}/dags/{dag_id}")
+                return 1
+        print_alerts(webhook)
     print_tables()
     print_versions(registry_url)
     say(f"Airflow keeps running at {airflow.url} (user admin, password in "
@@ -150,6 +163,19 @@ def start_over(topic_dir: Path) -> None:
     if topic_dir.exists():
         say(f"{DEMO_TOPIC!r} is new on this broker; starting the demo's own {topic_dir} over")
         shutil.rmtree(topic_dir)
+
+
+def print_alerts(webhook) -> None:
+    """Print what the demo's webhook received: one line per alert or failure, and where from."""
+    bodies = webhook.bodies()
+    print(f"\nAlerts POSTed to {ALERTS_CONN_ID!r} (the demo's webhook at {webhook.url}): "
+          f"{len(bodies)}")
+    for body in bodies:
+        print(f"  {body.get('message')}\n    from task {body.get('task_id')} of "
+              f"{body.get('dag_id')}, run {body.get('url')}")
+    if bodies:
+        print("  (each is also a 'deltaferry alert:' line in that task's log and in its result's "
+              "alerts; the webhook stops with the demo, later alerts are logged as not sent)")
 
 
 def print_tables() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic_core import PydanticUndefined
 
 from deltaferry import env as envvars
-from deltaferry.config.topics import SECTIONS, FileOptions, TopicConfig
+from deltaferry.config.topics import NESTED, FileOptions, TopicConfig
 
 TOPIC_OPTIONS = "<!-- deltaferry:topic-options -->"
 ENVIRONMENT = "<!-- deltaferry:environment -->"
@@ -59,10 +59,10 @@ def option_rows() -> list[tuple[str, str, str, str]]:
     """(name, type, default, doc) of every topic option (a format's as section.key) and of
     ``defaults.spark_slots``, in declaration order."""
     rows = []
-    for prefix, cls in (("", TopicConfig), *((f"{s}.", c) for s, c in SECTIONS.items()),
+    for prefix, cls in (("", TopicConfig), *((f"{s}.", c) for s, c in NESTED.items()),
                         ("defaults.", FileOptions)):
         for name, info in cls.__pydantic_fields__.items():
-            if prefix == "" and name in SECTIONS:
+            if prefix == "" and name in NESTED:
                 continue
             shown = (info.json_schema_extra or {}).get("shown") \
                 if isinstance(info.json_schema_extra, dict) else None

@@ -118,7 +118,24 @@ def test_large_runs_are_judged_against_dlt():
     [row] = bench_peers.goals([], [("table", run)])
     assert row.met is False and row.target == "<= 1.5x"
     head, _, line = bench_peers.side_by_side([run]).splitlines()
-    assert "deltaferry / dlt" in head and "| 4.40x | - |" in line
+    assert head.endswith("| deltaferry / dlt |") and line.endswith("| 4.40x |")
+
+
+def test_each_way_deltaferry_ran_is_judged_and_the_fixed_cost_by_seconds():
+    more = phase("+5 %", {"deltaferry": [12.0], "warm": [6.0], "dlt": [4.0],
+                          "port": [100.0]})
+    few = phase(bench_peers.FIXED_RUN, {"deltaferry": [9.0], "warm": [3.5], "dlt": [2.0]})
+    by = {r.goal: (r.met, r.measured) for r in bench_peers.goals([more, few])}
+    assert by["+5 % (1,000): deltaferry run / dlt"][0] is False  # 3x
+    assert by["+5 % (1,000): deltaferry run, warm driver / dlt"][0] is True  # 1.5x
+    assert by["+5 % (1,000): seed-004 port on Spark's defaults / deltaferry run, warm "
+              "driver"][0] is True  # 16.7x
+    assert by["100 messages (1,000): deltaferry run, whole process"][0] is False
+    assert by["100 messages (1,000): deltaferry run, warm driver, whole process"][0] is True
+    head, _, row, _ = bench_peers.side_by_side([more, few]).splitlines()
+    assert head.endswith("| deltaferry / dlt | deltaferry warm / dlt | port / deltaferry | "
+                         "port / deltaferry warm |")
+    assert row.endswith("| 3.00x | 1.50x | 8.33x | 16.67x |")
 
 
 def test_default_backlog_sits_on_no_tuning_limit():

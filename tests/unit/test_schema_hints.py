@@ -133,7 +133,7 @@ topics:
     assert [(h.path, h.type) for h in b.json.schema_hints] == [("amount", "decimal(18,2)"), ("created", "timestamp")]
     assert b.json.schema_hints_file == str((tmp_path / "schemas" / "b.yaml").resolve())
     errors = {e.topic: str(e) for e in topics.errors}
-    assert errors["c"] == "topics[2] ('c'): schema_hints: field 'created': 'datetime' is not a type a hint can give (one of bigint, boolean, byte, date, double, float, int, integer, long, real, short, smallint, string, timestamp, tinyint, decimal(p,s))"
+    assert errors["c"] == "topics[2] ('c'): json.schema_hints: field 'created': 'datetime' is not a type a hint can give (one of bigint, boolean, byte, date, double, float, int, integer, long, real, short, smallint, string, timestamp, tinyint, decimal(p,s))"
     assert errors["d"] == "topics[3] ('d'): schema_hints is only for format json (format avro takes its types from its schema, not from inference)"
     assert "schema_hints_file schemas/missing.yaml: no such file" in errors["e"]
     assert "schema_hints_file schemas/bad.yaml: field 'amount': 'money' is not a type" in errors["f"]

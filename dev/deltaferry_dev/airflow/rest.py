@@ -78,6 +78,18 @@ class AirflowClient:
         """Pause or unpause a DAG (an unpaused DAG is scheduled)."""
         return self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
 
+    # --- connections -----------------------------------------------------------------------------
+
+    def set_connection(self, conn_id: str, connection: dict) -> dict:
+        """Define the connection `conn_id` in the metadata database (replacing one of that id),
+        from its JSON form (conn_type, host, ...), as the UI's Connections page does."""
+        try:
+            self.call("DELETE", f"/connections/{conn_id}")
+        except AirflowApiError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+        return self.call("POST", "/connections", json={"connection_id": conn_id, **connection})
+
     # --- runs ------------------------------------------------------------------------------------
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> dict:
@@ -169,17 +181,22 @@ def run_through_scheduler(client, dag_id: str, tell=print) -> list[dict]:
 
 
 def follow(client, dag_id: str, run_id: str, tell=print) -> dict:
-    """Follow one run to its end, saying each task's state and result; the finished run."""
+    """Follow one run to its end, saying each task's state and result (and its alerts); the
+    finished run."""
     tell(f"run {run_id}: infer_schema >> ingest >> optimize >> vacuum, each a spark-submit "
          "unless it has nothing to do")
 
     def show(task_id: str, state: str) -> None:
-        line = f"  {task_id}: {state}"
+        line, alerts = f"  {task_id}: {state}", []
         if state in ("success", "skipped", "failed"):
             result = client.result(dag_id, run_id, task_id)
             if isinstance(result, dict) and result.get("summary"):
                 line += f" - {result['summary']}"
+            if isinstance(result, dict):
+                alerts = [a.get("message") for a in result.get("alerts") or []]
         tell(line)
+        for alert in alerts:
+            tell(f"    {alert}")
 
     run = client.wait(dag_id, run_id, timeout=900, on_change=show)
     tell(f"run {run_id}: {run['state']} in {run_seconds(run):.0f} s")

@@ -1,0 +1,154 @@
+"""Alerts end to end: a topic with ``max_quarantined_ratio: 0.05`` gets 20 % bad messages.
+
+Through a real Airflow (the project's launcher, one instance for both cases) whose
+``alerts_hook`` connection is a local webhook: with action warn the run succeeds and the
+webhook gets exactly one POST naming the topic and the threshold; with action fail the ingest
+task fails after the webhook got the alert, and its result still carries it. Through
+`deltaferry run`: with action fail the exit status is 3 and stderr's last line names the
+threshold and the value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from deltaferry.kafka import create_topic, produce
+from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.rest import follow, wait_until
+from deltaferry_dev.receiver import WebhookReceiver
+from deltaferry_dev.stack.process import free_ports
+
+pytestmark = pytest.mark.integration
+
+CLI = str(Path(sys.executable).parent / "deltaferry")
+ENTRY = """  - name: {name}
+    schedule: null
+    retries: 0
+    alerts: {{max_quarantined_ratio: 0.05, action: {action}}}
+    notify: [alerts_hook]
+"""
+
+
+def one_in_five_bad(n: int = 10):
+    """`n` messages on as many keys, every fifth one not JSON (20 % quarantined)."""
+    for i in range(n):
+        yield f"k{i}", ("{not json" if i % 5 == 4 else {"id": i, "status": "new"})
+
+
+@pytest.fixture(scope="module")
+def airflow(stack_env, kafka_bootstrap, tmp_path_factory):
+    """A running local Airflow whose topics file holds a warn topic and a fail topic (both
+    with 20 % bad messages produced) and whose ``alerts_hook`` connection is a local webhook."""
+    folder = tmp_path_factory.mktemp("alerts")
+    names = {action: f"alerts-{action}-{uuid.uuid4().hex[:8]}" for action in ("warn", "fail")}
+    for name in names.values():
+        create_topic(kafka_bootstrap, name, partitions=1)
+        produce(kafka_bootstrap, name, one_in_five_bad())
+    topics_file = folder / "topics.yaml"
+    topics_file.write_text("topics:\n" + "".join(ENTRY.format(name=name, action=action)
+                                                   for action, name in names.items()))
+    (port,) = free_ports(1)
+    with WebhookReceiver() as receiver:
+        env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+               "DELTAFERRY_TOPICS": str(topics_file),
+               "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
+               "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port),
+               "AIRFLOW_CONN_ALERTS_HOOK": json.dumps(receiver.connection())}
+        running = services.up(folder / "home", env=env)
+        try:
+            yield running, names, receiver
+        finally:
+            services.down(folder / "home")
+
+
+def trigger(client, topic: str) -> str:
+    """Unpause the topic's DAG and trigger a run through the REST API; its run id."""
+    dag_id = f"ingest_{topic}"
+    wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
+    client.set_paused(dag_id, False)
+    return client.trigger(dag_id)["dag_run_id"]
+
+
+def finished(client, topic: str, run_id: str) -> tuple[dict, dict[str, str]]:
+    """Follow the run to its end; the run and its tasks' states."""
+    dag_id = f"ingest_{topic}"
+    run = follow(client, dag_id, run_id, tell=print)
+    return run, {t: ti["state"] for t, ti in client.tasks(dag_id, run_id).items()}
+
+
+def posts_for(receiver: WebhookReceiver, topic: str) -> list[dict]:
+    return [b for b in receiver.bodies() if b.get("topic") == topic]
+
+
+def test_warn_sends_one_post_and_the_run_succeeds_fail_sends_it_and_fails_ingest(airflow):
+    running, names, receiver = airflow
+    client = running.client()
+
+    runs = {action: trigger(client, topic) for action, topic in names.items()}  # both at once
+
+    # action warn: the run succeeds, its result and log say the alert, one POST names it
+    topic = names["warn"]
+    run, states = finished(client, topic, runs["warn"])
+    assert run["state"] == "success", states
+    dag_id, run_id = f"ingest_{topic}", run["dag_run_id"]
+    result = client.result(dag_id, run_id, "ingest")
+    assert (result["messages_read"], result["quarantined"]) == (10, 2)
+    (alert,) = result["alerts"]
+    assert (alert["alert"], alert["value"], alert["threshold"], alert["action"]) == (
+        "max_quarantined_ratio", 0.2, 0.05, "warn")
+    log = client.log(dag_id, run_id, "ingest")
+    assert log.count("deltaferry alert: alert max_quarantined_ratio") == 1, log[-3000:]
+    assert "sent to connection 'alerts_hook'" in log
+    (body,) = wait_until(lambda: posts_for(receiver, topic), 30, interval=0.5,
+                         what="the warn topic's POST")
+    assert (body["topic"], body["alert"], body["value"], body["threshold"]) == (
+        topic, "max_quarantined_ratio", 0.2, 0.05)
+    assert (body["dag_id"], body["run_id"], body["task_id"]) == (dag_id, run_id, "ingest")
+    assert body["summary"] == result["summary"]
+    assert body["url"].startswith(running.url) and f"/dags/{dag_id}/runs/" in body["url"]
+
+    # action fail: the ingest task fails (no maintenance after it); the alert was sent first
+    topic = names["fail"]
+    run, states = finished(client, topic, runs["fail"])
+    assert run["state"] == "failed"
+    assert (states["infer_schema"], states["ingest"]) == ("success", "failed"), states
+    assert states["optimize"] == states["vacuum"] == "upstream_failed"
+    dag_id, run_id = f"ingest_{topic}", run["dag_run_id"]
+    (alert,) = client.result(dag_id, run_id, "ingest")["alerts"]
+    assert (alert["alert"], alert["action"]) == ("max_quarantined_ratio", "fail")
+    (body,) = wait_until(lambda: posts_for(receiver, topic), 30, interval=0.5,
+                         what="the fail topic's POST")
+    assert (body["alert"], body["action"], body["task_id"]) == (
+        "max_quarantined_ratio", "fail", "ingest")
+    log = client.log(dag_id, run_id, "ingest")
+    assert log.index("sent to connection 'alerts_hook'") < log.index("Task failed with exception")
+    assert len(posts_for(receiver, names["warn"])) == 1  # still exactly one
+    assert len(posts_for(receiver, topic)) == 1  # the failure itself is not sent twice
+
+
+def test_deltaferry_run_with_action_fail_exits_3_naming_the_threshold_and_value(
+        kafka_bootstrap, tmp_path):
+    topic = f"alerts-cli-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_bootstrap, topic, partitions=1)
+    produce(kafka_bootstrap, topic, one_in_five_bad())
+    topics_file = tmp_path / "topics.yaml"
+    topics_file.write_text("topics:\n" + ENTRY.format(name=topic, action="fail"))
+    env = {**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_TOPICS": str(topics_file), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
+           "DELTAFERRY_SPARK_MASTER": "local[2]"}
+    done = subprocess.run([CLI, "run", topic, "--report", str(tmp_path / "report.json")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    line = (f"alert max_quarantined_ratio on topic {topic!r}: 0.2 > 0.05 (2 of the 10 "
+            "message(s) read were quarantined); action fail")
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == f"deltaferry: error: {line}"
+    assert line in done.stdout.splitlines()
+    reports = json.loads((tmp_path / "report.json").read_text())
+    assert [r["step"] for r in reports] == ["infer", "ingest"]  # maintenance did not run
+    assert reports[1]["alerts"][0]["alert"] == "max_quarantined_ratio"
