@@ -161,7 +161,8 @@ def status_json(row) -> dict:
     return {"topic": row.name, "format": row.format, "dag_id": row.dag_id,
             "last_run": None if run is None else {
                 "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
-                "quarantined": run.quarantined, "alerts": run.alerts,
+                "quarantined": run.quarantined,
+                "alerts": None if run.alerts is None else [a.as_dict() for a in run.alerts],
                 "last_success": run.last_success.isoformat() if run.last_success else None},
             "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,
             "quarantined_not_replayed": row.quarantined_waiting,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from deltaferry import env as envvars
@@ -29,6 +29,9 @@ from deltaferry.formats import format_of
 from deltaferry.paths import TopicPaths
 from deltaferry.state import committed_offsets, lag
 from deltaferry.storage import Storage, storage_for
+
+if TYPE_CHECKING:
+    from deltaferry.alerts import Alert
 
 #: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
@@ -93,12 +96,18 @@ class LastRun:
             else None
 
     @property
-    def alerts(self) -> list[dict] | None:
-        """The alerts its ingest step raised (its report's ``alerts``), None when the report
-        has no such list."""
-        found = self.ingest.get("alerts") if isinstance(self.ingest, dict) else None
-        return [a if isinstance(a, dict) else {"alert": str(a)} for a in found] \
-            if isinstance(found, list) else None
+    def alerts(self) -> list[Alert] | None:
+        """The alerts its ingest step raised (`deltaferry.alerts.of` its report), None when
+        there is no report listing them (no report, or one from before alerts existed)."""
+        from deltaferry import alerts
+
+        if not isinstance(self.ingest, dict) or not isinstance(self.ingest.get(alerts.KEY),
+                                                                 list):
+            return None
+        try:
+            return alerts.of(self.ingest)
+        except (KeyError, TypeError):  # not an alert's shape: unknown rather than none
+            return None
 
 
 @dataclass
@@ -157,8 +166,7 @@ class TopicRow:
         alerts = run.alerts if run else None
         if alerts is not None:
             out.append(f"  alerts firing  {len(alerts) or 'none'}")
-            out += [f"    {a.get('alert', '?')}: {a.get('value', '?')} (threshold "
-                    f"{a.get('threshold', '?')})" for a in alerts]
+            out += [f"    {a.line()}" for a in alerts]
         out += [f"  not read       {note}" for note in self.notes]
         return out
 

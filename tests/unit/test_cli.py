@@ -111,9 +111,12 @@ def test_status_prints_what_the_topics_page_shows(warehouse, capsys, monkeypatch
     from deltaferry.ui.topics import LastRun
 
     _, env = warehouse
+    from deltaferry.alerts import Alert
+
+    alert = Alert(TOPIC, "max_lag_messages", 7, 5, "warn", "7 message(s) left on the topic")
     run = LastRun("r1", "success", "2026-11-24 10:00:00 UTC",
                   {"summary": "ingest orders: 9 messages", "quarantined": 1,
-                   "alerts": [{"alert": "max_lag_messages", "value": 7, "threshold": 5}]},
+                   "alerts": [alert.as_dict()]},
                   last_success=datetime(2026, 11, 24, 10, 0, tzinfo=UTC))
     monkeypatch.setattr(cli, "airflow_runs", lambda dag_ids: ({"ingest_orders": run}, None))
     assert cli.main(["status", TOPIC]) == 0
@@ -126,7 +129,7 @@ def test_status_prints_what_the_topics_page_shows(warehouse, capsys, monkeypatch
         "  quarantined    1 last run, 4 total, 3 not replayed",
         "  schema         v2",
         "  alerts firing  1",
-        "    max_lag_messages: 7 (threshold 5)",
+        f"    {alert.line()}",
         "  not read       lag: no Kafka brokers configured"]
     monkeypatch.setattr(cli, "airflow_runs", lambda dag_ids: ({}, "AIRFLOW_HOME is not set"))
     assert cli.main(["status", "--json"]) == 0

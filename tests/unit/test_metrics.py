@@ -77,9 +77,16 @@ def test_exposition_of_known_rows_leaves_out_what_was_not_read(caplog):
 
 
 def test_alerts_of_the_last_run_are_counted_where_its_report_lists_them():
-    run = LastRun("r", "success", "t", {"alerts": [{"alert": "max_lag_messages"}]})
-    row = TopicRow("orders", "json", "ingest_orders", None, last_run=run)
-    assert samples(exposition([row]).decode())[("deltaferry_alerts_firing", "orders")] == 1
+    from deltaferry.alerts import Alert
+
+    alert = Alert("orders", "max_lag_messages", 7, 5, "warn", "7 message(s) left")
+    run = LastRun("r", "success", "t", {"alerts": [alert.as_dict()]})
+    quiet = LastRun("r", "success", "t", {"alerts": []})
+    rows = [TopicRow("orders", "json", "ingest_orders", None, last_run=run),
+            TopicRow("quiet", "json", "ingest_quiet", None, last_run=quiet)]
+    values = samples(exposition(rows).decode())
+    assert values[("deltaferry_alerts_firing", "orders")] == 1
+    assert values[("deltaferry_alerts_firing", "quiet")] == 0
 
 
 def test_each_scrape_has_its_own_registry():
