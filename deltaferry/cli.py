@@ -1,6 +1,6 @@
-"""The `deltaferry` command line: `run TOPIC`, `stream TOPIC` and `quarantine show|replay TOPIC`,
-and the subcommands of the `deltaferry.commands` entry points (a source checkout's harness adds
-`stack up|down|status` and `airflow up|down|status`)."""
+"""The `deltaferry` command line: `run TOPIC`, `stream TOPIC`, `quarantine show|replay TOPIC`,
+`status [TOPIC]` and `check [FILE]`, and the subcommands of the `deltaferry.commands` entry
+points (a source checkout's harness adds `stack up|down|status` and `airflow up|down|status`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deltaferry.errors import DeltaferryError
+
+if TYPE_CHECKING:
+    from deltaferry.config import TopicsFile
 
 #: The entry-point group (importlib.metadata) of extra subcommands: each entry point, named as its
 #: command, is a callable that adds that command to the subparsers it is given and sets the
@@ -18,7 +22,7 @@ from deltaferry.errors import DeltaferryError
 COMMANDS_GROUP = "deltaferry.commands"
 CHECKOUT_COMMANDS = ("stack", "airflow")
 #: The library's own subcommands: a command line naming one of them loads no entry point.
-OWN_COMMANDS = ("run", "stream", "quarantine")
+OWN_COMMANDS = ("run", "stream", "quarantine", "status", "check")
 
 
 def _not_installed(name: str) -> Callable[[argparse.Namespace], int]:
@@ -99,6 +103,83 @@ def _quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
+def airflow_runs(dag_ids: list[str]) -> tuple[dict, str | None]:
+    """The last run of each DAG of `dag_ids` from the metadata database of the Airflow that
+    AIRFLOW_HOME names (the topics page's query), and None; or no runs and why not."""
+    from deltaferry import env as envvars
+
+    if not envvars.AIRFLOW_HOME.value():
+        return {}, "AIRFLOW_HOME is not set (the Airflow whose metadata holds the runs)"
+    try:
+        from deltaferry.airflow.ui import last_runs
+
+        return last_runs(dag_ids), None
+    except Exception as exc:  # no Airflow here, or its database does not answer: say so
+        from deltaferry.ui.topics import problem_text
+
+        return {}, f"Airflow's metadata database: {problem_text(exc)}"
+
+
+def checked_topics(path: str | None) -> tuple[TopicsFile, bool]:
+    """The topics file at `path` as the DAG files and the topics page see it (entries whose
+    schedule Airflow refuses are bad entries), and True; without Airflow installed, as the
+    topics file's own checks see it, and False. A ConfigError if the file cannot be read."""
+    from deltaferry.config import load_topics
+
+    loaded = load_topics(path)  # a file that is not there or not YAML: said as it is
+    try:
+        from deltaferry.airflow.ui import checked_topics as airflow_checked
+
+        return airflow_checked(loaded.path), True
+    except ImportError:
+        return loaded, False
+
+
+def _status(args: argparse.Namespace) -> int:
+    import os
+
+    from deltaferry.ui.topics import all_topic_rows
+
+    topics, _ = checked_topics(args.topics_file)
+    chosen = [topics.get(args.topic)] if args.topic else topics.topics
+    runs, unknown = airflow_runs([t.dag_id for t in chosen])
+    rows = all_topic_rows(chosen, os.environ, runs)
+    if args.json:
+        print(json.dumps([status_json(r) for r in rows], indent=2))
+        return 0
+    for i, row in enumerate(rows):
+        print(("\n" if i else "") + "\n".join(row.lines(unknown)))
+    if not args.topic and topics.errors:
+        print(f"\n{len(topics.errors)} bad entr{'y' if len(topics.errors) == 1 else 'ies'} "
+              f"(`deltaferry check` lists them)")
+    return 0
+
+
+def status_json(row) -> dict:
+    """A status row as plain data (``--json``)."""
+    run = row.last_run
+    return {"topic": row.name, "format": row.format, "dag_id": row.dag_id,
+            "last_run": None if run is None else {
+                "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
+                "quarantined": run.quarantined,
+                "alerts": None if run.alerts is None else [a.as_dict() for a in run.alerts],
+                "last_success": run.last_success.isoformat() if run.last_success else None},
+            "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,
+            "quarantined_not_replayed": row.quarantined_waiting,
+            "schema_version": row.schema_version, "not_read": row.notes}
+
+
+def _check(args: argparse.Namespace) -> int:
+    topics, with_airflow = checked_topics(args.file)
+    errors = topics.errors
+    note = "" if with_airflow else " (schedules not checked: Airflow is not installed)"
+    print(f"{topics.path}: {len(topics.topics)} topic(s) valid, {len(errors)} entr"
+          f"{'y' if len(errors) == 1 else 'ies'} invalid{note}")
+    for error in errors:
+        print(f"  - {error}")
+    return 1 if errors else 0
+
+
 def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     """The argument parser; every flag has help text. With `extensions`, the subcommands of the
     `deltaferry.commands` entry points too (first, as `stack` and `airflow` always came)."""
@@ -144,6 +225,24 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     p_quarantine.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                               help="replay: wait up to this long for another run of the topic")
     p_quarantine.set_defaults(func=_quarantine)
+
+    p_status = sub.add_parser(
+        "status", help="what the topics page shows of every topic (or TOPIC): last run, rows, "
+        "lag, quarantined, schema version, alerts firing (no Spark)")
+    p_status.add_argument("topic", nargs="?",
+                          help="one topic of the topics file (default: all of them)")
+    p_status.add_argument("--topics-file", metavar="FILE",
+                          help="the topics file (default: DELTAFERRY_TOPICS)")
+    p_status.add_argument("--json", action="store_true",
+                          help="print the topics as a JSON list instead of text")
+    p_status.set_defaults(func=_status)
+
+    p_check = sub.add_parser(
+        "check", help="validate a topics file: list every bad entry's problems and exit 1 if "
+        "there is one (for a team's CI)")
+    p_check.add_argument("file", nargs="?",
+                         help="the topics file (default: DELTAFERRY_TOPICS, else topics.yaml)")
+    p_check.set_defaults(func=_check)
     return parser
 
 

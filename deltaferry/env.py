@@ -126,6 +126,9 @@ SCHEMA_REGISTRY_CONN_ID = _v("DELTAFERRY_SCHEMA_REGISTRY_CONN_ID", "the Airflow 
 NOTIFY_TIMEOUT_SECONDS = _v("DELTAFERRY_NOTIFY_TIMEOUT_SECONDS", "how long a task waits for "
                             "a notify target to answer (each POST); one that does not is "
                             "logged and skipped", "seconds", default="10")
+AIRFLOW_HOME = _v("AIRFLOW_HOME", "the Airflow whose metadata database `deltaferry status` "
+                  "reads the last runs from (Airflow's own variable)", "path",
+                  default_doc="unset: `deltaferry status` shows no last run")
 # --- set by deltaferry for its own processes, or by the crash tests ---------------------------
 REPORT_FILE = _v("DELTAFERRY_REPORT_FILE", "a job also writes its reports to this file (the "
                  "Airflow operator sets it)", "path", internal=True)

@@ -145,32 +145,52 @@ def count_reasons(rows: Sequence[Mapping]) -> dict[str, tuple[int, int]]:
     return dict(sorted(counted.items(), key=lambda kv: (-kv[1][0], kv[0])))
 
 
+#: The counts per reason: messages, and those not replayed yet.
+COUNTS_SQL = ("SELECT reason, count(*) AS messages, "
+              "sum(CASE WHEN replayed_at IS NULL THEN 1 ELSE 0 END) AS waiting "
+              "FROM q GROUP BY reason")
+
+
+def _open(location: str, env: Mapping[str, str] | None):
+    """The quarantine at `location` as (table, column names, problem); (None, set(), None)
+    if there is none, a problem if its layout is older than the reader's."""
+    if not is_delta_table(location, env):
+        return None, set(), None
+    table = open_table(location, env)
+    names = {f.name for f in table.schema().fields}
+    missing = set(READ) - names
+    return table, names, unread_layout(missing) if missing else None
+
+
+def _rows(table, sql: str) -> list[dict]:
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register("q", table).execute(sql).read_all()).to_pylist()
+
+
+def counts(location: str, env: Mapping[str, str] | None = None) -> QuarantineCounts:
+    """The counts per reason of the quarantine at `location` (one query, no value read): what
+    the page, `show` and the metrics count; empty if there is none, with its `problem` if its
+    layout is older than the reader's."""
+    table, _, problem = _open(location, env)
+    if table is None or problem:
+        return QuarantineCounts(location, exists=table is not None, problem=problem)
+    return QuarantineCounts(location, count_reasons(_rows(table, COUNTS_SQL)), exists=True)
+
+
 def read(location: str, latest: int = SHOW_LATEST, env: Mapping[str, str] | None = None
          ) -> QuarantineView:
     """Counts per reason and the `latest` newest rows (by quarantine time, then partition and
     offset) of the quarantine at `location`; an empty view if there is none, one with its
     `problem` if its layout is older than the reader's."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
-
-    if not is_delta_table(location, env):
-        return QuarantineView(location)
-    table = open_table(location, env)
-    names = {f.name for f in table.schema().fields}
-    missing = set(READ) - names
-    if missing:
-        return QuarantineView(location, exists=True, problem=unread_layout(missing))
-    query = QueryBuilder().register("q", table)
-
-    def rows(sql: str) -> list[dict]:
-        return pa.table(query.execute(sql).read_all()).to_pylist()
-
-    reasons = count_reasons(rows(
-        "SELECT reason, count(*) AS messages, "
-        "sum(CASE WHEN replayed_at IS NULL THEN 1 ELSE 0 END) AS waiting FROM q GROUP BY reason"))
+    table, names, problem = _open(location, env)
+    if table is None or problem:
+        return QuarantineView(location, exists=table is not None, problem=problem)
+    reasons = count_reasons(_rows(table, COUNTS_SQL))
     columns = [*READ, *(["schema_version"] if "schema_version" in names else [])]
-    newest = rows(f"SELECT {', '.join(columns)} FROM q ORDER BY quarantined_at DESC, "
-                  f"kafka_partition DESC, kafka_offset DESC LIMIT {max(0, int(latest))}")
+    newest = _rows(table, f"SELECT {', '.join(columns)} FROM q ORDER BY quarantined_at DESC, "
+                          f"kafka_partition DESC, kafka_offset DESC LIMIT {max(0, int(latest))}")
     return QuarantineView(location, reasons, exists=True, latest=newest)
 
 

@@ -1,8 +1,9 @@
-"""deltaferry's pages in the Airflow UI: topics, schema history, quarantine and table health.
+"""deltaferry's pages in the Airflow UI: topics, schema history, quarantine, table health and run
+history; and the topics' metrics for Prometheus (``/deltaferry/metrics``).
 
 An Airflow 3 plugin: the pages are a FastAPI app (`deltaferry.ui.web`) mounted on the
 api-server at ``/deltaferry``, behind Airflow's own authentication; ``external_views`` put the
-topics page in the UI's navigation and three tabs on every topic DAG's page. Everything is read
+topics page in the UI's navigation and four tabs on every topic DAG's page. Everything is read
 through delta-rs and the storage layer: no Spark JVM starts in the api-server.
 """
 
@@ -14,7 +15,7 @@ from deltaferry.ui.web import PAGES, create_app
 URL_PREFIX = "/deltaferry"
 
 app = create_app(ui.user_dependency(), authorize=ui.may_read_dag, runs=ui.last_runs,
-                 env=ui.resolved_env, load=ui.checked_topics)
+                 env=ui.resolved_env, load=ui.checked_topics, history=ui.run_history)
 
 
 class DeltaferryUIPlugin(AirflowPlugin):

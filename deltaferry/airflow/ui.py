@@ -1,6 +1,7 @@
 """What the UI plugin (``plugins/deltaferry_ui.py``) needs from the Airflow it runs in: the
 signed-in user (Airflow's own dependency), whether that user may read a topic's DAG, the last
-run of each topic DAG with its ingest report, and the settings the tasks get (connections
+run of each topic DAG with its ingest report (and a DAG's latest runs, for the run-history
+page), and the settings the tasks get (connections
 resolved as the operator resolves them). Runs inside the api-server only."""
 
 from __future__ import annotations
@@ -77,6 +78,27 @@ def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
                                   reports.get((r.dag_id, r.run_id)),
                                   _utc(succeeded.get(r.dag_id)))
                 for r in runs}
+
+
+def run_history(dag_id: str, limit: int) -> list[LastRun]:
+    """The latest `limit` runs of the DAG `dag_id` (by run_after, newest first), each with its
+    ingest task's XCom: two queries."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    ingest_task = steps.get("ingest").task_id
+    with create_session() as session:
+        runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)
+                               .order_by(DagRun.run_after.desc()).limit(limit)).all()
+        if not runs:
+            return []
+        xcoms = session.scalars(select(XComModel).where(
+            XComModel.dag_id == dag_id, XComModel.run_id.in_([r.run_id for r in runs]),
+            XComModel.task_id == ingest_task, XComModel.key == "return_value")).all()
+        reports = {x.run_id: report_of(XComModel.deserialize_value(x)) for x in xcoms}
+        return [LastRun(r.run_id, str(r.state), _when(r), reports.get(r.run_id)) for r in runs]
 
 
 def _utc(moment):

@@ -34,6 +34,10 @@ dl.facts dt { color: #5a6473; } dl.facts dd { margin: 0; }
 form.filters { margin: 6px 0; } form.filters label { margin-right: 10px; }
 form.filters input[type=number] { width: 6em; }
 th a { color: inherit; } th a.on { text-decoration: none; }
+svg.chart { display: block; margin: 2px 0 4px; max-width: 100%; height: auto; }
+svg.chart text { font: 11px system-ui, sans-serif; fill: #5a6473; }
+.legend { margin: 0 0 8px; color: #5a6473; } .legend span.item { margin-right: 12px; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 </style></head>
 <body>
 {% block body %}{% endblock %}
@@ -100,7 +104,8 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 <td>{{ row.schema_version or "–" }}</td>
 <td><a href="{{ root }}/topics/{{ row.name | urlencode }}/schema">schema history</a><br>
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/quarantine">quarantine</a><br>
-<a href="{{ root }}/topics/{{ row.name | urlencode }}/health">table health</a></td>
+<a href="{{ root }}/topics/{{ row.name | urlencode }}/health">table health</a><br>
+<a href="{{ root }}/topics/{{ row.name | urlencode }}/runs">run history</a></td>
 </tr>
 {% if row.notes %}<tr class="notes"><td></td><td colspan="10" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
 {% else %}<tr><td colspan="11" class="muted">{% if page.total and query.filtered %}No topic matches the filters.{% else %}The topics file lists no valid topic.{% endif %}</td></tr>
@@ -185,6 +190,35 @@ HEALTH = """{% extends "base.html" %}
 {% endblock %}
 """
 
+RUNS = """{% extends "base.html" %}
+{% block title %}{{ topic }}: run history{% endblock %}
+{% block body %}
+<h1>{{ topic }}: run history</h1>
+{% include "tabs.html" %}
+<p class="sub">The latest {{ r.runs | length }} run(s) of <code>{{ r.dag_id }}</code>, oldest on the left; each figure from the run's ingest report
+(a run without one, failed before ingest reported or still running, has no mark). Hover a mark for its run.</p>
+{% if not r.runs %}<p class="muted">No run of {{ r.dag_id }} yet.</p>{% else %}
+{% for c in r.charts %}<h2>{{ c.title }} <span class="muted">({{ c.unit }})</span></h2>
+<svg id="chart-{{ c.key }}" class="chart" data-points="{{ c.points }}" data-runs="{{ c.runs }}"
+  width="{{ c.width }}" height="{{ c.height }}" viewBox="0 0 {{ c.width }} {{ c.height }}" role="img" aria-label="{{ c.title }}">
+{% for y, label in c.ticks %}<line x1="{{ c.left }}" x2="{{ c.width - 8 }}" y1="{{ y }}" y2="{{ y }}" stroke="{{ '#a0aec0' if loop.first else '#e2e8f0' }}"/>
+<text x="{{ c.left - 6 }}" y="{{ y + 4 }}" text-anchor="end">{{ label }}</text>
+{% endfor %}{% for b in c.bars %}<rect class="bar" x="{{ b.x }}" y="{{ b.y }}" width="{{ b.width }}" height="{{ b.height }}" fill="{{ b.fill }}"><title>{{ b.title }}</title></rect>
+{% endfor %}{% for line in c.lines %}<polyline class="line" points="{{ line }}" fill="none" stroke="#2b6cb0" stroke-width="1.5"/>
+{% endfor %}{% for d in c.dots %}<circle class="point" cx="{{ d.x }}" cy="{{ d.y }}" r="3" fill="#2b6cb0"><title>{{ d.title }}</title></circle>
+{% endfor %}<text x="{{ c.left }}" y="{{ c.height - 5 }}">{{ c.first }}</text>
+<text x="{{ c.width - 8 }}" y="{{ c.height - 5 }}" text-anchor="end">{{ c.last }}</text>
+</svg>
+{% if c.legend %}<p class="legend">{% for colour, phase in c.legend %}<span class="item"><span class="swatch" style="background: {{ colour }}"></span>{{ phase }}</span>{% endfor %}</p>{% endif %}
+{% endfor %}
+<h2>Runs</h2>
+<table id="runs"><tr><th>run</th><th>state</th><th>ended</th><th>ingest</th></tr>
+{% for run in r.runs %}<tr><td class="mono">{{ run.run_id }}</td><td><span class="state-{{ run.state }}">{{ run.state }}</span></td>
+<td>{{ run.at }}</td><td class="mono" style="max-width:520px">{{ run.result }}</td></tr>{% endfor %}</table>
+{% endif %}
+{% endblock %}
+"""
+
 ERROR = """{% extends "base.html" %}
 {% block title %}deltaferry: {{ status }}{% endblock %}
 {% block body %}<h1>{{ title }}</h1><p>{{ message }}</p>
@@ -193,4 +227,4 @@ ERROR = """{% extends "base.html" %}
 
 TEMPLATES = {"base.html": BASE, "tabs.html": TOPIC_TABS, "topics.html": TOPICS,
              "schema.html": SCHEMA, "quarantine.html": QUARANTINE, "health.html": HEALTH,
-             "error.html": ERROR}
+             "runs.html": RUNS, "error.html": ERROR}

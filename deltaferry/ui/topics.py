@@ -9,6 +9,8 @@ batch (the watermarks of all topics asked of the broker together, `topics_offset
 run is what the caller found in Airflow's metadata (`LastRun`). Topics are gathered by a bounded
 thread pool, each with short timeouts, so one slow system cannot hold the page; filters that need
 no gathering (name, state, last success) are applied first, so only the topics shown are read.
+The metrics and `deltaferry status` read the same rows through the same `TopicsReader`
+(`all_topic_rows`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from deltaferry import env as envvars
@@ -27,6 +29,9 @@ from deltaferry.formats import format_of
 from deltaferry.paths import TopicPaths
 from deltaferry.state import committed_offsets, lag
 from deltaferry.storage import Storage, storage_for
+
+if TYPE_CHECKING:
+    from deltaferry.alerts import Alert
 
 #: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
@@ -79,6 +84,31 @@ class LastRun:
             return str(self.ingest["summary"])
         return self.state
 
+    def figure(self, name: str) -> float | None:
+        """The number `name` of its ingest report (``messages_read``, ``seconds``, ``lag``);
+        0 for ``seconds`` when ingest was skipped (no Spark ran), None when unknown."""
+        if not isinstance(self.ingest, dict):
+            return None
+        value = self.ingest.get(name)
+        if value is None and name == "seconds" and self.ingest.get("skipped"):
+            return 0.0
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            else None
+
+    @property
+    def alerts(self) -> list[Alert] | None:
+        """The alerts its ingest step raised (`deltaferry.alerts.of` its report), None when
+        there is no report listing them (no report, or one from before alerts existed)."""
+        from deltaferry import alerts
+
+        if not isinstance(self.ingest, dict) or not isinstance(self.ingest.get(alerts.KEY),
+                                                                 list):
+            return None
+        try:
+            return alerts.of(self.ingest)
+        except (KeyError, TypeError):  # not an alert's shape: unknown rather than none
+            return None
+
 
 @dataclass
 class TopicRow:
@@ -89,9 +119,13 @@ class TopicRow:
     dag_id: str
     schedule: str | None
     schema_version: str | None = None
+    #: the version's number (of the schema cache, or the registry's for registry formats)
+    schema_number: int | None = None
     rows: int | None = None
     lag: int | None = None
     quarantined_total: int | None = None
+    #: quarantined messages not replayed yet (read only when asked: `TopicsReader.rows`)
+    quarantined_waiting: int | None = None
     last_run: LastRun | None = None
     #: what could not be read, said instead of a number
     notes: list[str] = field(default_factory=list)
@@ -105,6 +139,36 @@ class TopicRow:
     def last_success(self) -> datetime | None:
         """When the DAG's latest successful run ended (None: never)."""
         return self.last_run.last_success if self.last_run else None
+
+    def lines(self, runs_unknown: str | None = None) -> list[str]:
+        """The row as lines for a terminal (`deltaferry status`): what the topics page shows
+        of it, and the alerts of its last run where its report lists them. `runs_unknown` says
+        why the last run is not known (no Airflow to ask), if it is not."""
+        def count(value: int | None) -> str:
+            return "unknown" if value is None else f"{value:,}"
+
+        run = self.last_run
+        if run is not None:
+            last = f"{run.state} ({run.at}): {run.result}"
+        else:
+            last = f"unknown: {runs_unknown}" if runs_unknown else "no run yet"
+        waiting = ("" if self.quarantined_waiting is None
+                   else f", {count(self.quarantined_waiting)} not replayed")
+        out = [f"{self.name} ({self.format}, DAG {self.dag_id})",
+               f"  last run       {last}"]
+        if run is not None:
+            out.append(f"  last success   {run.last_success_text or 'never'}")
+        out += [f"  rows           {count(self.rows)}",
+                f"  lag            {count(self.lag)}",
+                f"  quarantined    {count(run.quarantined if run else None)} last run, "
+                f"{count(self.quarantined_total)} total{waiting}",
+                f"  schema         {self.schema_version or 'none yet'}"]
+        alerts = run.alerts if run else None
+        if alerts is not None:
+            out.append(f"  alerts firing  {len(alerts) or 'none'}")
+            out += [f"    {a.line()}" for a in alerts]
+        out += [f"  not read       {note}" for note in self.notes]
+        return out
 
 
 def _int_or_none(text: str | None) -> int | None:
@@ -296,9 +360,10 @@ def topic_folders(warehouse: str, storage: Storage) -> set[str] | None:
 def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
               last_run: LastRun | None = None, current: Any = None,
               storage: Storage | None = None, in_warehouse: bool = True,
-              lag_only: bool = False) -> TopicRow:
-    """Everything the topics page says about one topic (with `lag_only`, its lag alone); what
-    cannot be read becomes a note.
+              lag_only: bool = False, waiting: bool = False) -> TopicRow:
+    """Everything the topics page says about one topic (with `lag_only`, its lag alone; with
+    `waiting`, also the quarantined messages not replayed, as the quarantine page counts them);
+    what cannot be read becomes a note.
 
     `current` is the topic's watermarks (`TopicOffsets`) as the caller asked them for all
     topics together, or the exception that says why they could not be read; None asks the
@@ -306,7 +371,9 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     `in_warehouse` False says the topic has no folder in the warehouse (`topic_folders`): no
     table, quarantine, schema or checkpoint to read, so none is asked for.
     """
+    from deltaferry.errors import DeltaferryError
     from deltaferry.kafka import topic_offsets
+    from deltaferry.quarantine import counts
     from deltaferry.schema.store import SchemaStore
     from deltaferry.ui.health import table_rows
 
@@ -323,15 +390,26 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
 
     def schema() -> None:
         versions = SchemaStore(paths.schema, storage).versions()
+        row.schema_number = versions[-1] if versions else None
         row.schema_version = f"v{versions[-1]}" if versions else None
         if not cached:  # read with a registered version, not a cached one
             from deltaferry.ui.schema_history import registry_latest
 
-            row.schema_version = f"registry v{registry_latest(topic, env)}"
+            row.schema_number = registry_latest(topic, env)
+            row.schema_version = f"registry v{row.schema_number}"
 
     def rows() -> None:
         row.rows = table_rows(paths.table, env)
         row.quarantined_total = table_rows(paths.quarantine, env) or 0
+
+    def not_replayed() -> None:
+        if row.quarantined_total == 0:
+            row.quarantined_waiting = 0
+            return
+        found = counts(paths.quarantine, env)
+        if found.problem:
+            raise DeltaferryError(found.problem)
+        row.quarantined_waiting = found.waiting
 
     def topic_lag() -> None:
         offsets = current
@@ -352,8 +430,11 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     elif in_warehouse:
         attempt("schema", schema)
         attempt("table", rows)
+        if waiting and row.quarantined_total is not None:
+            attempt("quarantine", not_replayed)
     else:
         row.quarantined_total = 0
+        row.quarantined_waiting = 0 if waiting else None
         if not cached:
             attempt("schema", schema)
     attempt("lag", topic_lag)
@@ -405,7 +486,6 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
 
     env = dict(os.environ if env is None else env)
     query = query or TopicsQuery()
-    warehouse = warehouse_from_env(env)
     runs = runs or {}
     allowed = [t for t in topics.topics if visible(t)]
     states: dict[str, int] = {}
@@ -414,22 +494,9 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
         state = run.state if run else NO_RUN
         states[state] = states.get(state, 0) + 1
     shown = [t for t in allowed if query.shows_run(t.name, runs.get(t.dag_id), now)]
-    offsets = fleet_offsets([t.name for t in shown], env)
-    storage = storage_for(warehouse, env)
-    try:  # an S3 client made once here, not by every thread at the same time
-        getattr(storage, "client", None)
-    except Exception:  # each topic then says what fails
-        pass
-    folders = topic_folders(warehouse, storage) if shown else set()
-
-    def gather(chosen: list[TopicConfig], lag_only: bool = False) -> list[TopicRow]:
-        with ThreadPoolExecutor(max_workers=max(1, min(GATHER_THREADS, len(chosen)))) as pool:
-            return list(pool.map(lambda t: topic_row(
-                t, warehouse, env, runs.get(t.dag_id), offsets.get(t.name), storage,
-                in_warehouse=folders is None or t.name in folders, lag_only=lag_only), chosen))
-
+    reader = TopicsReader.open(shown, env, runs)
     if query.sort == "lag" or query.min_lag is not None:
-        candidates = gather(shown, lag_only=True)
+        candidates = reader.rows(shown, lag_only=True)
     else:
         candidates = [TopicRow(t.name, t.format, t.dag_id, t.schedule,
                                last_run=runs.get(t.dag_id)) for t in shown]
@@ -437,9 +504,55 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
     pages = max(1, -(-len(ordered) // PAGE_SIZE))
     first = (min(query.page, pages) - 1) * PAGE_SIZE
     by_name = {t.name: t for t in shown}
-    rows = gather([by_name[r.name] for r in ordered[first:first + PAGE_SIZE]])
-    return TopicsPage(topics.path, warehouse, rows, [str(e) for e in topics.errors], query,
-                      len(allowed), states, matching=len(ordered), first=first)
+    rows = reader.rows([by_name[r.name] for r in ordered[first:first + PAGE_SIZE]])
+    return TopicsPage(topics.path, reader.warehouse, rows, [str(e) for e in topics.errors],
+                      query, len(allowed), states, matching=len(ordered), first=first)
+
+
+@dataclass
+class TopicsReader:
+    """What reading many topics at once shares: the warehouse and one storage client for it,
+    the topics' watermarks (asked of the broker together), which topics have a folder in the
+    warehouse (one listing), and their last runs. `rows` reads topics with it, each as
+    `topic_row`, by `GATHER_THREADS` threads; the topics page, the metrics and `deltaferry
+    status` all read through it."""
+
+    warehouse: str
+    env: Mapping[str, str]
+    runs: Mapping[str, LastRun]
+    offsets: dict[str, Any]
+    storage: Storage
+    folders: set[str] | None
+
+    @classmethod
+    def open(cls, topics: list[TopicConfig], env: Mapping[str, str],
+             runs: Mapping[str, LastRun] | None = None) -> TopicsReader:
+        """A reader of `topics` (their watermarks and the warehouse listing read now)."""
+        warehouse = warehouse_from_env(env)
+        offsets = fleet_offsets([t.name for t in topics], env)
+        storage = storage_for(warehouse, env)
+        try:  # an S3 client made once here, not by every thread at the same time
+            getattr(storage, "client", None)
+        except Exception:  # each topic then says what fails
+            pass
+        folders = topic_folders(warehouse, storage) if topics else set()
+        return cls(warehouse, env, runs or {}, offsets, storage, folders)
+
+    def rows(self, chosen: list[TopicConfig], lag_only: bool = False,
+             waiting: bool = False) -> list[TopicRow]:
+        """The rows of `chosen` (topics this reader was opened for), in their order."""
+        with ThreadPoolExecutor(max_workers=max(1, min(GATHER_THREADS, len(chosen)))) as pool:
+            return list(pool.map(lambda t: topic_row(
+                t, self.warehouse, self.env, self.runs.get(t.dag_id), self.offsets.get(t.name),
+                self.storage, in_warehouse=self.folders is None or t.name in self.folders,
+                lag_only=lag_only, waiting=waiting), chosen))
+
+
+def all_topic_rows(topics: list[TopicConfig], env: Mapping[str, str],
+                   runs: Mapping[str, LastRun] | None = None) -> list[TopicRow]:
+    """Every topic of `topics` read in full, with its quarantined messages not replayed: what
+    the metrics and `deltaferry status` show (the topics page's rows, without its pages)."""
+    return TopicsReader.open(topics, env, runs).rows(topics, waiting=True)
 
 
 def report_of(value) -> dict | None:

@@ -1,6 +1,7 @@
 """The pages as a FastAPI app: ``/`` (topics; sorted and filtered by its query parameters, see
-`deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health`` and the same
-pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page.
+`deltaferry.ui.topics.TopicsQuery`), ``/topics/<topic>/schema|quarantine|health|runs`` and the
+same pages by DAG id, ``/dags/<dag_id>/<page>``, for the tabs on a topic DAG's page; and
+``/metrics``, the topics' numbers in Prometheus' text format (`deltaferry.ui.metrics`).
 
 Nothing here imports Airflow: `create_app` is given the user dependency (the plugin passes
 Airflow's own, which accepts the UI's session cookie and the REST API's bearer token and answers
@@ -19,18 +20,19 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
 from deltaferry.errors import ConfigError
 
 log = logging.getLogger(__name__)
-PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"))
+PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"),
+         ("runs", "Run history"))
 #: Environment variables whose names say they hold secrets (their values never reach a page).
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|CREDENTIAL|PRIVATE|FERNET", re.I)
 #: Values shorter than this are not blanked (they would match ordinary words).
@@ -106,11 +108,13 @@ def create_app(user: Callable[..., Any],
                authorize: Callable[[Any, str], bool] = lambda _user, _dag_id: True,
                runs: Callable[[list[str]], Mapping] = lambda _dag_ids: {},
                env: Callable[[], Mapping[str, str]] = environment,
+               history: Callable[[str, int], Sequence] = lambda _dag_id, _limit: [],
                topics_file: str | None = None,
                load: Callable[[str | None], TopicsFile] = load_topics):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
-    DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`); `env()`
+    DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`);
+    `history(dag_id, limit)` a DAG's latest `limit` runs, newest first (LastRun each); `env()`
     the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
     topics file with its bad entries (the plugin's also has those Airflow refuses)."""
     from jinja2 import DictLoader, Environment, select_autoescape
@@ -171,6 +175,11 @@ def create_app(user: Callable[..., Any],
             return html(request, "health.html", tables=health_of(topic, settings),
                         small_file_bytes=SMALL_FILE_BYTES,
                         optimize_min_files=topic.optimize_min_files, **context)
+        if page == "runs":
+            from deltaferry.ui.runs import RUNS_SHOWN, runs_page
+
+            return html(request, "runs.html",
+                        r=runs_page(topic.dag_id, history(topic.dag_id, RUNS_SHOWN)), **context)
         return refuse(request, 404, "No such page",
                       f"There is no page {page!r}; the pages are "
                       f"{', '.join(key for key, _ in PAGES)}.", show_tabs)
@@ -190,6 +199,25 @@ def create_app(user: Callable[..., Any],
                            visible=lambda t: t.name in names,
                            query=TopicsQuery.from_params(request.query_params))
         return html(request, "topics.html", page=page)
+
+    @app.get("/metrics")
+    def metrics(who=Depends(user)) -> Response:
+        """Every topic the user may read, as Prometheus' text format; 503 naming the file when
+        the topics file cannot be read (a scrape that fails, rather than no topics)."""
+        from deltaferry.ui.metrics import CONTENT_TYPE, exposition
+        from deltaferry.ui.topics import all_topic_rows
+
+        try:
+            topics = load(topics_file)
+        except ConfigError as exc:
+            log.warning("deltaferry metrics: %s", exc)
+            return Response(redact(str(exc), secret_values(env())) + "\n", 503,
+                            media_type="text/plain", headers=HEADERS)
+        allowed = [t for t in topics.topics if authorize(who, t.dag_id)]
+        settings = env()
+        body = exposition(all_topic_rows(allowed, settings, runs([t.dag_id for t in allowed])))
+        return Response(redact(body.decode(), secret_values(settings)), media_type=CONTENT_TYPE,
+                        headers=HEADERS)
 
     @app.get("/topics/{topic}/{page}", response_class=HTMLResponse)
     def by_topic(request: Request, topic: str, page: str, who=Depends(user)):

@@ -158,10 +158,12 @@ def main() -> int:
 
 
 def start_over(topic_dir: Path) -> None:
-    """The demo topic is new on this broker (a new stack): the demo's table, checkpoint and
-    schema cache describe offsets of the old broker's topic, so the demo starts them over."""
+    """A demo topic is new on this broker (a new stack): the demo's table, checkpoint and
+    schema cache of that topic (`topic_dir`, named after it) describe offsets of the old
+    broker's topic, so the demo starts them over."""
     if topic_dir.exists():
-        say(f"{DEMO_TOPIC!r} is new on this broker; starting the demo's own {topic_dir} over")
+        say(f"{topic_dir.name!r} is new on this broker; starting the demo's own {topic_dir} "
+            "over")
         shutil.rmtree(topic_dir)
 
 

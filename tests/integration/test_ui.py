@@ -26,6 +26,7 @@ import pytest
 from deltaferry.kafka import create_topic, produce
 from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
+from deltaferry_dev.airflow.home import airflow_env
 from deltaferry_dev.airflow.rest import follow, wait_until
 from deltaferry_dev.stack.process import free_ports
 
@@ -87,7 +88,7 @@ def ui_airflow(stack_env, tmp_path_factory):
            "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port)}
     running = services.up(folder / "home", env=env)
     try:
-        yield running, topic
+        yield running, topic, airflow_env(folder / "home", base=env)
     finally:
         services.down(folder / "home")
 
@@ -104,7 +105,7 @@ def run_to_success(client, dag_id, run_id) -> dict:
 @pytest.fixture(scope="module")
 def two_runs(ui_airflow, stack_env):
     """The topic's DAG run by the scheduler on the first batch, then triggered on the second."""
-    running, topic = ui_airflow
+    running, topic, _ = ui_airflow
     client = running.client()
     dag_id = f"ingest_{topic}"
     wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
@@ -176,10 +177,11 @@ def log_in(browser, running) -> None:
 
 
 def test_requests_without_a_valid_airflow_login_are_refused(ui_airflow):
-    running, topic = ui_airflow
+    running, topic, _ = ui_airflow
     base = f"{running.url}/deltaferry"
     for path in ("/", f"/topics/{topic}/schema", f"/topics/{topic}/quarantine",
-                 f"/topics/{topic}/health", f"/dags/ingest_{topic}/health"):
+                 f"/topics/{topic}/health", f"/dags/ingest_{topic}/health",
+                 f"/topics/{topic}/runs", "/metrics"):
         assert httpx.get(base + path).status_code == 401, path
         bad = httpx.get(base + path, headers={"Authorization": "Bearer not-a-token"})
         assert bad.status_code in (401, 403), (path, bad.status_code)
@@ -344,3 +346,130 @@ def test_topics_page_sorts_and_filters_by_clicks(two_runs, browser):
     assert shown_topics(browser) == [few, many, topic]
     browser.switch_to.default_content()
     shot(browser, "6-topics-sorted")
+
+
+def bearer(running) -> dict[str, str]:
+    """The REST API's bearer token of the UI's user, as a header."""
+    return {"Authorization": running.client()._headers()["Authorization"]}
+
+
+def test_metrics_equal_the_table_and_quarantine_read_with_delta_rs(two_runs, ui_airflow,
+                                                                    stack_env):
+    from datetime import UTC, datetime
+
+    from deltalake import DeltaTable
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+
+    running, topic, _ = two_runs
+    env = ui_airflow[2]
+    answer = httpx.get(f"{running.url}/deltaferry/metrics", headers=bearer(running), timeout=60)
+    assert answer.status_code == 200, answer.text[:500]
+    assert answer.headers["content-type"].startswith("text/plain; version=")
+    values = {(s.name, s.labels["topic"]): s.value
+              for family in text_string_to_metric_families(answer.text)
+              for s in family.samples}
+    assert {s.labels["format"] for family in text_string_to_metric_families(answer.text)
+            for s in family.samples} == {"json"}
+
+    paths = TopicPaths.for_topic(env["DELTAFERRY_WAREHOUSE"], topic)
+
+    def read(uri: str):
+        return DeltaTable(delta_rs_uri(uri),
+                          storage_options=storage_options(uri, env)).to_pyarrow_table()
+
+    table, quarantine = read(paths.table), read(paths.quarantine)
+    waiting = quarantine.column("replayed_at").null_count
+    assert values[("deltaferry_table_rows", topic)] == table.num_rows == 7
+    assert values[("deltaferry_quarantined_rows", topic)] == quarantine.num_rows == 3
+    assert values[("deltaferry_quarantined_not_replayed_rows", topic)] == waiting == 3
+    assert values[("deltaferry_lag_messages", topic)] == 0
+    assert values[("deltaferry_schema_version", topic)] == 2
+    assert values[("deltaferry_last_run_messages", topic)] == 4      # the second batch
+    assert values[("deltaferry_last_run_quarantined", topic)] == 1
+    assert values[("deltaferry_last_run_failed", topic)] == 0
+    assert values[("deltaferry_last_ingest_seconds", topic)] > 0
+    success = values[("deltaferry_last_success_timestamp_seconds", topic)]
+    assert 0 < datetime.now(UTC).timestamp() - success < 3600
+    # the topics never run: their lag, nothing quarantined, no table to count
+    for suffix, count in NEVER_RUN.items():
+        assert values[("deltaferry_lag_messages", f"{topic}_{suffix}")] == count
+        assert values[("deltaferry_quarantined_rows", f"{topic}_{suffix}")] == 0
+        assert ("deltaferry_table_rows", f"{topic}_{suffix}") not in values
+    assert not any(name == "deltaferry_table_rows" and t == BAD_ENTRY for name, t in values)
+    for name, value in secrets(stack_env).items():
+        assert value not in answer.text, name
+
+
+def test_run_history_charts_in_a_real_browser(two_runs, browser):
+    from selenium.webdriver.common.by import By
+
+    running, topic, _ = two_runs
+    log_in(browser, running)
+    browser.get(f"{running.url}/deltaferry/topics/{topic}/runs")
+    text_of(browser, "svg#chart-messages")
+    charts = {key: browser.find_element(By.CSS_SELECTOR, f"svg#chart-{key}")
+              for key in ("messages", "seconds", "lag", "quarantined")}
+    for key, chart in charts.items():   # both runs reported: a mark each, drawn on screen
+        assert chart.get_attribute("data-points") == "2", key
+        assert chart.size["width"] > 300 and chart.size["height"] > 100, key
+    first, second = charts["messages"].find_elements(By.CSS_SELECTOR, "rect.bar")
+    assert "8 messages" in first.get_attribute("textContent")        # the first batch
+    assert "4 messages" in second.get_attribute("textContent")
+    assert float(first.get_attribute("height")) > float(second.get_attribute("height")) > 0
+    assert first.rect["x"] < second.rect["x"]                         # oldest on the left
+    phases = charts["seconds"].find_elements(By.CSS_SELECTOR, "rect.bar")
+    assert len(phases) >= 4 and all(p.rect["height"] >= 0 for p in phases)
+    assert "kafka read" in text_of(browser, "p.legend")
+    assert len(charts["lag"].find_elements(By.CSS_SELECTOR, "circle.point")) == 2
+    assert len(charts["lag"].find_elements(By.CSS_SELECTOR, "polyline.line")) == 1
+    quarantined = charts["quarantined"].find_elements(By.CSS_SELECTOR, "rect.bar")
+    assert [q.get_attribute("textContent").split(": ")[-1] for q in quarantined] == [
+        "2 messages", "1 messages"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table#runs tr")) == 3
+    assert browser.find_elements(By.TAG_NAME, "script") == []
+    shot(browser, "7-runs")
+
+    # The tab on the DAG's own page: the charts in its sandboxed frame.
+    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-runs")
+    frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
+                                                     "iframe[title='Run history']"),
+                       30, interval=0.5, what="the DAG page's run-history tab")[0]
+    browser.switch_to.frame(frame)
+    text_of(browser, "svg#chart-lag")
+    lag = browser.find_element(By.CSS_SELECTOR, "svg#chart-lag")
+    assert len(lag.find_elements(By.CSS_SELECTOR, "circle.point")) == 2
+    assert lag.size["width"] > 300
+    browser.switch_to.default_content()
+    shot(browser, "8-runs-dag-tab")
+
+
+def test_status_prints_what_the_topics_page_shows(two_runs, ui_airflow):
+    """`deltaferry status` in a shell of the Airflow's host: the same rows, lag, quarantine
+    and schema as the page, the last run from the Airflow's metadata database."""
+    import subprocess
+    import sys
+
+    running, topic, _ = two_runs
+    env = ui_airflow[2]
+
+    def status(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "deltaferry.cli", "status", *args],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    lines = status(topic).splitlines()
+    assert lines[0] == f"{topic} (json, DAG ingest_{topic})"
+    assert lines[1].startswith("  last run       success (20")
+    assert f"ingest {topic}: 4 messages" in lines[1]
+    assert lines[3:7] == ["  rows           7", "  lag            0",
+                          "  quarantined    1 last run, 3 total, 3 not replayed",
+                          "  schema         v2"]
+    listed = json.loads(status("--json"))
+    by_topic = {t["topic"]: t for t in listed}
+    assert set(by_topic) == {topic, *(f"{topic}_{s}" for s in NEVER_RUN)}
+    assert by_topic[f"{topic}_many"]["lag"] == 5 and by_topic[f"{topic}_many"]["last_run"] is None
+    assert by_topic[topic]["last_run"]["state"] == "success"

@@ -1,11 +1,14 @@
 """The command line: the harness's local-service commands (`deltaferry stack|airflow
 up|down|status`), which the harness adds through the `deltaferry.commands` entry points, and
-what the command line says without them."""
+what the command line says without them; `status` (the topics page's rows in a terminal) and
+`check` (a topics file's bad entries, for CI)."""
 
 import argparse
+import json
 from importlib.metadata import EntryPoint
 
 import pytest
+from test_ui import TOPIC, warehouse  # noqa: F401 - the fixture
 
 from deltaferry import cli
 from deltaferry_dev.cli import _local_service
@@ -63,3 +66,86 @@ def test_the_librarys_own_commands_load_no_entry_point(monkeypatch):
 
 def hello_command(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("hello").set_defaults(func=lambda args: 7)
+
+
+def test_status_and_check_parse_their_arguments():
+    parser = cli.build_parser(extensions=False)
+    status = parser.parse_args(["status", "orders", "--json", "--topics-file", "t.yaml"])
+    assert (status.topic, status.json, status.topics_file) == ("orders", True, "t.yaml")
+    assert parser.parse_args(["status"]).topic is None
+    assert parser.parse_args(["check", "mine.yaml"]).file == "mine.yaml"
+    assert parser.parse_args(["check"]).file is None
+
+
+BAD_FILE = """\
+topics:
+  - name: orders
+  - name: clicks
+    format: xml
+  - name: hourly
+    schedule: every hour
+  - format: json
+"""
+
+
+def test_check_lists_every_bad_entry_and_exits_1(tmp_path, capsys):
+    path = tmp_path / "topics.yaml"
+    path.write_text(BAD_FILE)
+    assert cli.main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: 1 topic(s) valid, 3 entries invalid"
+    problems = "\n".join(out[1:])
+    assert len(out) == 4 and all(line.startswith("  - ") for line in out[1:])
+    assert "'clicks'" in problems and "format" in problems
+    assert "'hourly'" in problems and "every hour" in problems    # as Airflow refuses it
+    path.write_text("topics:\n  - name: orders\n")
+    assert cli.main(["check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: 1 topic(s) valid, 0 entries invalid\n"
+    assert cli.main(["check", str(tmp_path / "nope.yaml")]) == 2
+    assert "topics file not found" in capsys.readouterr().err
+
+
+def test_status_prints_what_the_topics_page_shows(warehouse, capsys, monkeypatch):  # noqa: F811
+    from datetime import UTC, datetime
+
+    from deltaferry.ui.topics import LastRun
+
+    _, env = warehouse
+    from deltaferry.alerts import Alert
+
+    alert = Alert(TOPIC, "max_lag_messages", 7, 5, "warn", "7 message(s) left on the topic")
+    run = LastRun("r1", "success", "2026-11-24 10:00:00 UTC",
+                  {"summary": "ingest orders: 9 messages", "quarantined": 1,
+                   "alerts": [alert.as_dict()]},
+                  last_success=datetime(2026, 11, 24, 10, 0, tzinfo=UTC))
+    monkeypatch.setattr(cli, "airflow_runs", lambda dag_ids: ({"ingest_orders": run}, None))
+    assert cli.main(["status", TOPIC]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "orders (json, DAG ingest_orders)",
+        "  last run       success (2026-11-24 10:00:00 UTC): ingest orders: 9 messages",
+        "  last success   2026-11-24 10:00:00 UTC",
+        "  rows           5",
+        "  lag            unknown",
+        "  quarantined    1 last run, 4 total, 3 not replayed",
+        "  schema         v2",
+        "  alerts firing  1",
+        f"    {alert.line()}",
+        "  not read       lag: no Kafka brokers configured"]
+    monkeypatch.setattr(cli, "airflow_runs", lambda dag_ids: ({}, "AIRFLOW_HOME is not set"))
+    assert cli.main(["status", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [t["topic"] for t in listed] == [TOPIC, "other"]
+    assert (listed[0]["rows"], listed[0]["quarantined_not_replayed"]) == (5, 3)
+    assert listed[0]["last_run"] is None and listed[1]["rows"] is None
+    assert cli.main(["status"]) == 0
+    text = capsys.readouterr().out
+    assert "last run       unknown: AIRFLOW_HOME is not set" in text
+    assert text.rstrip().endswith("1 bad entry (`deltaferry check` lists them)")
+    assert cli.main(["status", "nope"]) == 2
+    assert "'nope' is not listed" in capsys.readouterr().err
+
+
+def test_status_without_airflow_says_why_it_has_no_last_run(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    assert cli.airflow_runs(["ingest_orders"]) == (
+        {}, "AIRFLOW_HOME is not set (the Airflow whose metadata holds the runs)")
