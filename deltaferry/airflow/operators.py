@@ -23,7 +23,11 @@ needs decided at run time, so a DAG file only names the topic and the step:
 * the ingest step's report carries the topic's alerts (deltaferry.alerts, checked by the job,
   or here when the step is skipped): one ``deltaferry alert:`` line each in the log, each sent
   to the topic's ``notify`` targets (deltaferry.airflow.notify) before the task ends, and an
-  alert whose action is fail then fails the task (no retry: the data landed).
+  alert whose action is fail then fails the task (no retry: the data landed);
+* Airflow's OpenLineage provider gets each task's datasets and facets from the operator's
+  ``get_openlineage_facets_on_complete`` / ``_on_failure`` (deltaferry.airflow.lineage): the
+  topic in, the table out with its schema and rows written; nothing is read for it unless a
+  transport is configured.
 """
 
 from __future__ import annotations
