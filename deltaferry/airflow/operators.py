@@ -220,8 +220,14 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
             report_file = Path(folder) / "report.json"
             env[REPORT_FILE_VAR] = str(report_file)
+            own = self.env_vars
             self.env_vars = self.job_env_vars(env, master)
-            super().execute(context)  # the provider's own submit, with env_vars as the env
+            try:
+                super().execute(context)  # the provider's own submit, with env_vars as the env
+            finally:
+                # the job's environment holds secrets: nothing after the submit (an
+                # OpenLineage event with the task's full info, say) finds it on the operator
+                self.env_vars = own
             return self._read_reports(report_file)
 
     def _runs_warm(self, master: str, env: dict[str, str]) -> bool:

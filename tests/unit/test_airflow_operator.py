@@ -294,3 +294,24 @@ def test_env_vars_join_the_job_environment_and_yarn_is_refused():
     # on YARN the provider would put env_vars on the command line as --conf: never the secrets
     with pytest.raises(AirflowFailException, match="'yarn'.*--conf arguments"):
         task.job_env_vars({"AWS_SECRET_ACCESS_KEY": "s"}, "yarn")
+
+
+def test_the_jobs_environment_leaves_the_operator_after_the_submit(monkeypatch):
+    """spark-submit gets the job's environment (secrets among it) through env_vars; after the
+    submit the operator holds only what its author gave, so nothing that reads the task's
+    attributes later (an OpenLineage event with the task's full info) finds a secret."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    seen = {}
+
+    def fake_submit(self, context):
+        seen.update(self.env_vars)
+        Path(self.env_vars["DELTAFERRY_REPORT_FILE"]).write_text('[{"step": "ingest"}]')
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", fake_submit)
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            env_vars={"EXTRA": "1"}, jars="/x.jar")
+    reports_ = task._submit({}, {"AWS_SECRET_ACCESS_KEY": "s3cret"}, "local[2]")
+    assert reports_ == [{"step": "ingest"}]
+    assert seen["AWS_SECRET_ACCESS_KEY"] == "s3cret" and seen["EXTRA"] == "1"
+    assert task.env_vars == {"EXTRA": "1"}
