@@ -12,6 +12,7 @@ Subject name strategies (confluent's names): ``topic_name`` (``<topic>-value``, 
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -124,6 +125,7 @@ class RegistrySettings:
         """A confluent-kafka SchemaRegistryClient for this registry."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
+        quiet_http_clients()
         return SchemaRegistryClient(self.client_conf())
 
     def __repr__(self) -> str:
@@ -150,6 +152,7 @@ def check_reachable(settings: RegistrySettings) -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+    quiet_http_clients()
     client = SchemaRegistryClient({**settings.client_conf(), "timeout": CHECK_TIMEOUT_S,
                                    "max.retries": CHECK_RETRIES, "retries.wait.ms": 500})
     try:
@@ -165,3 +168,16 @@ def check_reachable(settings: RegistrySettings) -> None:
         reason = str(exc).replace(settings.url, settings.safe_url) or type(exc).__name__
         raise RegistryError(settings.safe_url, f"unreachable ({reason}); is it running? "
                             f"check {URL_VAR}") from None
+
+
+#: The HTTP clients confluent-kafka's registry client uses (httpx2 where installed, else httpx).
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2")
+
+
+def quiet_http_clients() -> None:
+    """Keep the registry client's HTTP library from logging a line per request at INFO (each
+    schema lookup in a task log): its warnings stay. A level set by the user is kept."""
+    for name in HTTP_CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)

@@ -24,3 +24,19 @@ def test_a_registry_that_is_not_built_says_how(tmp_path, monkeypatch):
     monkeypatch.setenv("DELTAFERRY_DEPS", str(tmp_path / "deps"))
     with pytest.raises(SetupError, match="make setup"):
         registry.launch(tmp_path / "stack", {})
+
+
+def test_the_registry_clients_http_library_logs_no_line_per_request():
+    import logging
+
+    from deltaferry.registry import RegistrySettings, quiet_http_clients
+
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    RegistrySettings.from_env({"DELTAFERRY_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"}).client()
+    assert not logging.getLogger("httpx2").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.DEBUG)  # a user's own choice stays
+    quiet_http_clients()
+    assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
+    logging.getLogger("httpx").setLevel(logging.NOTSET)
