@@ -149,3 +149,36 @@ def test_status_without_airflow_says_why_it_has_no_last_run(monkeypatch):
     monkeypatch.delenv("AIRFLOW_HOME", raising=False)
     assert cli.airflow_runs(["ingest_orders"]) == (
         {}, "AIRFLOW_HOME is not set (the Airflow whose metadata holds the runs)")
+
+
+def test_run_in_a_warm_driver_prints_its_lines_and_fails_on_an_alert(monkeypatch, capsys,
+                                                                     tmp_path):
+    """`deltaferry run` through a warm driver (DELTAFERRY_WARM_DRIVERS=on): the driver's
+    reports give the command's summary and alert lines and its --report file; an alert whose
+    action is fail exits 3 with its line, as the command in its own process does; a failed
+    job's exit code is the command's."""
+    from deltaferry.alerts import Alert
+    from deltaferry.spark import warm
+
+    alert = Alert("orders", "max_lag_messages", 500, 100, "fail", "500 messages left")
+    reports = [{"step": "ingest", "summary": "ingest orders: 10 messages",
+                "alerts": [alert.as_dict()]}]
+    asked = []
+
+    def fake(argv, env, say):
+        asked.append(argv)
+        say("warm driver pool x: driver pid 1 takes the run step")
+        return 0, reports
+
+    monkeypatch.setattr(warm, "run_command", fake)
+    report = tmp_path / "r.json"
+    assert cli.main(["run", "orders", "--report", str(report)]) == 3
+    out, err = capsys.readouterr()
+    assert asked == [["orders", "--report", str(report)]]
+    assert out.splitlines() == ["ingest orders: 10 messages", alert.line()]
+    assert "takes the run step" in err
+    assert err.strip().endswith(f"deltaferry: error: {alert.line()}")
+    assert json.loads(report.read_text()) == reports
+
+    monkeypatch.setattr(warm, "run_command", lambda argv, env, say: (2, []))
+    assert cli.main(["run", "orders"]) == 2
