@@ -91,9 +91,11 @@ def timed(command: list[str], env: dict[str, str], cwd: Path | None = None
     return seconds, rss, out
 
 
-def run_deltaferry(topic: str, env, report: Path) -> tuple[float, int, list[dict]]:
+def run_deltaferry(topic: str, env, report: Path, cwd: Path | None = None
+                   ) -> tuple[float, int, list[dict]]:
+    """(seconds, peak RSS, reports) of one `deltaferry run TOPIC` process (in `cwd`)."""
     seconds, rss, _ = timed([str(Path(sys.executable).parent / "deltaferry"), "run", topic,
-                             "--report", str(report)], env)
+                             "--report", str(report)], env, cwd=cwd)
     return seconds, rss, json.loads(report.read_text())
 
 

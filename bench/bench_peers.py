@@ -62,6 +62,7 @@ from bench_notebook import (  # noqa: E402
     describe_steps,
     new_topic,
     run_contender,
+    run_deltaferry,
     timed,
 )
 from bench_pipeline import messages  # noqa: E402
@@ -186,8 +187,7 @@ def start_pool(bootstrap: str, env: dict[str, str]) -> float:
     produce(bootstrap, topic, messages(100, 10, 1000))
     (folder / "pool").mkdir()
     (folder / "pool" / "topics.yaml").write_text((folder / "topics.yaml").read_text())
-    timed([str(Path(sys.executable).parent / "deltaferry"), "run", topic], env,
-          cwd=folder / "pool")
+    run_deltaferry(topic, env, folder / "report.json", cwd=folder / "pool")
     logs = list(Path(env["DELTAFERRY_WARM_DIR"]).glob("*.log"))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -205,10 +205,8 @@ def run_warm(topic: str, folder: Path, env: dict[str, str]) -> dict:
     topics = Path(folder.parent / "topics.yaml")
     if topics.exists():
         (folder / "topics.yaml").write_text(topics.read_text())
-    report = folder.parent / f"report-{folder.name}.json"
-    seconds, rss, _ = timed([str(Path(sys.executable).parent / "deltaferry"), "run", topic,
-                             "--report", str(report)], env, cwd=folder)
-    reports = json.loads(report.read_text())
+    seconds, rss, reports = run_deltaferry(topic, env, folder.parent
+                                           / f"report-{folder.name}.json", cwd=folder)
     ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
     pool = pool_rss(env)
     return {"seconds": seconds, "rss": rss, "reports": reports, "ingest": ingest,
