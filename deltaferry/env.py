@@ -132,6 +132,9 @@ AIRFLOW_HOME = _v("AIRFLOW_HOME", "the Airflow whose metadata database `deltafer
 # --- set by deltaferry for its own processes, or by the crash tests ---------------------------
 REPORT_FILE = _v("DELTAFERRY_REPORT_FILE", "a job also writes its reports to this file (the "
                  "Airflow operator sets it)", "path", internal=True)
+AIRFLOW_TASK = _v("DELTAFERRY_AIRFLOW_TASK", "the Airflow task a job runs for, written into its "
+                  "Delta commits' userMetadata (the Airflow operator sets it)", "JSON object",
+                  internal=True)
 CRASH_POINT = _v("DELTAFERRY_CRASH_POINT", "stop a run at this point: NAME[@N][:continue|:pause] "
                  "(crash tests only)", "crash point", internal=True)
 CRASH_MARK = _v("DELTAFERRY_CRASH_MARK", "the file a stopped run waits on (crash tests only)",

@@ -77,11 +77,13 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
     is given; each report, run or skipped, goes through the step's checks after it (the
     ingest step's alerts, deltaferry.alerts), and an alert whose action is fail ends the run
     there. The list of reports. A step finding the topic empty raises EmptyTopicError, or
-    with `stop_when_empty` is logged and ends the run.
+    with `stop_when_empty` is logged and ends the run. Every Delta commit of a step names the
+    Airflow task it runs for, if any (`ctx.task`, `deltaferry.origin`).
 
     One snapshot of the topic's state (deltaferry.state), read under the lock so that no
     other run changes it meanwhile, serves the whole run."""
     from deltaferry.spark.session import get_spark
+    from deltaferry.spark.table import commits_for
 
     steps.preflight(ctx, list(todo))
     reports: list = []
@@ -100,7 +102,8 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
                 if spark is not None:
                     warn_local_warehouse(ctx, spark)
                 try:
-                    done = step.run(ctx, spark, state, reinfer=reinfer)
+                    with commits_for(spark, ctx.task):  # the step's commits name its task
+                        done = step.run(ctx, spark, state, reinfer=reinfer)
                 except EmptyTopicError as exc:
                     if not stop_when_empty:
                         raise

@@ -58,6 +58,7 @@ from deltaferry.airflow.connections import (
 )
 from deltaferry.airflow.reports import describe, one_report
 from deltaferry.jobs import REPORT_FILE_VAR
+from deltaferry.origin import TaskRun
 
 
 def connection_or_none(conn_id: str):
@@ -130,6 +131,14 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     return env
 
 
+def task_run(context) -> TaskRun | None:
+    """The task instance of an Airflow task's `context` (what its Delta commits name); None
+    when the context has none."""
+    ti = context.get("ti")
+    return TaskRun.of({name: getattr(ti, name, None)
+                       for name in ("dag_id", "run_id", "task_id", "try_number", "map_index")})
+
+
 class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
     """Run one deltaferry step (infer, ingest, optimize, vacuum) of one topic via spark-submit.
 
@@ -179,6 +188,9 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         for secret in kafka.secrets() + storage.secrets() + registry.secrets():
             mask_secret(secret)
         env = child_environment(dict(os.environ), kafka, master, storage, registry)
+        task = task_run(context)
+        if task is not None:  # every Delta commit of the step names it (deltaferry.origin)
+            env[envvars.AIRFLOW_TASK.name] = task.as_json()
         self.log.info("deltaferry %s of %r: master %s, brokers from %s, storage from %s%s%s",
                       self.step, self.topic, master, kafka.source, storage.source,
                       ", debug locations" if debug else "",

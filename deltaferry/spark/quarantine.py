@@ -28,6 +28,7 @@ from deltaferry.spark.kafka_source import RAW_KEY
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from deltaferry.origin import TaskRun
     from deltaferry.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,21 @@ def rows(parsed: DataFrame, schema_version: int, batch_id: int,
         *extra)
 
 
+#: A micro-batch's quarantine rows up to this many are written as one file.
+ONE_FILE_ROWS = 10_000
+
+
 def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
-           count: int | None = None, *, storage: Storage) -> int:
+           count: int | None = None, *, storage: Storage, task: TaskRun | None = None) -> int:
     """Append the quarantine rows `bad` to the table at `path` once per (app_id, batch_id);
     how many rows this call appended: 0 when Delta skipped the write because that transaction
     is in the log already (a micro-batch replayed after a crash). `count`, when the caller
-    counted the rows already, spares a job (and when it is 0, the write).
+    counted the rows already, spares a job (and when it is 0, the write). Up to ONE_FILE_ROWS
+    rows are written as one file (a batch's bad messages are few; a file each of the Kafka
+    partitions they came from only left small files for OPTIMIZE).
 
-    The commit is tagged (`commit_tag`, its userMetadata) and a skipped write is told by the
+    The commit is tagged (`commit_tag`, its userMetadata, naming the Airflow task `task`) and
+    a skipped write is told by the
     newest commit not being the tagged one, read through `storage` (one small read, as
     `latest_commit_info`). A log that cannot be read is said in the log and the rows are
     counted: a figure of the report, never a reason to fail a batch whose write is done."""
@@ -80,9 +88,11 @@ def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
         count = bad.count()
     if not count:
         return 0
+    if count <= ONE_FILE_ROWS:  # one file per batch, not one per Kafka partition it spans
+        bad = bad.coalesce(1)
     ensure_held(path, f"the quarantine append to {path}")
     quarantine_app = f"{app_id}-quarantine"
-    tag = delta_table.commit_tag(quarantine_app, batch_id)
+    tag = delta_table.commit_tag(quarantine_app, batch_id, task)
     (bad.write.format("delta").mode("append")
      .option("txnAppId", quarantine_app).option("txnVersion", batch_id)
      .option("userMetadata", tag).option("mergeSchema", "true").save(path))

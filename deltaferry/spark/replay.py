@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from deltaferry.context import TopicContext
+    from deltaferry.origin import TaskRun
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,10 @@ def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDeco
 
 
 def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
-         keys: KeyDecoder, replay_id: str, report: ReplayReport) -> int:
+         keys: KeyDecoder, replay_id: str, report: ReplayReport,
+         task: TaskRun | None = None) -> int:
     """Apply the rows claimed by `replay_id` to the table once (commit 2), then mark them;
-    how many claimed rows there were."""
+    how many claimed rows there were. The table's commit names the Airflow task `task`."""
     from pyspark.sql import functions as F
 
     claimed = (spark.read.format("delta").load(paths.quarantine)
@@ -66,7 +68,8 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
         count = parsed.count()
         rows, _ = table_rows(spark, paths.table, parsed, keys.columns, topic.keep_headers)
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
-        counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True)
+        counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True,
+                            task=task)
         report.landed += parsed.where(F.col("reason").isNull()).count()
         faults.point("replay-landed")  # the table committed, the rows not marked
         quarantine.mark(spark, paths.quarantine, parsed, replay_id)
@@ -100,7 +103,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
     report = ReplayReport(topic.name, [])
     for replay_id in quarantine.unfinished(spark, paths.quarantine):
         log.warning("replay %s: finishing the interrupted replay %s first", topic.name, replay_id)
-        report.read += land(spark, topic, paths, decoder, keys, replay_id, report)
+        report.read += land(spark, topic, paths, decoder, keys, replay_id, report, ctx.task)
     candidates = (spark.read.format("delta").load(paths.quarantine)
                   .where(F.col("replay_id").isNull() & F.col("replayed_at").isNull()))
     if reason:
@@ -110,7 +113,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
         report.read += parsed.count()
         replay_id = new_replay_id()
         if quarantine.claim(spark, paths.quarantine, parsed, replay_id):
-            land(spark, topic, paths, decoder, keys, replay_id, report)
+            land(spark, topic, paths, decoder, keys, replay_id, report, ctx.task)
         report.still_failing = parsed.where(F.col("reason").isNotNull()).count()
     finally:
         parsed.unpersist()

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deltaferry.lock import ensure_held
+from deltaferry.origin import TaskRun, user_metadata
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
 from deltaferry.storage import join
 
@@ -180,29 +181,59 @@ def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
     return changed
 
 
-def commit_tag(app_id: str, version: int) -> str:
+def commit_tag(app_id: str, version: int, task: TaskRun | None = None) -> str:
     """The userMetadata of a batch's commit: which query and batch wrote it, plus an attempt id
-    so that a replay's skipped write is told apart from the original one."""
-    return f"{app_id} batch {version} attempt {uuid.uuid4().hex[:12]}"
+    so that a replay's skipped write is told apart from the original one; with the Airflow
+    task `task` it writes for, both as `deltaferry.origin.user_metadata`'s JSON."""
+    tag = f"{app_id} batch {version} attempt {uuid.uuid4().hex[:12]}"
+    return user_metadata(task, tag) or tag
+
+
+#: The session setting whose value every Delta commit without a userMetadata of its own takes.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 @contextmanager
-def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
-    """Make the Delta writes inside the block idempotent for (app_id, version): a micro-batch
-    replayed after a crash is skipped instead of applied twice. The commit carries `tag` as
-    its userMetadata (see DESCRIBE HISTORY)."""
-    confs = {
-        "spark.databricks.delta.write.txnAppId": app_id,
-        "spark.databricks.delta.write.txnVersion": str(version),
-        "spark.databricks.delta.commitInfo.userMetadata": tag,
-    }
-    for key, value in confs.items():
-        spark.conf.set(key, value)
+def session_settings(spark: SparkSession, settings: dict[str, str | None]):
+    """The session's settings `settings` inside the block (None: unset), each restored to what
+    it was after it (a warm driver's session outlives the step)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
     try:
         yield
     finally:
-        for key in confs:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def commits_for(spark: SparkSession | None, task: TaskRun | None):
+    """A block in which every Delta commit of the session that sets no userMetadata of its own
+    (CREATE, schema evolution, OPTIMIZE, VACUUM, the quarantine's MERGEs) names the Airflow task
+    `task`; nothing changes without one (or without a session). A driver runs one step at a
+    time, so the session's setting is the step's alone while it runs."""
+    from contextlib import nullcontext
+
+    if task is None or spark is None:
+        return nullcontext()
+    return session_settings(spark, {USER_METADATA: user_metadata(task)})
+
+
+def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
+    """Make the Delta writes inside the block idempotent for (app_id, version): a micro-batch
+    replayed after a crash is skipped instead of applied twice. The commit carries `tag` as
+    its userMetadata (see DESCRIBE HISTORY); the session's settings are restored after."""
+    return session_settings(spark, {
+        "spark.databricks.delta.write.txnAppId": app_id,
+        "spark.databricks.delta.write.txnVersion": str(version),
+        USER_METADATA: tag,
+    })
 
 
 def latest_commit_info(spark: SparkSession, path: str, storage: Storage) -> dict:

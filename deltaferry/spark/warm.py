@@ -95,12 +95,15 @@ def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = F
     return wanted and is_local(master)
 
 
-def driver_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The part of a task's environment a driver is started with (and that picks its pool)."""
-    from deltaferry.jobs import REPORT_FILE_VAR
+#: A task's own variables: they travel in its request, never in the pool's environment.
+_PER_TASK = (envvars.REPORT_FILE.name, envvars.AIRFLOW_TASK.name)
 
+
+def driver_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a task's environment a driver is started with (and that picks its pool):
+    its settings, not what names the task (its report file, its Airflow task)."""
     return {k: v for k, v in env.items()
-            if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES) and k != REPORT_FILE_VAR}
+            if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES) and k not in _PER_TASK}
 
 
 def code_stamp() -> int:
@@ -176,7 +179,8 @@ def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str]
     began = time.monotonic()
     key = pool_key(env, master, drivers)
     request = json.dumps({"step": step, "args": args, "report_file": report_file,
-                          "cwd": os.getcwd()}).encode()
+                          "cwd": os.getcwd(),
+                          "airflow_task": envvars.AIRFLOW_TASK.raw(env)}).encode()
     for _attempt in range(3):
         sock = ensure_pool(key, env, master, drivers)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -394,10 +398,15 @@ def _watch(conn: socket.socket, log_fd: int, done: threading.Event) -> None:
 
 def _run_request(request: dict) -> int:
     """One step, as its spark-submit job runs it, or a whole `deltaferry run` (step ``run``);
-    its exit code."""
+    its exit code. The request's Airflow task is the step's only (set for it, removed after)."""
     from deltaferry.jobs import REPORT_FILE_VAR, main, run_command
 
     os.environ[REPORT_FILE_VAR] = str(request["report_file"])
+    task = request.get("airflow_task")
+    if isinstance(task, str) and task:
+        os.environ[envvars.AIRFLOW_TASK.name] = task
+    else:
+        os.environ.pop(envvars.AIRFLOW_TASK.name, None)
     args = [str(a) for a in request["args"]]
     home = os.getcwd()
     try:  # relative paths (the topics file, the warehouse) mean what they mean to the task
@@ -412,6 +421,7 @@ def _run_request(request: dict) -> int:
         return 1
     finally:
         os.environ.pop(REPORT_FILE_VAR, None)
+        os.environ.pop(envvars.AIRFLOW_TASK.name, None)
         with contextlib.suppress(OSError):
             os.chdir(home)
 

@@ -85,7 +85,8 @@ def test_a_pool_is_picked_by_the_settings_a_driver_reads_and_nothing_else():
     base = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:9092", "AWS_SECRET_ACCESS_KEY": "s", "PATH": "/bin"}
     key = warm.pool_key(base, "local[*]", 2)
     # what differs between two tasks of one Airflow does not split the pool
-    same = {**base, "AIRFLOW_CTX_DAG_ID": "ingest_b", "DELTAFERRY_REPORT_FILE": "/tmp/x"}
+    same = {**base, "AIRFLOW_CTX_DAG_ID": "ingest_b", "DELTAFERRY_REPORT_FILE": "/tmp/x",
+            "DELTAFERRY_AIRFLOW_TASK": '{"dag_id":"ingest_b","run_id":"r","task_id":"ingest"}'}
     assert warm.pool_key(same, "local[*]", 2) == key
     assert warm.pool_key({**base, "AWS_SECRET_ACCESS_KEY": "t"}, "local[*]", 2) != key
     assert warm.pool_key(base, "local[2]", 2) != key and warm.pool_key(base, "local[*]", 3) != key

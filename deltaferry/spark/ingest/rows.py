@@ -16,6 +16,8 @@ from deltaferry.spark.kafka_source import HEADERS, latest_per_key
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from deltaferry.origin import TaskRun
+
 
 def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
     """The table column of a payload field: its own name, or `payload_<name>` where it would
@@ -142,12 +144,12 @@ def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
 
 def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
                app_id: str, version: int, only_newer: bool = False,
-               tag: str | None = None) -> dict[str, int]:
+               tag: str | None = None, task: TaskRun | None = None) -> dict[str, int]:
     """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
     is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
     append); the counts of what changed (zeros if skipped). The commit carries `tag` (a new
-    `commit_tag` if not given) as its userMetadata."""
-    tag = tag or delta_table.commit_tag(app_id, version)
+    `commit_tag` naming the Airflow task `task` if not given) as its userMetadata."""
+    tag = tag or delta_table.commit_tag(app_id, version, task)
     if not keys:
         return delta_table.append(spark, path, rows, tag, app_id, version)
     with delta_table.idempotent_writes(spark, app_id, version, tag):

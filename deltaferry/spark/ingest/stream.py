@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from deltaferry.context import TopicContext
+    from deltaferry.origin import TaskRun
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,10 @@ class BatchWriter:
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
                  report: IngestReport, keys: KeyDecoder | None = None, *,
-                 settings: Settings):
+                 settings: Settings, task: TaskRun | None = None):
         self.spark = spark
+        #: The Airflow task the batches are written for (their commits name it).
+        self.task = task
         #: Where the brokers and the warehouse are, for the message when one fails.
         self.settings = settings
         self.topic = topic
@@ -194,9 +197,10 @@ class BatchWriter:
                 quarantined = quarantine.append(
                     quarantine.rows(parsed, schema_version, batch_id,
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
-                    self.paths.quarantine, app_id, batch_id, unusable, storage=self.storage())
+                    self.paths.quarantine, app_id, batch_id, unusable, storage=self.storage(),
+                    task=self.task)
             faults.point("quarantine-written")
-            tag = delta_table.commit_tag(app_id, batch_id)
+            tag = delta_table.commit_tag(app_id, batch_id, self.task)
             write_phase = "merge" if keys else "append"
             with batch(write_phase):
                 counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id,
@@ -286,7 +290,8 @@ class IngestStream:
         decoder = decoder_for(spark, topic, store)
         self.report.schema_version = decoder.schema_version
         self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
-                                  key_decoder_for(spark, topic), settings=settings)
+                                  key_decoder_for(spark, topic), settings=settings,
+                                  task=ctx.task)
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
