@@ -15,7 +15,8 @@ from deltaferry.ui.web import PAGES, create_app
 URL_PREFIX = "/deltaferry"
 
 app = create_app(ui.user_dependency(), authorize=ui.may_read_dag, runs=ui.last_runs,
-                 env=ui.resolved_env, load=ui.checked_topics, history=ui.run_history)
+                 env=ui.resolved_env, load=ui.checked_topics, history=ui.run_history,
+                 mount=URL_PREFIX)
 
 
 class DeltaferryUIPlugin(AirflowPlugin):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC
 
 from deltaferry import env as envvars
@@ -42,14 +43,60 @@ def may_read_dag(user, dag_id: str) -> bool:
                                                 details=DagDetails(id=dag_id))
 
 
-def _when(run) -> str:
-    moment = run.end_date or run.start_date or run.run_after
+#: How many of a DAG's latest runs are searched for the newest one whose ingest did work.
+WORK_SEARCHED = 48
+
+
+def _text(moment) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
 
 
+def _when(run) -> str:
+    return _text(run.end_date or run.start_date or run.run_after)
+
+
+def _last_run(run, report: dict | None, last_success=None) -> LastRun:
+    """A DagRun with its ingest report, as the pages use it."""
+    return LastRun(run.run_id, str(run.state), _when(run), report, last_success,
+                   started=_text(run.start_date), ended=_text(run.end_date))
+
+
+def _last_work(session, dag_ids: list[str], ingest_task: str) -> dict[str, LastRun]:
+    """For each DAG of `dag_ids`, its newest run (of its latest WORK_SEARCHED with an ingest
+    report) whose ingest did work; DAGs without one are left out. One query."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import func, select
+
+    if not dag_ids:
+        return {}
+    rank = func.row_number().over(partition_by=XComModel.dag_id,
+                                  order_by=DagRun.run_after.desc()).label("rank")
+    ingest = (XComModel.task_id == ingest_task, XComModel.key == "return_value")
+    ranked = (select(XComModel.dag_run_id.label("run_pk"), rank)
+              .join(DagRun, DagRun.id == XComModel.dag_run_id)
+              .where(XComModel.dag_id.in_(dag_ids), *ingest).subquery())
+    chosen = session.execute(select(XComModel.value, DagRun)
+                             .join(DagRun, DagRun.id == XComModel.dag_run_id)
+                             .join(ranked, ranked.c.run_pk == XComModel.dag_run_id)
+                             .where(ranked.c.rank <= WORK_SEARCHED, *ingest)
+                             .order_by(ranked.c.rank)).all()
+    found: dict[str, LastRun] = {}
+    for row in chosen:
+        run = row[1]
+        if run.dag_id in found:
+            continue
+        candidate = _last_run(run, report_of(XComModel.deserialize_value(row)))
+        if candidate.did_work:
+            found[run.dag_id] = candidate
+    return found
+
+
 def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
-    """The latest run (by run_after) of each DAG of `dag_ids`, with its ingest task's XCom and
-    when the DAG's latest successful run ended: three queries for all the DAGs together."""
+    """The latest run (by run_after) of each DAG of `dag_ids`, with its ingest task's XCom,
+    when the DAG's latest successful run ended and, when the latest run's ingest did no work,
+    the newest run whose ingest did (`LastRun.last_work`): four queries for all the DAGs
+    together."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -74,10 +121,13 @@ def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:
             XComModel.dag_id.in_(dag_ids), XComModel.run_id.in_([r.run_id for r in runs]),
             XComModel.task_id == ingest_task, XComModel.key == "return_value")).all()
         reports = {(x.dag_id, x.run_id): report_of(XComModel.deserialize_value(x)) for x in xcoms}
-        return {r.dag_id: LastRun(r.run_id, str(r.state), _when(r),
-                                  reports.get((r.dag_id, r.run_id)),
-                                  _utc(succeeded.get(r.dag_id)))
-                for r in runs}
+        latest = {r.dag_id: _last_run(r, reports.get((r.dag_id, r.run_id)),
+                                      _utc(succeeded.get(r.dag_id)))
+                  for r in runs}
+        idle = [dag_id for dag_id, run in latest.items() if not run.did_work]
+        for dag_id, work in _last_work(session, idle, ingest_task).items():
+            latest[dag_id] = replace(latest[dag_id], last_work=work)
+        return latest
 
 
 def run_history(dag_id: str, limit: int) -> list[LastRun]:
@@ -98,7 +148,7 @@ def run_history(dag_id: str, limit: int) -> list[LastRun]:
             XComModel.dag_id == dag_id, XComModel.run_id.in_([r.run_id for r in runs]),
             XComModel.task_id == ingest_task, XComModel.key == "return_value")).all()
         reports = {x.run_id: report_of(XComModel.deserialize_value(x)) for x in xcoms}
-        return [LastRun(r.run_id, str(r.state), _when(r), reports.get(r.run_id)) for r in runs]
+        return [_last_run(r, reports.get(r.run_id)) for r in runs]
 
 
 def _utc(moment):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from deltaferry.lake import is_delta_table, open_table
+from deltaferry.origin import TaskRun, task_of
 from deltaferry.state import SMALL_FILE_BYTES
 
 #: How many commits the page lists, and how far back it looks for the last OPTIMIZE/VACUUM.
@@ -27,13 +28,17 @@ METRICS = ("numOutputRows", "numTargetRowsInserted", "numTargetRowsUpdated",
 
 @dataclass(frozen=True)
 class Commit:
-    """One entry of the table's history (DESCRIBE HISTORY), in short."""
+    """One entry of the table's history (DESCRIBE HISTORY), in short: with the Airflow task
+    that made it (its userMetadata, `deltaferry.origin`; None when not made for one) and what
+    it was, in words (`commit_note`)."""
 
     version: int
     at: str
     operation: str
     metrics: str
     engine: str
+    task: TaskRun | None = None
+    note: str = ""
 
 
 @dataclass
@@ -52,6 +57,8 @@ class TableHealth:
     last_optimize: str | None = None
     last_vacuum: str | None = None
     commits: list[Commit] = field(default_factory=list)
+    #: the newest commit (of the history searched) an Airflow task made, None if none did
+    last_by_airflow: Commit | None = None
 
 
 def at_text(epoch_ms) -> str:
@@ -67,11 +74,69 @@ def metrics_text(metrics: Mapping | None) -> str:
     return ", ".join(f"{name}={metrics[name]}" for name in METRICS if name in metrics)
 
 
-def commit_of(entry: Mapping) -> Commit:
-    """One history entry (delta-rs `DeltaTable.history()`) as a Commit."""
-    return Commit(int(entry.get("version", -1)), at_text(entry.get("timestamp")),
-                  str(entry.get("operation", "")), metrics_text(entry.get("operationMetrics")),
-                  str(entry.get("engineInfo") or entry.get("clientVersion") or ""))
+def _count(metrics: Mapping, *names: str) -> int | None:
+    for name in names:
+        value = metrics.get(name)
+        if value is not None:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def commit_note(name: str, operation: str, metrics: Mapping | None,
+                parameters: Mapping | None = None) -> str:
+    """What a commit of the table `name` (``table`` or ``quarantine``) did, in words: the
+    commits deltaferry makes (schema evolution's empty WRITE, a batch's MERGE or append, the
+    quarantine's append, a replay's marks, OPTIMIZE, VACUUM, CREATE, property changes); ""
+    for any other."""
+    metrics = metrics or {}
+    parameters = parameters or {}
+    rows = _count(metrics, "numOutputRows", "num_added_rows")
+    files = _count(metrics, "numFiles", "numAddedFiles", "num_added_files")
+    if operation in ("WRITE", "STREAMING UPDATE"):
+        if rows == 0:
+            return ("schema evolution: no rows; adds the batch's new columns to the table "
+                    "before its MERGE" if name == "table" else "schema change: no rows")
+        if name == "quarantine":
+            written = "" if files is None else f" in {files} file{'s' if files != 1 else ''}"
+            return f"{rows} message(s) quarantined by a micro-batch{written}"
+        if "overwrite" in str(parameters.get("mode", "")).lower():
+            return "the table rewritten (columns widened, or a layout migrated)"
+        return "" if rows is None else f"{rows} row(s) appended by a micro-batch"
+    if operation == "MERGE":
+        if name == "quarantine":
+            return "replay: messages claimed or marked replayed"
+        counts = [(_count(metrics, f"numTargetRows{k}"), k.lower())
+                  for k in ("Inserted", "Updated", "Deleted")]
+        return "a micro-batch: " + ", ".join(f"{n or 0} {what}" for n, what in counts)
+    if operation == "OPTIMIZE":
+        removed = _count(metrics, "numRemovedFiles", "numFilesRemoved")
+        added = _count(metrics, "numAddedFiles", "numFilesAdded")
+        return (f"compaction: {removed} files into {added}" if removed is not None
+                and added is not None else "compaction")
+    if operation.startswith("VACUUM"):
+        deleted = _count(metrics, "numDeletedFiles")
+        return ("VACUUM: deleting files no version within the retention needs" if
+                operation == "VACUUM START" else
+                f"VACUUM done{'' if deleted is None else f': {deleted} file(s) deleted'}")
+    if operation.startswith("CREATE"):
+        return "table created"
+    if operation == "SET TBLPROPERTIES":
+        return "table properties changed (column mapping or deletion vectors)"
+    return ""
+
+
+def commit_of(entry: Mapping, name: str = "table") -> Commit:
+    """One history entry (delta-rs `DeltaTable.history()`) of the table `name` as a Commit."""
+    metrics = entry.get("operationMetrics")
+    operation = str(entry.get("operation", ""))
+    return Commit(int(entry.get("version", -1)), at_text(entry.get("timestamp")), operation,
+                  metrics_text(metrics),
+                  str(entry.get("engineInfo") or entry.get("clientVersion") or ""),
+                  task_of(entry.get("userMetadata")),
+                  commit_note(name, operation, metrics, entry.get("operationParameters")))
 
 
 def last_operation(history: list[Mapping], *operations: str) -> str | None:
@@ -104,16 +169,17 @@ def table_health(name: str, location: str, env: Mapping[str, str] | None = None,
                if "deletionVector.cardinality" in columns else None)
     rows = live_rows(actions.column("num_records").to_pylist(), deleted) \
         if "num_records" in columns else None
-    history = table.history(HISTORY_SEARCHED)
+    history = sorted(table.history(HISTORY_SEARCHED), key=lambda e: -int(e.get("version", -1)))
     configuration = table.metadata().configuration or {}
+    by_airflow = next((e for e in history if task_of(e.get("userMetadata"))), None)
     return TableHealth(
         name, location, True, table.version(), rows, len(sizes), sum(sizes),
         sum(1 for s in sizes if s < SMALL_FILE_BYTES),
         configuration.get("delta.columnMapping.mode"),
         last_operation(history, "OPTIMIZE"),
         last_operation(history, "VACUUM END") or last_vacuum,
-        [commit_of(e) for e in sorted(history, key=lambda e: -int(e.get("version", -1)))
-         [:COMMITS_SHOWN]])
+        [commit_of(e, name) for e in history[:COMMITS_SHOWN]],
+        commit_of(by_airflow, name) if by_airflow else None)
 
 
 def table_rows(location: str, env: Mapping[str, str] | None = None) -> int | None:

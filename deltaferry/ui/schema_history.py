@@ -65,6 +65,12 @@ class SchemaHistory:
     registry_problem: str | None = None
     #: Whether deltaferry caches the versions (False: the registry's are the topic's versions).
     cached: bool = True
+    #: The registered version ingest reads with (registry formats that keep no copy), and
+    #: whether the topic pins it (avro.schema_version) rather than reading the latest.
+    read_version: int | None = None
+    pinned: bool = False
+    #: Why a stored version has no offsets, when none applies (protobuf: writer schemas).
+    offsets_note: str = ""
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -199,8 +205,16 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     from deltaferry.formats import format_of, uses_registry
     from deltaferry.registry import subject_name
 
-    history = SchemaHistory(topic.name, topic.format, store.location,
-                            cached=format_of(topic).caches_schema)
+    kind = format_of(topic)
+    history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema)
+    if kind.caches_schema and not kind.infer_needs_spark:  # versions of writer schemas
+        source = ("the registry's writer schemas" if kind.uses_registry(topic)
+                  else f"the .proto file {topic.protobuf.proto_file}")
+        history.offsets_note = (f"does not apply: made from {source}, not from reading "
+                                "messages")
+    if not history.cached:
+        history.pinned = topic.avro.schema_version is not None
+        history.read_version = topic.avro.schema_version
     numbers = store.versions()
     stored = [store.read(n) for n in numbers]
     history.versions = [version_row(v, stored[i - 1] if i else None)
@@ -217,6 +231,8 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
         history.registry_problem = _registry_problem(exc)
         return history
     history.registry = registry_versions(registered)
+    if history.read_version is None and not history.cached and registered:
+        history.read_version = int(registered[-1].version)
     if registered and not history.tree and registered[-1].schema.schema_type in (None, "AVRO"):
         history.tree = avro_tree(json.loads(registered[-1].schema.schema_str))
         history.tree_source = f"registry version {registered[-1].version}"

@@ -38,6 +38,10 @@ svg.chart { display: block; margin: 2px 0 4px; max-width: 100%; height: auto; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: #5a6473; }
 .legend { margin: 0 0 8px; color: #5a6473; } .legend span.item { margin-right: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+td.problem { background: rgba(229, 62, 62, 0.14); box-shadow: inset 3px 0 0 #e53e3e; }
+tr.problems td.problem-text { color: #e53e3e; padding-top: 0; }
+th.group { text-align: center; border-bottom: 1px solid #cbd5e0; }
+td .when { font-size: 12.5px; } td a.log, td a.work-log { font-size: 12.5px; }
 </style></head>
 <body>
 {% block body %}{% endblock %}
@@ -85,30 +89,41 @@ Lag: messages on the topic not yet in the table (broker watermarks against the s
 {% if page.pages > 1 %}<span id="pager">{% if page.number > 1 %}<a id="page-prev" href="{{ root }}/{{ query.link(page=page.number - 1) }}">previous</a> · {% endif %}
 page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <a id="page-next" href="{{ root }}/{{ query.link(page=page.number + 1) }}">next</a>{% endif %}</span>{% endif %}</p>
 <table id="topics">
-<tr>{{ sort_header("name", "topic") }}<th>format</th>{{ sort_header("state", "last run") }}<th>result</th>
+<tr><th colspan="3"></th><th colspan="5" class="group">last run that did work</th><th colspan="7"></th></tr>
+<tr>{{ sort_header("name", "topic") }}<th>format</th>{{ sort_header("state", "last run") }}
+<th class="num">read</th><th>written</th><th class="num">quarantined</th><th class="num">seconds</th><th>run</th>
 {{ sort_header("last_success", "last success") }}<th class="num">rows</th>
-{{ sort_header("lag", "lag", "num") }}<th class="num">quarantined<br>last run</th><th class="num">quarantined<br>total</th>
+{{ sort_header("lag", "lag", "num") }}<th class="num">quarantined<br>total</th>
 <th>schema</th><th>pages</th></tr>
-{% for row in page.rows %}
-<tr data-topic="{{ row.name }}">
-<td><strong>{{ row.name }}</strong><div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
+{% for row in page.rows %}{% set problems = row.problems %}{% set run = row.last_run %}{% set work = run.work if run else none %}
+<tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
+<td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
+<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
 <td>{{ row.format }}</td>
-<td class="state">{% if row.last_run %}<span class="state-{{ row.last_run.state }}">{{ row.last_run.state }}</span>
-  <div class="muted">{{ row.last_run.at }}</div>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
-<td class="mono" style="max-width:380px">{% if row.last_run %}{{ row.last_run.result }}{% endif %}</td>
-<td class="last-success">{% if row.last_success %}{{ row.last_run.last_success_text }}{% else %}<span class="muted">never</span>{% endif %}</td>
+<td class="state{% if 'run' in problems %} problem{% endif %}">{% if run %}<a class="run state-{{ run.state }}" href="{{ run_url(airflow, row.dag_id, run.run_id) }}">{{ run.state }}</a>
+  <div class="muted when">{{ run.at_label }} {{ run.at }}</div>
+  <a class="log" href="{{ task_url(airflow, row.dag_id, run.run_id, ingest_task) }}">ingest log</a>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
+{% if work %}<td class="num work-read">{{ work.figure("messages_read") | count_text }}</td>
+<td class="work-written">{{ work.written }}</td>
+<td class="num work-quarantined{% if 'quarantine' in problems %} problem{% endif %}">{{ work.quarantined | count_text }}</td>
+<td class="num work-seconds">{% if work.figure("seconds") is not none %}{{ "%.1f" | format(work.figure("seconds")) }}{% else %}–{% endif %}</td>
+<td class="work-run">{% if work is sameas run %}<span class="muted">the last run</span>{% else %}<a class="work-link state-{{ work.state }}" href="{{ run_url(airflow, row.dag_id, work.run_id) }}">{{ work.state }}</a>
+  <div class="muted when">{{ work.at_label }} {{ work.at }}</div>{% endif %}
+  <a class="work-log" href="{{ task_url(airflow, row.dag_id, work.run_id, ingest_task) }}">ingest log</a></td>
+{% else %}<td colspan="5" class="muted work-none">{% if run %}no recent run read messages{% else %}–{% endif %}</td>{% endif %}
+<td class="last-success">{% if row.last_success %}{{ run.last_success_text }}{% else %}<span class="muted">never</span>{% endif %}</td>
 <td class="num rows">{{ row.rows | count_text }}</td>
-<td class="num lag">{{ row.lag | count_text }}</td>
-<td class="num">{% if row.last_run %}{{ row.last_run.quarantined | count_text }}{% else %}–{% endif %}</td>
-<td class="num">{{ row.quarantined_total | count_text }}</td>
-<td>{{ row.schema_version or "–" }}</td>
+<td class="num lag{% if 'lag' in problems %} problem{% endif %}">{{ row.lag | count_text }}{% if row.max_lag is not none %}<div class="muted">alert over {{ row.max_lag | count_text }}</div>{% endif %}</td>
+<td class="num quarantined-total">{{ row.quarantined_total | count_text }}</td>
+<td class="schema">{{ row.schema_version or "–" }}</td>
 <td><a href="{{ root }}/topics/{{ row.name | urlencode }}/schema">schema history</a><br>
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/quarantine">quarantine</a><br>
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/health">table health</a><br>
 <a href="{{ root }}/topics/{{ row.name | urlencode }}/runs">run history</a></td>
 </tr>
-{% if row.notes %}<tr class="notes"><td></td><td colspan="10" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
-{% else %}<tr><td colspan="11" class="muted">{% if page.total and query.filtered %}No topic matches the filters.{% else %}The topics file lists no valid topic.{% endif %}</td></tr>
+{% if problems %}<tr class="problems"><td></td><td colspan="14" class="problem-text">{{ problems.values() | join("; ") }}</td></tr>{% endif %}
+{% if row.notes %}<tr class="notes"><td></td><td colspan="14" class="note">{{ row.notes | join("; ") }}</td></tr>{% endif %}
+{% else %}<tr><td colspan="15" class="muted">{% if page.total and query.filtered %}No topic matches the filters.{% else %}The topics file lists no valid topic.{% endif %}</td></tr>
 {% endfor %}
 </table>
 {% endblock %}
@@ -119,13 +134,16 @@ SCHEMA = """{% extends "base.html" %}
 {% block body %}
 <h1>{{ topic }}: schema history</h1>
 {% include "tabs.html" %}
-<p class="sub">Format {{ h.format }}; schema cache <code>{{ h.location }}</code>.</p>
-<h2>Versions of the schema cache</h2>
+<p class="sub">Format {{ h.format }}; {% if h.cached %}schema cache <code>{{ h.location }}</code>{% else %}schema in the Schema Registry{% endif %}.</p>
+<h2>{% if h.cached %}Versions of the schema cache{% else %}Where the schema lives{% endif %}</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
 {% for v in h.versions %}<tr><td class="num">v{{ v.version }}</td><td>{{ v.created_at }}</td>
-<td class="mono">{{ v.offsets }}</td><td class="changes">{{ v.changes }}</td></tr>{% endfor %}
-</table>{% else %}<p class="muted">No schema stored yet{% if not h.cached %} ({{ h.format }} topics read the registry's versions){% endif %}.</p>{% endif %}
+<td class="mono offsets">{% if h.offsets_note and v.offsets == "none" %}<span class="muted">{{ h.offsets_note }}</span>{% else %}{{ v.offsets }}{% endif %}</td><td class="changes">{{ v.changes }}</td></tr>{% endfor %}
+</table>{% elif not h.cached %}<p id="schema-source">{{ h.format }} topics keep no copy of their schema here: ingest reads with the Schema Registry's
+subject <code>{{ h.subject }}</code>, {% if h.read_version is not none %}version {{ h.read_version }}{% else %}its latest version{% endif %}
+({% if h.pinned %}pinned by the topic's avro.schema_version{% else %}the latest registered{% endif %}){% if h.registry_url %}, registry <code>{{ h.registry_url }}</code>{% endif %}; its versions are listed below.</p>
+{% else %}<p class="muted">No schema stored yet.</p>{% endif %}
 {% if h.subject %}<h2>Schema Registry: subject <code>{{ h.subject }}</code></h2>
 {% if h.registry_url %}<p class="sub">Registry <code>{{ h.registry_url }}</code></p>{% endif %}
 {% if h.registry_problem %}<p class="note">{{ h.registry_problem }}</p>{% endif %}
@@ -171,21 +189,30 @@ HEALTH = """{% extends "base.html" %}
 {% block body %}
 <h1>{{ topic }}: table health</h1>
 {% include "tabs.html" %}
+<dl class="facts" id="maintenance">
+<dt>next OPTIMIZE</dt><dd class="next-optimize">{{ due.optimize }}</dd>
+<dt>next VACUUM</dt><dd class="next-vacuum">{{ due.vacuum }}</dd>
+</dl>
+{% macro by(t, c) -%}
+{% if c.task %}<a class="by-run" href="{{ run_url(airflow, c.task.dag_id, c.task.run_id) }}">{{ c.task.run_id }}</a>
+<a class="by-task" href="{{ task_url(airflow, c.task.dag_id, c.task.run_id, c.task.task_id, c.task.try_number, c.task.map_index) }}">{{ c.task.task_id }}{% if c.task.try_number and c.task.try_number > 1 %} (try {{ c.task.try_number }}){% endif %}</a>{% else %}<span class="muted">not an Airflow run</span>{% endif %}
+{%- endmacro %}
 {% for t in tables %}
 <h2>{{ t.name }} <span class="muted mono">{{ t.location }}</span></h2>
 {% if not t.exists %}<p class="muted">No Delta table here yet.</p>{% else %}
 <dl class="facts" id="facts-{{ t.name }}">
 <dt>Delta version</dt><dd class="version">{{ t.version }}</dd>
+<dt>last changed by</dt><dd class="last-by">{% if t.commits and t.commits[0].task %}{{ by(t, t.commits[0]) }} <span class="muted">(version {{ t.commits[0].version }})</span>{% elif t.last_by_airflow %}{{ by(t, t.last_by_airflow) }} <span class="muted">(version {{ t.last_by_airflow.version }}; newer versions were not made by an Airflow run)</span>{% else %}<span class="muted">no Airflow run in the history read</span>{% endif %}</dd>
 <dt>rows</dt><dd class="rows">{{ t.rows | count_text }}</dd>
-<dt>files</dt><dd>{{ t.files | count_text }} ({{ t.bytes | bytes_text }})</dd>
+<dt>files now</dt><dd class="files">{{ t.files | count_text }} ({{ t.bytes | bytes_text }}) <span class="muted">in the current version; a commit's numFiles counts the files that commit wrote</span></dd>
 <dt>small files</dt><dd>{{ t.small_files | count_text }} below {{ small_file_bytes | bytes_text }}; OPTIMIZE compacts from {{ optimize_min_files }} on (optimize_min_files)</dd>
 <dt>last OPTIMIZE</dt><dd>{{ t.last_optimize or "never" }}</dd>
 <dt>last VACUUM</dt><dd>{{ t.last_vacuum or "never" }}</dd>
 {% if t.column_mapping %}<dt>column mapping</dt><dd>{{ t.column_mapping }}</dd>{% endif %}
 </dl>
-<table class="history"><tr><th class="num">version</th><th>when</th><th>operation</th><th>metrics</th><th>engine</th></tr>
-{% for c in t.commits %}<tr><td class="num">{{ c.version }}</td><td>{{ c.at }}</td><td>{{ c.operation }}</td>
-<td class="mono">{{ c.metrics }}</td><td class="muted">{{ c.engine }}</td></tr>{% endfor %}</table>
+<table class="history" id="history-{{ t.name }}"><tr><th class="num">version</th><th>when</th><th>operation</th><th>metrics</th><th>made by</th><th>engine</th></tr>
+{% for c in t.commits %}<tr data-version="{{ c.version }}"><td class="num">{{ c.version }}</td><td>{{ c.at }}</td><td class="operation">{{ c.operation }}{% if c.note %}<div class="muted note-what">{{ c.note }}</div>{% endif %}</td>
+<td class="mono">{{ c.metrics }}</td><td class="by">{{ by(t, c) }}</td><td class="muted">{{ c.engine }}</td></tr>{% endfor %}</table>
 {% endif %}{% endfor %}
 {% endblock %}
 """
@@ -212,8 +239,9 @@ RUNS = """{% extends "base.html" %}
 {% if c.legend %}<p class="legend">{% for colour, phase in c.legend %}<span class="item"><span class="swatch" style="background: {{ colour }}"></span>{{ phase }}</span>{% endfor %}</p>{% endif %}
 {% endfor %}
 <h2>Runs</h2>
-<table id="runs"><tr><th>run</th><th>state</th><th>ended</th><th>ingest</th></tr>
-{% for run in r.runs %}<tr><td class="mono">{{ run.run_id }}</td><td><span class="state-{{ run.state }}">{{ run.state }}</span></td>
+<table id="runs"><tr><th>run</th><th>state</th><th>when</th><th>ingest</th></tr>
+{% for run in r.runs %}<tr data-run="{{ run.run_id }}"><td class="mono"><a class="run" href="{{ run_url(airflow, r.dag_id, run.run_id) }}">{{ run.run_id }}</a>
+<div><a class="log" href="{{ task_url(airflow, r.dag_id, run.run_id, ingest_task) }}">ingest log</a></div></td><td><span class="state-{{ run.state }}">{{ run.state }}</span></td>
 <td>{{ run.at }}</td><td class="mono" style="max-width:520px">{{ run.result }}</td></tr>{% endfor %}</table>
 {% endif %}
 {% endblock %}

@@ -48,6 +48,8 @@ STATE_ORDER = ("failed", "upstream_failed", "up_for_retry", "running", "queued",
                "success")
 #: The ``state`` filter's value for topics whose DAG never ran.
 NO_RUN = "none"
+#: Last run states the topics page marks as a problem.
+FAILED_STATES = ("failed", "upstream_failed")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,39 @@ class LastRun:
     ingest: dict | None = None
     #: when the DAG's latest successful run ended (None: it never succeeded)
     last_success: datetime | None = None
+    #: when the run started and ended ("" while it has not)
+    started: str = ""
+    ended: str = ""
+    #: the DAG's newest run whose ingest did work (read messages), when it is not this one;
+    #: None when this one did, or no recent run did (`work`)
+    last_work: LastRun | None = None
+
+    @property
+    def at_label(self) -> str:
+        """What `at` is: ``ended``, ``started`` (a run still going) or ``queued``."""
+        return "ended" if self.ended else "started" if self.started else "queued"
+
+    @property
+    def did_work(self) -> bool:
+        """Whether its ingest ran (a report that is not a skip, nor an empty topic's)."""
+        return (isinstance(self.ingest, dict) and not self.ingest.get("skipped")
+                and not self.ingest.get("empty") and self.ingest.get("step") == "ingest")
+
+    @property
+    def work(self) -> LastRun | None:
+        """The DAG's newest run whose ingest did work: this one, or `last_work`."""
+        return self if self.did_work else self.last_work
+
+    @property
+    def written(self) -> str:
+        """What its ingest wrote, in words (``2 inserted, 1 updated, 0 deleted`` or ``5
+        appended``); "" without a report of work."""
+        from deltaferry.reports import describe_counts
+
+        if not self.did_work:
+            return ""
+        assert isinstance(self.ingest, dict)
+        return describe_counts(str(self.ingest.get("mode") or "upsert"), self.ingest)
 
     @property
     def last_success_text(self) -> str:
@@ -129,6 +164,26 @@ class TopicRow:
     last_run: LastRun | None = None
     #: what could not be read, said instead of a number
     notes: list[str] = field(default_factory=list)
+    #: the topic's alerts.max_lag_messages (None: no threshold)
+    max_lag: int | None = None
+
+    @property
+    def problems(self) -> dict[str, str]:
+        """What needs a look, by what it concerns (``run``, ``lag``, ``quarantine``): a last
+        run that failed, a lag over the topic's alerts.max_lag_messages, messages the last run
+        that did work quarantined."""
+        found = {}
+        run = self.last_run
+        if run is not None and run.state in FAILED_STATES:
+            found["run"] = f"the last run {run.state.replace('_', ' ')}"
+        if self.max_lag is not None and self.lag is not None and self.lag > self.max_lag:
+            found["lag"] = (f"lag {self.lag:,} is over the topic's alerts.max_lag_messages "
+                            f"({self.max_lag:,})")
+        work = run.work if run is not None else None
+        if work is not None and work.quarantined:
+            found["quarantine"] = (f"the quarantine grew by {work.quarantined:,} in the last "
+                                   "run that did work")
+        return found
 
     @property
     def state(self) -> str:
@@ -377,7 +432,8 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     from deltaferry.schema.store import SchemaStore
     from deltaferry.ui.health import table_rows
 
-    row = TopicRow(topic.name, topic.format, topic.dag_id, topic.schedule, last_run=last_run)
+    row = TopicRow(topic.name, topic.format, topic.dag_id, topic.schedule, last_run=last_run,
+                   max_lag=topic.alerts.max_lag_messages)
     cached = format_of(topic).caches_schema
     paths = TopicPaths.for_topic(warehouse, topic.name)
     storage = storage or storage_for(paths.root, env)
@@ -499,7 +555,8 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
         candidates = reader.rows(shown, lag_only=True)
     else:
         candidates = [TopicRow(t.name, t.format, t.dag_id, t.schedule,
-                               last_run=runs.get(t.dag_id)) for t in shown]
+                               last_run=runs.get(t.dag_id),
+                               max_lag=t.alerts.max_lag_messages) for t in shown]
     ordered = query.arrange([r for r in candidates if query.shows(r, now)])
     pages = max(1, -(-len(ordered) // PAGE_SIZE))
     first = (min(query.page, pages) - 1) * PAGE_SIZE

@@ -27,8 +27,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
 from deltaferry import env as envvars
+from deltaferry import steps
 from deltaferry.config import TopicConfig, TopicsFile, load_topics, validate_topic_name
 from deltaferry.errors import ConfigError
+from deltaferry.ui import links
 
 log = logging.getLogger(__name__)
 PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"),
@@ -110,13 +112,16 @@ def create_app(user: Callable[..., Any],
                env: Callable[[], Mapping[str, str]] = environment,
                history: Callable[[str, int], Sequence] = lambda _dag_id, _limit: [],
                topics_file: str | None = None,
-               load: Callable[[str | None], TopicsFile] = load_topics):
+               load: Callable[[str | None], TopicsFile] = load_topics,
+               mount: str = "/deltaferry"):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
     DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`);
     `history(dag_id, limit)` a DAG's latest `limit` runs, newest first (LastRun each); `env()`
     the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
-    topics file with its bad entries (the plugin's also has those Airflow refuses)."""
+    topics file with its bad entries (the plugin's also has those Airflow refuses). `mount` is
+    where Airflow mounts the app: the pages' links to Airflow's own pages (a DAG, a run, a task's
+    log) are the root path without it."""
     from jinja2 import DictLoader, Environment, select_autoescape
 
     from deltaferry.ui.templates import TEMPLATES
@@ -124,13 +129,16 @@ def create_app(user: Callable[..., Any],
     jinja = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
     jinja.filters["count_text"] = count_text
     jinja.filters["bytes_text"] = bytes_text
+    jinja.globals.update(dag_url=links.dag_url, run_url=links.run_url, task_url=links.task_url,
+                         ingest_task=steps.get("ingest").task_id)
     app = FastAPI(title="deltaferry", dependencies=[Depends(user)], docs_url=None,
                   redoc_url=None, openapi_url=None)
 
     def html(request: Request, template: str, status_code: int = 200, **values) -> HTMLResponse:
         values.setdefault("show_tabs", True)
-        text = jinja.get_template(template).render(root=request.scope.get("root_path", ""),
-                                                   pages=PAGES, **values)
+        root = request.scope.get("root_path", "")
+        text = jinja.get_template(template).render(
+            root=root, airflow=links.airflow_base(root, mount), pages=PAGES, **values)
         return HTMLResponse(redact(text, secret_values(env())), status_code=status_code,
                             headers=HEADERS)
 
@@ -173,7 +181,7 @@ def create_app(user: Callable[..., Any],
             from deltaferry.state import SMALL_FILE_BYTES
 
             return html(request, "health.html", tables=health_of(topic, settings),
-                        small_file_bytes=SMALL_FILE_BYTES,
+                        due=maintenance_due(topic, settings), small_file_bytes=SMALL_FILE_BYTES,
                         optimize_min_files=topic.optimize_min_files, **context)
         if page == "runs":
             from deltaferry.ui.runs import RUNS_SHOWN, runs_page
@@ -257,6 +265,28 @@ def create_app(user: Callable[..., Any],
                 table_health("quarantine", paths.quarantine, settings)]
 
     return app
+
+
+def maintenance_due(topic: TopicConfig, settings: Mapping[str, str]) -> dict[str, str]:
+    """When the topic's next OPTIMIZE and VACUUM are due (``optimize``, ``vacuum``), in the
+    words of the rules the DAG's maintenance tasks decide by (`deltaferry.plan`): due at the
+    DAG's next run, or why not yet."""
+    from deltaferry.plan import optimize_skip, vacuum_skip
+    from deltaferry.state import existing_tables, last_vacuum
+    from deltaferry.storage import storage_for
+
+    paths = paths_of(topic, settings)
+    tables = existing_tables(paths, settings)
+    next_run = f"at the DAG's next run ({topic.schedule or 'as scheduled'})"
+    optimize = optimize_skip(topic, tables)
+    vacuum = vacuum_skip(topic, tables, last_vacuum(storage_for(paths.root, settings),
+                                                    paths.root))
+    return {
+        "optimize": (f"due {next_run}: a table has {topic.optimize_min_files} small files or "
+                     "more (optimize_min_files)") if optimize is None
+        else f"not due: {optimize.reason}",
+        "vacuum": f"due {next_run}" if vacuum is None else f"not due: {vacuum.reason}",
+    }
 
 
 def paths_of(topic: TopicConfig, settings: Mapping[str, str]):

@@ -37,6 +37,8 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 BAD_ENTRY = "bad_entry_schedule"
 #: Topics besides the ingested one, never run, with this many messages (their lag).
 NEVER_RUN = {"many": 5, "few": 2}
+#: Never run, with 5 messages and an alert threshold of 3: its lag is a problem on the page.
+LAG_ALERTED = "many"
 XSS = "<script>document.title='pwned'</script>"
 
 
@@ -72,7 +74,9 @@ def ui_airflow(stack_env, tmp_path_factory):
     topics_file = folder / "topics.yaml"
     topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n"
                            f"  - name: {BAD_ENTRY}\n    schedule: every hour\n"
-                           + "".join(f"  - name: {topic}_{suffix}\n" for suffix in NEVER_RUN))
+                           + "".join(f"  - name: {topic}_{suffix}\n" for suffix in NEVER_RUN)
+                           + f"  - name: {topic}_{LAG_ALERTED}\n    alerts:\n"
+                           f"      max_lag_messages: {NEVER_RUN[LAG_ALERTED] - 2}\n")
     (port,) = free_ports(1)
     username = stack_env["DELTAFERRY_KAFKA_SASL_USERNAME"]
     password = stack_env["DELTAFERRY_KAFKA_SASL_PASSWORD"]
@@ -224,13 +228,15 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
     browser.switch_to.frame(frame)
     row = f"tr[data-topic='{topic}']"
     assert text_of(browser, f"{row} td.rows") == "7"       # k0..k6, from the Delta log
-    assert text_of(browser, f"{row} td.lag") == "0"        # watermarks vs the checkpoint
+    assert text_of(browser, f"{row} td.lag").startswith("0")  # watermarks vs the checkpoint
     cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, f"{row} td")]
-    assert cells[1] == "json" and "success" in cells[2]
-    assert cells[4].startswith("20") and cells[4].endswith("UTC")  # the last success
-    assert cells[7] == "1" and cells[8] == "3"             # quarantined: last run, total
-    assert cells[9] == "v2"
-    assert f"ingest {topic}: 4 messages" in cells[3]       # the last run's ingest summary
+    assert cells[1] == "json" and "success" in text_of(browser, f"{row} td.state")
+    success = text_of(browser, f"{row} td.last-success")
+    assert success.startswith("20") and success.endswith("UTC")
+    assert text_of(browser, f"{row} td.work-quarantined") == "1"   # the last run's
+    assert text_of(browser, f"{row} td.quarantined-total") == "3"
+    assert text_of(browser, f"{row} td.schema") == "v2"
+    assert text_of(browser, f"{row} td.work-read") == "4"  # the last run's ingest read
     assert BAD_ENTRY in text_of(browser, "li.bad-entry")
     assert "every hour" in text_of(browser, "li.bad-entry")
     browser.switch_to.default_content()
@@ -473,3 +479,144 @@ def test_status_prints_what_the_topics_page_shows(two_runs, ui_airflow):
     assert set(by_topic) == {topic, *(f"{topic}_{s}" for s in NEVER_RUN)}
     assert by_topic[f"{topic}_many"]["lag"] == 5 and by_topic[f"{topic}_many"]["last_run"] is None
     assert by_topic[topic]["last_run"]["state"] == "success"
+
+
+def hrefs(browser, css: str) -> list[str]:
+    """The links' targets (absolute URLs) of the elements matching `css`."""
+    from selenium.webdriver.common.by import By
+
+    return [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, css)]
+
+
+def background(browser, css: str) -> str:
+    """The computed background colour of the first element matching `css`."""
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, css).value_of_css_property("background-color")
+
+
+def dark(browser, on: bool) -> None:
+    """Ask the pages for the dark colour scheme (as an OS or Airflow in dark mode would)."""
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+        {"name": "prefers-color-scheme", "value": "dark" if on else "light"}]})
+
+
+def test_pages_link_to_the_runs_that_made_each_number(two_runs, browser, ui_airflow):
+    """After an idle run (nothing new: ingest skipped), the topics page still shows the run
+    that did work, in columns, beside the idle run's own state; the topic, each run and each
+    ingest log are links into Airflow, as are the commits of the table-health page, each to
+    the run and task that wrote it (read back from the Delta log's userMetadata); problems are
+    marked, in light and dark mode; the odd facts of the health page are explained."""
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+
+    running, topic, worked = two_runs
+    client = running.client()
+    dag_id = f"ingest_{topic}"
+    idle = run_to_success(client, dag_id, client.trigger(dag_id)["dag_run_id"])
+    assert client.tasks(dag_id, idle["dag_run_id"])["ingest"]["state"] == "skipped"
+    worked_id, idle_id = worked["dag_run_id"], idle["dag_run_id"]
+    ui = running.url
+
+    def run_href(run_id: str) -> str:
+        return f"{ui}/dags/{dag_id}/runs/{quote(run_id, safe='')}"
+
+    log_in(browser, running)
+    for theme in ("light", "dark"):
+        dark(browser, theme == "dark")
+        browser.get(ui + "/plugin/deltaferry")
+        frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
+                                                         "iframe[title=deltaferry]"),
+                           30, interval=0.5, what="the topics page's frame")[0]
+        browser.switch_to.frame(frame)
+        row = f"tr[data-topic='{topic}']"
+        text_of(browser, row)
+        assert hrefs(browser, f"{row} a.dag") == [f"{ui}/dags/{dag_id}"]
+        assert hrefs(browser, f"{row} td.state a.run") == [run_href(idle_id)]
+        assert hrefs(browser, f"{row} td.state a.log") == [run_href(idle_id) + "/tasks/ingest"]
+        assert text_of(browser, f"{row} td.state .when").startswith("ended 20")
+        # the idle run does not hide the run that read and quarantined
+        assert text_of(browser, f"{row} td.work-read") == "4"
+        assert text_of(browser, f"{row} td.work-written") == "2 inserted, 1 updated, 0 deleted"
+        assert text_of(browser, f"{row} td.work-quarantined") == "1"
+        assert float(text_of(browser, f"{row} td.work-seconds")) > 0
+        assert hrefs(browser, f"{row} a.work-link") == [run_href(worked_id)]
+        assert hrefs(browser, f"{row} a.work-log") == [run_href(worked_id) + "/tasks/ingest"]
+        assert "skipped" not in text_of(browser, row)       # no raw log line
+        # problems: the quarantine grew; the lag over its topic's threshold
+        assert "problem" in browser.find_element(By.CSS_SELECTOR, f"{row} td.work-quarantined"
+                                                 ).get_attribute("class")
+        alerted = f"tr[data-topic='{topic}_{LAG_ALERTED}']"
+        assert "problem" in browser.find_element(By.CSS_SELECTOR, f"{alerted} td.lag"
+                                                 ).get_attribute("class")
+        assert background(browser, f"{alerted} td.lag") != background(browser, f"{alerted} td.rows")
+        assert "over the topic's alerts.max_lag_messages (3)" in browser.page_source
+        browser.switch_to.default_content()
+        shot(browser, f"9-topics-links-{theme}")
+    dark(browser, False)
+
+    # The ingest log link opens that task instance's page (its log) in Airflow.
+    browser.get(run_href(worked_id) + "/tasks/ingest")
+    wait_until(lambda: worked_id in browser.find_element(By.TAG_NAME, "body").text, 90,
+               interval=1.0, what="the ingest task's page in Airflow's UI")
+    assert "Page Not Found" not in browser.find_element(By.TAG_NAME, "body").text
+
+    # Table health: each commit names the run and task that made it; the odd facts explained.
+    for url, framed in ((f"{ui}/deltaferry/topics/{topic}/health", False),
+                        (f"{ui}/dags/{dag_id}/plugin/deltaferry-health", True)):
+        browser.get(url)
+        if framed:  # the DAG's own tab links alike
+            frame = wait_until(lambda: browser.find_elements(
+                By.CSS_SELECTOR, "iframe[title='Table health']"), 30, interval=0.5,
+                what="the DAG page's table-health tab")[0]
+            browser.switch_to.frame(frame)
+        history = text_of(browser, "#history-table")
+        commits = commit_rows(browser, "table")
+        merges = [r for op, r in commits if op == "MERGE"]
+        assert len(merges) >= 2, history         # a micro-batch each at least
+        assert merges[0].find_element(By.CSS_SELECTOR, "a.by-run").get_attribute("href") == (
+            run_href(worked_id))
+        assert merges[-1].find_element(By.CSS_SELECTOR, "a.by-run").get_attribute("href") == (
+            run_href(two_runs_first(client, dag_id)))
+        assert merges[0].find_element(By.CSS_SELECTOR, "a.by-task").get_attribute("href") == (
+            run_href(worked_id) + "/tasks/ingest?try_number=1")
+        newest = commits[0][1].find_element(By.CSS_SELECTOR, "a.by-run").text
+        assert newest in (worked_id, idle_id)
+        assert text_of(browser, "#facts-table dd.last-by").startswith(newest)
+        evolution = [r for op, r in commits if op == "WRITE" and "numOutputRows=0" in r.text]
+        assert len(evolution) == 2, history      # the first batch's columns, then coupon
+        assert all("schema evolution" in r.text and r.find_elements(By.CSS_SELECTOR, "a.by-run")
+                   for r in evolution), history
+        quarantine = text_of(browser, "#history-quarantine")
+        writes = [r.text for op, r in commit_rows(browser, "quarantine")
+                  if op == "WRITE" and "numOutputRows=0" not in r.text]
+        assert len(writes) >= 2, quarantine      # the first batch's 2 messages, then 1
+        assert all("numFiles=1" in w and "quarantined by a micro-batch in 1 file" in w
+                   for w in writes), quarantine
+        assert text_of(browser, "dd.next-optimize").startswith("not due: ")
+        assert "vacuum_interval_hours" in text_of(browser, "dd.next-vacuum") or \
+            "retention" in text_of(browser, "dd.next-vacuum")
+        browser.switch_to.default_content()
+        shot(browser, "10-health-links" + ("-dag-tab" if framed else ""))
+
+    # The run history links each run and its ingest log.
+    browser.get(f"{ui}/deltaferry/topics/{topic}/runs")
+    text_of(browser, "table#runs")
+    assert run_href(worked_id) in hrefs(browser, "table#runs a.run")
+    assert run_href(idle_id) + "/tasks/ingest" in hrefs(browser, "table#runs a.log")
+
+
+def commit_rows(browser, table: str) -> list:
+    """The commits listed for `table` (``table`` or ``quarantine``), newest first: (operation,
+    row element)."""
+    from selenium.webdriver.common.by import By
+
+    rows = browser.find_elements(By.CSS_SELECTOR, f"#history-{table} tr[data-version]")
+    return [(r.find_element(By.CSS_SELECTOR, "td.operation").text.splitlines()[0], r)
+            for r in rows]
+
+
+def two_runs_first(client, dag_id: str) -> str:
+    """The run id of the DAG's first run (the scheduled one, on the first batch)."""
+    return client.runs(dag_id)[-1]["dag_run_id"]

@@ -72,13 +72,16 @@ def listed(browser, running) -> set[str]:  # noqa: F811
 
     browser.get(f"{running.url}/deltaferry/")
     text_of(browser, "#topics")
-    return set(re.findall(r'<tr data-topic="([^"]+)">', browser.page_source))
+    return set(re.findall(r'<tr data-topic="([^"]+)"', browser.page_source))
 
 
 def test_a_user_sees_only_the_topics_whose_dags_they_may_read(access_airflow, browser):  # noqa: F811
     running, mine, theirs = access_airflow
     sign_in(browser, running, READER)
     assert listed(browser, running) == {mine}
+    # the topic links to its DAG in Airflow, as for the admin
+    assert f'href="/dags/ingest_{mine}"' in browser.page_source
+    assert f"ingest_{theirs}" not in browser.page_source
     for page in ("schema", "quarantine", "health"):
         browser.get(f"{running.url}/deltaferry/topics/{theirs}/{page}")
         assert "Not allowed" in text_of(browser, "body"), page

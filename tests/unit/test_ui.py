@@ -447,7 +447,7 @@ def page_order(client, url: str) -> list[str]:
 
     answer = client.get(url)
     assert answer.status_code == 200, answer.text[:300]
-    return re.findall(r'<tr data-topic="([^"]+)">', answer.text)
+    return re.findall(r'<tr data-topic="([^"]+)"', answer.text)
 
 
 def test_topics_page_sorts_and_filters_by_its_query_parameters(fleet):
@@ -523,3 +523,140 @@ def test_topics_page_reads_one_page_of_a_large_fleet(fleet, monkeypatch):
     assert sorted(full) == sorted(["b_paid", TOPIC])
     sort_link = re.search(r'<a id="sort-name" href="([^"]+)"', text).group(1)
     assert "page" not in sort_link                        # a new order starts at page 1
+
+
+# --- links to Airflow, the last run that did work, problems, the odd facts explained -----------
+
+WORK = {"step": "ingest", "kind": "IngestReport", "messages_read": 9, "mode": "upsert",
+        "inserted": 4, "updated": 2, "deleted": 1, "quarantined": 2, "seconds": 3.25,
+        "summary": "ingest orders: 9 messages ..."}
+IDLE = {"step": "ingest", "kind": "Skip", "skipped": True, "messages_read": 0,
+        "summary": "ingest orders: skipped, no Spark started: no new messages: checkpoint ..."}
+
+
+def test_links_to_airflow_pages_encode_each_id_as_one_segment():
+    from deltaferry.ui.links import airflow_base, dag_url, run_url, task_url
+
+    assert airflow_base("/deltaferry", "/deltaferry") == ""
+    assert airflow_base("/airflow/deltaferry/", "deltaferry") == "/airflow"
+    run = "manual__2026-11-25T12:00:00+00:00"
+    assert dag_url("", "ingest_orders") == "/dags/ingest_orders"
+    assert run_url("/af", "ingest_orders", run) == (
+        "/af/dags/ingest_orders/runs/manual__2026-11-25T12%3A00%3A00%2B00%3A00")
+    assert task_url("", "d", "r/1", "ingest") == "/dags/d/runs/r%2F1/tasks/ingest"
+    assert task_url("", "d", "r", "ingest", 2, 3) == "/dags/d/runs/r/tasks/ingest/mapped/3?try_number=2"
+
+
+def test_the_last_run_that_did_work_is_shown_beside_an_idle_last_run():
+    worked = LastRun("r1", "success", "t1", WORK, ended="t1")
+    idle = LastRun("r2", "success", "t2", IDLE, started="t0", ended="t2", last_work=worked)
+    assert idle.work is worked and worked.work is worked
+    assert not idle.did_work and worked.did_work
+    assert worked.written == "4 inserted, 2 updated, 1 deleted"
+    assert LastRun("r", "success", "t", {**WORK, "mode": "append", "appended": 5}).written == (
+        "5 appended")
+    assert LastRun("r", "running", "t", started="t").at_label == "started"
+    assert idle.at_label == "ended" and LastRun("r", "queued", "t").at_label == "queued"
+    assert LastRun("r", "failed", "t").work is None          # failed before ingest reported
+    assert not LastRun("r", "success", "t", {"step": "ingest", "empty": True}).did_work
+
+
+def test_problems_are_a_failed_run_a_lag_over_the_threshold_and_quarantine_growth():
+    from deltaferry.ui.topics import TopicRow
+
+    worked = LastRun("r1", "success", "t", WORK)
+    calm = LastRun("r1", "success", "t", {**WORK, "quarantined": 0})
+    assert TopicRow("t", "json", "d", None, lag=10, max_lag=10, last_run=calm).problems == {}
+    row = TopicRow("t", "json", "d", None, lag=11, max_lag=10,
+                   last_run=LastRun("r2", "failed", "t", last_work=worked))
+    assert set(row.problems) == {"run", "lag", "quarantine"}
+    assert row.problems["lag"] == "lag 11 is over the topic's alerts.max_lag_messages (10)"
+    assert row.problems["quarantine"] == "the quarantine grew by 2 in the last run that did work"
+    assert TopicRow("t", "json", "d", None, lag=10**6).problems == {}   # no threshold set
+
+
+def test_topics_page_links_and_shows_the_last_run_that_did_work(warehouse):
+    _, env = warehouse
+    (tmp := env["DELTAFERRY_TOPICS"])
+    with open(tmp, "w") as out:
+        out.write(f"topics:\n  - name: {TOPIC}\n    alerts:\n      max_lag_messages: 0\n")
+    worked = LastRun("manual__1", "success", "2026-11-25 10:00:00 UTC", WORK,
+                     ended="2026-11-25 10:00:00 UTC")
+    idle = LastRun("scheduled__2", "success", "2026-11-25 11:00:00 UTC", IDLE,
+                   started="2026-11-25 10:59:58 UTC", ended="2026-11-25 11:00:00 UTC",
+                   last_work=worked)
+    client = client_for(env, runs=lambda ids: {f"ingest_{TOPIC}": idle})
+    text = client.get("/").text
+    assert f'href="/dags/ingest_{TOPIC}"' in text
+    assert f'href="/dags/ingest_{TOPIC}/runs/scheduled__2"' in text
+    assert f'href="/dags/ingest_{TOPIC}/runs/scheduled__2/tasks/ingest"' in text
+    assert f'href="/dags/ingest_{TOPIC}/runs/manual__1/tasks/ingest"' in text
+    assert "ended 2026-11-25 11:00:00 UTC" in text
+    cells = dict(re.findall(r'<td class="(?:num )?(work-[a-z]+)[^"]*">([^<]*)', text))
+    assert cells == {"work-read": "9", "work-written": "4 inserted, 2 updated, 1 deleted",
+                     "work-quarantined": "2", "work-seconds": "3.2", "work-run": ""}
+    assert "skipped, no Spark started" not in text        # no raw log line as a result
+    assert 'class="has-problem"' in text and "the quarantine grew by 2" in text
+
+
+def test_every_commit_names_the_airflow_run_and_task_that_made_it(tmp_path):
+    from deltalake import CommitProperties, write_deltalake
+
+    from deltaferry.origin import TaskRun, user_metadata
+    from deltaferry.ui.health import commit_note
+
+    path = str(tmp_path / "t")
+    task = TaskRun("ingest_orders", "manual__1", "ingest", 2)
+    write_deltalake(path, pa.table({"n": [1]}), commit_properties=CommitProperties(
+        custom_metadata={"userMetadata": user_metadata(task, "q batch 0 attempt a")}))
+    write_deltalake(path, pa.table({"n": [2]}), mode="append")   # not made by Airflow
+    health = table_health("table", path)
+    assert [c.task for c in health.commits] == [None, task]
+    assert health.last_by_airflow is not None and health.last_by_airflow.version == 0
+    assert commit_note("table", "WRITE", {"numOutputRows": "0", "numFiles": "0"}).startswith(
+        "schema evolution: no rows")
+    assert commit_note("quarantine", "WRITE", {"numOutputRows": "3", "numFiles": "1"}) == (
+        "3 message(s) quarantined by a micro-batch in 1 file")
+    assert commit_note("table", "MERGE", {"numTargetRowsInserted": "4",
+                                          "numTargetRowsUpdated": "1"}) == (
+        "a micro-batch: 4 inserted, 1 updated, 0 deleted")
+    assert commit_note("table", "OPTIMIZE", {"numRemovedFiles": "5", "numAddedFiles": "1"}) == (
+        "compaction: 5 files into 1")
+
+
+def test_health_page_links_commits_to_their_run_and_says_when_maintenance_is_due(tmp_path,
+                                                                                 warehouse):
+    from deltalake import CommitProperties, write_deltalake
+
+    from deltaferry.origin import TaskRun, user_metadata
+
+    paths, env = warehouse
+    task = TaskRun(f"ingest_{TOPIC}", "scheduled__2026", "vacuum", 1)
+    write_deltalake(paths.table, pa.table({"kafka_key": ["z"], "n": [9]}), mode="append",
+                    commit_properties=CommitProperties(
+                        custom_metadata={"userMetadata": user_metadata(task)}))
+    text = client_for(env).get(f"/topics/{TOPIC}/health").text
+    assert f'href="/dags/ingest_{TOPIC}/runs/scheduled__2026/tasks/vacuum?try_number=1"' in text
+    assert re.search(r'class="last-by">.*scheduled__2026', text, re.S)
+    assert "not an Airflow run" in text                     # the older commits
+    due = re.search(r'class="next-optimize">([^<]*)', text).group(1)
+    assert due.startswith("not due: table: 3 small file(s), quarantine: 1 small file(s)")
+    assert re.search(r'class="next-vacuum">not due: nothing can be older than', text)
+    text = client_for(env).get(f"/dags/ingest_{TOPIC}/health").text   # the DAG's tab
+    assert f'href="/dags/ingest_{TOPIC}/runs/scheduled__2026/tasks/vacuum?try_number=1"' in text
+
+
+def test_schema_pages_say_where_an_avro_schema_lives_and_that_protobuf_reads_no_offsets(
+        warehouse, tmp_path):
+    from deltaferry.ui.schema_history import SchemaHistory
+
+    paths, env = warehouse
+    topic = TopicConfig("pay", format="avro", avro={"schema_version": 3})
+    history = schema_history(topic, SchemaStore(str(tmp_path / "none"), LocalStorage()),
+                             {**env, "DELTAFERRY_SCHEMA_REGISTRY_URL": "http://127.0.0.1:9"})
+    assert (history.cached, history.read_version, history.pinned) == (False, 3, True)
+    assert history.subject == "pay-value"
+    proto = schema_history(TopicConfig("pb", format="protobuf"),
+                           SchemaStore(paths.schema, LocalStorage()), env)
+    assert proto.offsets_note.startswith("does not apply: made from the registry's writer")
+    assert isinstance(history, SchemaHistory)
