@@ -113,7 +113,7 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 {% else %}<td colspan="5" class="muted work-none">{% if run %}no recent run read messages{% else %}–{% endif %}</td>{% endif %}
 <td class="last-success">{% if row.last_success %}{{ run.last_success_text }}{% else %}<span class="muted">never</span>{% endif %}</td>
 <td class="num rows">{{ row.rows | count_text }}</td>
-<td class="num lag{% if 'lag' in problems %} problem{% endif %}">{{ row.lag | count_text }}{% if row.max_lag is not none %}<div class="muted">alert over {{ row.max_lag | count_text }}</div>{% endif %}</td>
+<td class="num lag{% if 'lag' in problems %} problem{% endif %}"{% if row.max_lag is not none %} title="alert over {{ row.max_lag | count_text }} (alerts.max_lag_messages)"{% endif %}>{{ row.lag | count_text }}</td>
 <td class="num quarantined-total">{{ row.quarantined_total | count_text }}</td>
 <td class="schema">{{ row.schema_version or "–" }}</td>
 <td><a href="{{ root }}/topics/{{ row.name | urlencode }}/schema">schema history</a><br>
