@@ -75,11 +75,20 @@ def _without_nulls(value):
 
 def read(path: str):
     """The table at `path` as Arrow, sorted by key, without rows marked deleted and without
-    bookkeeping columns."""
+    bookkeeping columns; a table with deletion vectors read through delta-rs' SQL engine."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    table = DeltaTable(path).to_pyarrow_table()
+    delta = DeltaTable(path)
+    if "deletionVectors" in (delta.protocol().reader_features or []):
+        # to_pyarrow_table refuses the feature; delta-rs' SQL engine applies the vectors
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        table = pa.table(QueryBuilder().register("t", delta).execute("SELECT * FROM t")
+                         .read_all())
+    else:
+        table = delta.to_pyarrow_table()
     if DELETED in table.column_names:
         table = table.filter(pc.invert(pc.fill_null(table[DELETED], False)))
     table = table.drop_columns([c for c in table.column_names if c in BOOKKEEPING])
