@@ -43,8 +43,9 @@ def may_read_dag(user, dag_id: str) -> bool:
                                                 details=DagDetails(id=dag_id))
 
 
-#: How many of a DAG's latest runs are searched for the newest one whose ingest did work.
-WORK_SEARCHED = 48
+#: How many of a DAG's latest ingest reports are searched for the newest one that did work
+#: (a day of hourly runs; every DAG's are read when its latest run was idle, so few).
+WORK_SEARCHED = 24
 
 
 def _text(moment) -> str:
