@@ -48,3 +48,41 @@ def test_a_warm_driver_sets_the_requests_task_for_its_step_only(monkeypatch, tmp
     assert "DELTAFERRY_AIRFLOW_TASK" not in os.environ
     assert warm._run_request(request) == 0
     assert seen == [TASK.as_json(), None]
+
+
+class FakeConf:
+    """A Spark session's runtime settings, as far as `session_settings` uses them."""
+
+    def __init__(self, **values):
+        self.values = dict(values)
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
+
+class FakeSpark:
+    def __init__(self, **values):
+        self.conf = FakeConf(**values)
+
+
+def test_a_steps_commits_name_its_task_and_a_batch_write_inside_does_not_clear_it():
+    from deltaferry.spark.table import USER_METADATA, commits_for, idempotent_writes
+
+    spark = FakeSpark(**{"spark.other": "kept"})
+    with commits_for(spark, TASK):
+        step = spark.conf.get(USER_METADATA)
+        assert task_of(step) == TASK
+        with idempotent_writes(spark, "app", 3, "the batch's tag"):
+            assert spark.conf.get(USER_METADATA) == "the batch's tag"
+            assert spark.conf.get("spark.databricks.delta.write.txnVersion") == "3"
+        assert spark.conf.get(USER_METADATA) == step       # the step's again, not unset
+        assert spark.conf.get("spark.databricks.delta.write.txnAppId") is None
+    assert spark.conf.values == {"spark.other": "kept"}    # nothing left for the next step
+    with commits_for(spark, None), commits_for(None, TASK):  # outside Airflow, or no Spark
+        assert spark.conf.values == {"spark.other": "kept"}
