@@ -255,7 +255,7 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
     assert XSS in messages                                 # shown as text...
     assert browser.find_elements(By.TAG_NAME, "script") == []  # ...never run
     assert browser.title != "pwned"
-    assert "not UTF-8: ff fe 00 3c 62 3e" in messages
+    assert "not UTF-8:\nff fe 00 3c 62 3e 62 69 6e 61 72 79 ...<b>binary" in messages
     assert "p" in messages and "late" in messages
     shot(browser, "3-quarantine")
 
@@ -435,7 +435,7 @@ def test_run_history_charts_in_a_real_browser(two_runs, browser):
     # The tab on the DAG's own page: the charts in its sandboxed frame.
     browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-runs")
     frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
-                                                     "iframe[title='Run history']"),
+                                                     "iframe[title='Ingest runs']"),
                        30, interval=0.5, what="the DAG page's run-history tab")[0]
     browser.switch_to.frame(frame)
     text_of(browser, "svg#chart-lag")
