@@ -254,6 +254,7 @@ HEALTH = """{% extends "base.html" %}
 {% block body %}
 <h1>{{ topic }}: table health</h1>
 {% include "tabs.html" %}
+{% if not show_tabs %}<p class="sub"><a id="runs-link" href="{{ root }}/dags/{{ dag_id | urlencode }}/runs">Ingest runs</a>: the latest runs' figures as charts.</p>{% endif %}
 {% for t in tables %}
 <h2>{{ t.name }} <span class="muted mono">{{ t.location }}</span></h2>
 {% if not t.exists %}<p class="muted">No Delta table here yet.</p>{% else %}

@@ -432,12 +432,13 @@ def test_run_history_charts_in_a_real_browser(two_runs, browser):
     assert browser.find_elements(By.TAG_NAME, "script") == []
     shot(browser, "7-runs")
 
-    # The tab on the DAG's own page: the charts in its sandboxed frame.
-    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-runs")
+    # On the DAG's own page: the Health tab's link, the charts in its sandboxed frame.
+    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-health")
     frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
-                                                     "iframe[title='Ingest runs']"),
-                       30, interval=0.5, what="the DAG page's run-history tab")[0]
+                                                     "iframe[title='Health']"),
+                       30, interval=0.5, what="the DAG page's health tab")[0]
     browser.switch_to.frame(frame)
+    browser.find_element(By.CSS_SELECTOR, "a#runs-link").click()
     text_of(browser, "svg#chart-lag")
     lag = browser.find_element(By.CSS_SELECTOR, "svg#chart-lag")
     assert len(lag.find_elements(By.CSS_SELECTOR, "circle.point")) == 2

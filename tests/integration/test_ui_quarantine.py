@@ -18,6 +18,7 @@ in IST, and the DAG page's tabs fit one line at 1400 px. Screenshots go to artif
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -144,6 +145,17 @@ def lines_of(driver, element) -> int:
         "return tops.size;", element)
 
 
+def click_and_wait(driver, css: str) -> None:
+    """Click the element `css` and wait for the page it opens."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "h1")
+    driver.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(driver, 60).until(ec.staleness_of(old))
+
+
 def shown(driver) -> list[dict]:
     from selenium.webdriver.common.by import By
 
@@ -173,7 +185,7 @@ def test_the_quarantine_page_searches_pages_and_previews(quarantine_airflow, bro
     browser.get(base + "?size=5")
     assert text_of(browser, "#shown").startswith("1–5 of 16 message(s)")
     assert "page 1 of 4" in text_of(browser, "#pager")
-    browser.find_element(By.CSS_SELECTOR, "#page-next").click()
+    click_and_wait(browser, "#page-next")
     assert text_of(browser, "#shown").startswith("6–10 of 16")
     browser.get(base + "?size=5&page=99")
     assert "There is no page 99: 16 message(s) match, 4 page(s) of 5; the last page is shown." \
@@ -188,12 +200,12 @@ def test_the_quarantine_page_searches_pages_and_previews(quarantine_airflow, bro
                       ("partition=x", "partition='x': must be a whole number >= 0")):
         answer = httpx.get(f"{base}?{bad}", headers=bearer(running), timeout=60)
         assert answer.status_code == 400, bad
-        assert said in answer.text, bad
+        assert said in html.unescape(answer.text), bad
 
     # search: by reason (the form), by key, by partition (each as delta-rs counts them)
     browser.get(base)
     browser.find_element(By.CSS_SELECTOR, "#filter-reason").send_keys(TOO_LARGE)
-    browser.find_element(By.CSS_SELECTOR, "#filter-apply").click()
+    click_and_wait(browser, "#filter-apply")
     assert text_of(browser, "#shown").startswith("1–3 of 3 message(s) where reason contains")
     assert {r["key"] for r in shown(browser)} == {repr(k) for k in BIG_KEYS}
     assert all(TOO_LARGE in r["reason"] for r in shown(browser))
@@ -251,6 +263,8 @@ def test_times_are_in_airflow_time_zone_in_one_format(quarantine_airflow, browse
 
 
 def test_the_pages_follow_airflow_light_and_dark_theme(quarantine_airflow, browser):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
     running, topic, _, _, _ = quarantine_airflow
     sign_in(browser, running, services.USER)
     tab = f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-quarantine"
@@ -261,6 +275,8 @@ def test_the_pages_follow_airflow_light_and_dark_theme(quarantine_airflow, brows
         text_of(browser, "table#messages")
         light = colours(browser)
         assert not is_dark(light["header"]) and is_dark(light["text"])
+        keys = browser.find_elements(By.CSS_SELECTOR, "table#messages td.key")
+        assert len(keys) == 16 and [lines_of(browser, k) for k in keys] == [1] * 16
         browser.switch_to.default_content()
         shot(browser, "quarantine-light")
 
@@ -284,8 +300,9 @@ def test_the_pages_follow_airflow_light_and_dark_theme(quarantine_airflow, brows
         browser.execute_script("localStorage.removeItem('theme')")
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {
             "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-        browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-runs")
-        frame_in(browser, "Ingest runs")
+        browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-health")
+        frame_in(browser, "Health")
+        click_and_wait(browser, "a#runs-link")
         text_of(browser, "svg#chart-messages")
         assert not is_dark(colours(browser)["text"])
         browser.switch_to.default_content()
@@ -306,16 +323,23 @@ def test_the_dag_page_tabs_fit_one_line_at_1400_px(quarantine_airflow, browser):
     ours = wait_until(lambda: browser.find_elements(
         By.CSS_SELECTOR, "a[href*='/plugin/deltaferry-']"), 60, interval=0.5,
         what="the DAG page's deltaferry tabs")
-    assert [a.text for a in ours] == ["Schema", "Quarantine", "Health", "Ingest runs"]
-    # the tab bar: the smallest box around our first tab that holds Airflow's tabs too
+    assert [a.text for a in ours] == ["Schema", "Quarantine", "Health"]
+    # the tab bar: the smallest box around our first tab that holds Airflow's tabs too; each
+    # tab's label on one line (a crowded bar wraps labels: "Audit" over "Log"), all on one row
     tabs = browser.execute_script(
         "let bar = arguments[0];"
         "while (bar && bar.querySelectorAll('a').length < 8) bar = bar.parentElement;"
         "return [...bar.querySelectorAll('a')].filter(e => e.offsetParent !== null)"
-        "  .map(e => [e.textContent, Math.round(e.getBoundingClientRect().top)]);", ours[0])
-    assert len({top for _, top in tabs}) == 1, tabs
-    assert ours[-1].rect["x"] + ours[-1].rect["width"] <= 1400
+        "  .map(e => { const r = document.createRange(); r.selectNodeContents(e);"
+        "    const lines = new Set([...r.getClientRects()].map(x => Math.round(x.top)));"
+        "    return [e.textContent, Math.round(e.getBoundingClientRect().top), lines.size]; });",
+        ours[0])
     shot(browser, "dag-tabs")
+    assert len(tabs) >= 11 and "Audit Log" in [label for label, _, _ in tabs], tabs
+    assert len({top for _, top, _ in tabs}) == 1, tabs
+    assert {lines for _, _, lines in tabs} == {1}, tabs
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    assert ours[-1].rect["x"] + ours[-1].rect["width"] <= width, (tabs, width)
 
 
 def test_replay_from_the_page_lands_what_now_parses(quarantine_airflow, browser):  # noqa: F811
@@ -341,7 +365,7 @@ def test_replay_from_the_page_lands_what_now_parses(quarantine_airflow, browser)
     admin = bearer(running)
     forged = httpx.post(f"{base}/replay", headers=admin, timeout=60,
                         data={"reason": TOO_LARGE, "form_token": "1700000000.abc"})
-    assert forged.status_code == 403 and "Not this page's form" in forged.text
+    assert forged.status_code == 403 and "Not this page's form" in html.unescape(forged.text)
     runs_before = len(client.runs(dag_id))
 
     # the fix: the topic takes larger values; the admin replays two of the three large ones
@@ -349,10 +373,10 @@ def test_replay_from_the_page_lands_what_now_parses(quarantine_airflow, browser)
     sign_in(browser, running, services.USER)
     browser.get(f"{base}?reason={TOO_LARGE.replace(' ', '+')}&key=big-")
     assert text_of(browser, "#replay-button") == "Replay 2 message(s)…"
-    browser.find_element(By.CSS_SELECTOR, "#replay-button").click()
+    click_and_wait(browser, "#replay-button")
     assert "not replayed yet: 2 now" in text_of(browser, "#replay-what")
     shot(browser, "quarantine-replay-confirm")
-    browser.find_element(By.CSS_SELECTOR, "#replay-confirm-button").click()
+    click_and_wait(browser, "#replay-confirm-button")
     started = text_of(browser, "#replay-started")
     run_id = browser.find_element(By.CSS_SELECTOR, "#replay-run").text
     assert run_id in started
