@@ -3,7 +3,7 @@ history; and the topics' metrics for Prometheus (``/deltaferry/metrics``).
 
 An Airflow 3 plugin: the pages are a FastAPI app (`deltaferry.ui.web`) mounted on the
 api-server at ``/deltaferry``, behind Airflow's own authentication; ``external_views`` put the
-topics page in the UI's navigation and four tabs on every topic DAG's page. Everything is read
+topics page in the UI's navigation and three tabs on every topic DAG's page. Everything is read
 through delta-rs and the storage layer: no Spark JVM starts in the api-server.
 """
 

@@ -1,5 +1,7 @@
 """What the UI plugin (``plugins/deltaferry_ui.py``) needs from the Airflow it runs in: the
-signed-in user (Airflow's own dependency), whether that user may read a topic's DAG, the last
+signed-in user (Airflow's own dependency), whether that user may read a topic's DAG or trigger
+it (and a run started for a replay, as the REST API starts one), the time zone of the pages'
+times, the key that signs their forms, the last
 run of each topic DAG with its ingest report (and a DAG's latest runs, for the run-history
 page), and the settings the tasks get (connections
 resolved as the operator resolves them). Runs inside the api-server only."""
