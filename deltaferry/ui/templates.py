@@ -217,8 +217,8 @@ page {{ query.page }} of {{ q.pages }}{% if query.page < q.pages %} · <a id="pa
 {% for m in q.latest %}<tr><td class="mono">p{{ m.partition }}@{{ m.offset }}</td>
 <td class="mono key" title="{{ m.key }}">{% if m.key_hex %}{% for hex, text in m.key_hex %}{{ hex }} |{{ text }}|{% endfor %}{% else %}{{ m.key }}{% endif %}</td>
 <td class="mono preview">{% if m.value_hex %}<div class="muted">{{ m.value_bytes | count_text }} bytes, not UTF-8:</div>
-<table class="hex">{% for hex, text in m.value_hex %}<tr><td class="bytes">{{ hex }}</td><td class="text">{{ text }}</td></tr>{% endfor %}</table>{% if m.value_bytes > m.value_hex | length * 16 %}<div class="muted">…</div>{% endif %}
-{% else %}{{ m.value }}{% if m.value_bytes is not none %}<div class="muted">{{ m.value_bytes | count_text }} bytes</div>{% endif %}{% endif %}</td>
+{#- no text between the blocks: the cell keeps white space #}<table class="hex">{% for hex, text in m.value_hex %}<tr><td class="bytes">{{ hex }}</td><td class="text">{{ text }}</td></tr>{% endfor %}</table>{% if m.value_bytes > m.value_hex | length * 16 %}<div class="muted">…</div>{% endif %}
+{%- else %}{{ m.value }}{% if m.value_bytes is not none %}<div class="muted">{{ m.value_bytes | count_text }} bytes</div>{% endif %}{% endif %}</td>
 <td class="reason">{{ m.reason }}{% if m.replayed %} <span class="muted">[replayed]</span>{% endif %}</td>
 <td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% endif %}</td>
 <td class="at">{{ m.quarantined_at | when }}</td></tr>{% endfor %}</table>
