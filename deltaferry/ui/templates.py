@@ -275,7 +275,7 @@ HEALTH = """{% extends "base.html" %}
 {% if not show_tabs %}<p class="sub"><a id="runs-link" href="{{ root }}/dags/{{ dag_id | urlencode }}/runs">Ingest runs</a>: the latest runs' figures as charts.</p>{% endif %}
 <dl class="facts" id="maintenance">
 <dt>next OPTIMIZE</dt><dd class="next-optimize">{{ due.optimize }}</dd>
-<dt>next VACUUM</dt><dd class="next-vacuum">{{ due.vacuum }}</dd>
+<dt>next VACUUM</dt><dd class="next-vacuum">{{ due.vacuum | when }}</dd>
 </dl>
 {% macro by(t, c) -%}
 {% if c.task %}<a class="by-run" href="{{ run_url(airflow, c.task.dag_id, c.task.run_id) }}">{{ c.task.run_id }}</a>
