@@ -200,3 +200,14 @@ def test_deltaferry_run_with_action_fail_exits_3_naming_the_threshold_and_value(
     reports = json.loads((tmp_path / "report.json").read_text())
     assert [r["step"] for r in reports] == ["infer", "ingest"]  # maintenance did not run
     assert reports[1]["alerts"][0]["alert"] == "max_quarantined_ratio"
+
+
+def test_a_notify_connection_defined_through_the_api_can_be_defined_again(airflow):
+    """`make demo` defines its webhook connection on every run against the same Airflow home:
+    the second definition deletes the first (HTTP 204, an empty body) and must not fail."""
+    running, _, receiver = airflow
+    client = running.client()
+    for _ in range(2):
+        client.set_connection("deltaferry_redefined", receiver.connection())
+    assert client.call("GET", "/connections/deltaferry_redefined")["host"] == \
+        receiver.connection()["host"]

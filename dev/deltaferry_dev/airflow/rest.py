@@ -49,12 +49,15 @@ class AirflowClient:
         return {"Authorization": f"Bearer {self._token}"}
 
     def call(self, method: str, path: str, **kwargs):
-        """One API call; its JSON (or text); AirflowApiError with the answer on HTTP errors."""
+        """One API call; its JSON (or text; None for an empty answer); AirflowApiError with the
+        answer on HTTP errors."""
         answer = self._http.request(method, f"{self.url}/api/v2{path}",
                                     headers=self._headers(), **kwargs)
         if answer.status_code >= 300:
             raise AirflowApiError(f"{method} /api/v2{path}: HTTP {answer.status_code}: "
                                   f"{answer.text[:500]}")
+        if not answer.content:  # 204 No Content (a DELETE), whatever its content-type says
+            return None
         if "json" in answer.headers.get("content-type", ""):
             return answer.json()
         return answer.text
