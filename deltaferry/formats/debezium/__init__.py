@@ -200,7 +200,7 @@ def _identity_sql(path: str, struct: dict) -> str:
     Spark's corrupt-record field)."""
     parts = ", ".join(connect.sql_string(f["name"]) + ", " + path + "." + connect.quote(f["name"])
                       for f in struct["fields"])
-    return f"named_struct({parts})" if parts else "named_struct()"
+    return f"named_struct({parts})" if parts else "NULL"
 
 
 def _part(schema: dict, name: str) -> dict:
@@ -238,6 +238,15 @@ def _with_corrupt(struct: dict):
     return StructType.fromJson(struct).add(StructField(CORRUPT, StringType()))
 
 
+def _struct_sql(sql: str, parsed: dict) -> Column:
+    """The column of `sql` (a struct's conversion), or a typed null struct where the parsed
+    struct has no field (no key or row seen yet has any): Spark has no empty named_struct."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    return F.expr(sql) if parsed.get("fields") else F.lit(None).cast(StructType())
+
+
 def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
     """`events` (`envelope`'s columns) decoded with `shape`: `data` (the row in the table's
     types, the key's fields from the message key), `__key` (those fields) and `problem` (why
@@ -249,7 +258,8 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
     parsed = events.withColumns({
         "__row": F.from_json(F.col("__image"), _with_corrupt(shape.row_parse), options),
         "__keyv": F.from_json(F.col("__key_text"), _with_corrupt(shape.key_parse), options),
-    }).withColumns({"__rowc": F.expr(shape.row_sql), "__keyc": F.expr(shape.key_sql)})
+    }).withColumns({"__rowc": _struct_sql(shape.row_sql, shape.row_parse),
+                    "__keyc": _struct_sql(shape.key_sql, shape.key_parse)})
     row_type = StructType.fromJson(shape.row_type)
     row_names = row_type.fieldNames()
     keys = shape.key_fields

@@ -154,10 +154,12 @@ class ChangeWriter:
         try:
             stale = classified.where(F.col("__stale")).count()
             fresh = classified.where(~F.col("__stale")).drop("__stale")
+            remember = self.ensure_deletes_table(spark, fresh)  # not inside the transaction
             with delta_table.idempotent_writes(spark, app_id, version, tag):
                 counts = delta_table.upsert(spark, self.paths.table, fresh, self.keys,
                                             newer=newer_sql())
-                self.remember_deletes(spark, fresh)
+                if remember:
+                    self.remember_deletes(spark, fresh)
         finally:
             classified.unpersist()
         return {**counts, "stale": stale + self.stale_in_batch}
@@ -198,26 +200,36 @@ class ChangeWriter:
                              & ~F.expr(newer_sql("s", alias)))
         return joined.select("s.*", F.coalesce(stale, F.lit(False)).alias("__stale"))
 
+    def ensure_deletes_table(self, spark: SparkSession, fresh: DataFrame) -> bool:
+        """Whether the remembered deletes are to be merged with `fresh` (the changes to apply):
+        their table exists, or is created now because `fresh` holds a delete. Created before the
+        batch's transaction: a creation carrying its id would make Delta skip the MERGE."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructField, StructType, TimestampType
+
+        path = self.paths.deletes
+        if DeltaTable.isDeltaTable(spark, path):
+            return True
+        if fresh.where(F.col(delta_table.DELETED)).isEmpty():
+            return False
+        types = {f.name: f for f in fresh.schema.fields}
+        columns = StructType([*[types[k] for k in self.keys],
+                              *[types[c] for c in POSITION_COLUMNS],
+                              StructField(DELETED_AT, TimestampType())])
+        ensure_held(path, f"creating the table {path}")
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(columns).execute()
+        return True
+
     def remember_deletes(self, spark: SparkSession, fresh: DataFrame) -> None:
         """Remember the deletes of `fresh` (the applied changes) with their positions, forget
         the keys a newer change brought back, and drop what is older than the retention."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
-        from pyspark.sql.types import StructField, StructType, TimestampType
 
         q, path, deleted = delta_table.quote, self.paths.deletes, delta_table.DELETED
         source = fresh.select(*[q(k) for k in self.keys], *[q(c) for c in POSITION_COLUMNS],
                               deleted, F.current_timestamp().alias(DELETED_AT))
-        if not DeltaTable.isDeltaTable(spark, path):
-            if source.where(F.col(deleted)).isEmpty():
-                return
-            types = {f.name: f for f in source.schema.fields}
-            columns = StructType([*[types[k] for k in self.keys],
-                                  *[types[c] for c in POSITION_COLUMNS],
-                                  StructField(DELETED_AT, TimestampType())])
-            ensure_held(path, f"creating the table {path}")
-            DeltaTable.createIfNotExists(spark).location(path) \
-                .addColumns(columns).execute()
         kept: dict[str, str | Column] = {
             q(c): F.col(f"s.{q(c)}") for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)}
         newer = F.expr(newer_sql())
