@@ -229,3 +229,44 @@ def test_a_remembered_delete_is_dropped_after_its_retention(spark, kafka_bootstr
     report = ingest(spark, ctx)
     assert report.inserted == 1 and report.stale == 0, report.summary()
     assert spark.read.format("delta").load(ctx.paths.deletes).count() == 0
+
+
+def test_the_worked_example_of_the_cdc_page(spark, kafka_bootstrap, new_topic, tmp_path):
+    """docs/cdc.md's example as it says: its events, its summary line, its table."""
+    from datetime import date
+    from decimal import Decimal
+
+    topic = new_topic("pg.inventory.customers", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    lsn, ts = 33226000, BASE_TS_MS
+    sally = Customer(1001, "Sally Thomas", "sally@example.com", Decimal("123.45"),
+                     datetime(2025, 1, 1, 12, 0, 0, 123456, tzinfo=UTC), date(1990, 5, 1),
+                     datetime(2026, 1, 1, tzinfo=UTC))
+    moved = Customer(**{**sally.__dict__, "email": "sally.t@example.com"})
+    update = Event("u", 1001, 33227720, ts + 20, 502, before=sally, after=moved)
+    events = [
+        *[Event("r", i, lsn, ts, 500, after=sally if i == 1001 else customer(i))
+          for i in range(1001, 1005)],
+        Event("c", 1005, 33227000, ts + 10, 501, after=customer(1005)),
+        update,
+        Event("d", 1002, 33227800, ts + 30, 503, before=customer(1002)),
+        Event("t", 0, 33227900, ts + 40, 504),
+        update,  # redelivered after a connector restart
+    ]
+    produce(kafka_bootstrap, topic, messages(events, wrapped=True))
+    run_step("infer", ctx, spark)
+    report = ingest(spark, ctx)
+    assert report.summary().startswith(
+        f"ingest {topic}: 10 messages in 1 batch(es), 4 inserted, 0 updated, 0 deleted, "
+        "1 stale skipped, 1 quarantined, schema v1; "), report.summary()
+    rows = table_state(spark, ctx.paths.table)
+    assert {k: (r["kafka_key"], r["__op"], r["__source_lsn"], r["__source_ts_ms"])
+            for k, r in rows.items()} == {
+        1001: ('{"id":1001}', "u", 33227720, 1767225600020),
+        1003: ('{"id":1003}', "r", 33226000, 1767225600000),
+        1004: ('{"id":1004}', "r", 33226000, 1767225600000),
+        1005: ('{"id":1005}', "c", 33227000, 1767225600010)}
+    assert (rows[1001]["email"], rows[1001]["balance"], rows[1001]["created_at"]) == \
+        ("sally.t@example.com", Decimal("123.45"), datetime(2025, 1, 1, 12, 0, 0, 123456))
+    remembered = spark.read.format("delta").load(ctx.paths.deletes).collect()
+    assert [(r["id"], r["__source_lsn"]) for r in remembered] == [(1002, 33227800)]

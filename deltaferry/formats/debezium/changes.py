@@ -223,7 +223,8 @@ class ChangeWriter:
 
     def remember_deletes(self, spark: SparkSession, fresh: DataFrame) -> None:
         """Remember the deletes of `fresh` (the applied changes) with their positions, forget
-        the keys a newer change brought back, and drop what is older than the retention."""
+        the keys a newer change brought back, and drop what is older than the retention
+        (whether or not `fresh` has an event of its key)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -238,6 +239,7 @@ class ChangeWriter:
          .merge(source.alias("s"), delta_table.merge_condition(self.keys))
          .whenMatchedUpdate(condition=F.col(f"s.{deleted}") & newer, set=kept)
          .whenMatchedDelete(condition=~F.col(f"s.{deleted}") & newer)
+         .whenMatchedDelete(condition=F.expr(self.retention_sql()))
          .whenNotMatchedInsert(condition=F.col(f"s.{deleted}"), values=kept)
          .whenNotMatchedBySourceDelete(condition=F.expr(self.retention_sql()))
          .execute())
