@@ -402,7 +402,7 @@ class TopicConfig:
         "key's fields, changed in source order (see Change data capture)")
     history: Annotated[str, _supported("history", HISTORIES)] = option(
         "current", "cdc topics: current (one row per primary key, deletes remove it) | scd2 "
-        "(every version; not yet supported)")
+        "(every version of each key, from __start_at to __end_at; null while current)")
     cdc_delete_retention_hours: Annotated[float, _check(
         lambda v: _is_number(v) and v > 0, "must be a number of hours > 0", float)] = option(
         168.0, "cdc topics: how long a deleted key's source position is remembered, so that "
@@ -573,9 +573,6 @@ def _check_cdc(topic: TopicConfig, where: str) -> None:
             raise ConfigError(where, f"history {topic.history} is for change-data-capture "
                               "topics: add cdc: debezium, or leave history out")
         return
-    if topic.history == History.SCD2:
-        raise ConfigError(where, "history scd2 is not yet supported for cdc topics (history "
-                          "current is: one row per primary key)")
     if topic.format != Format.JSON:
         raise ConfigError(where, f"cdc {topic.cdc} reads JSON change events (Kafka Connect's "
                           f"JsonConverter); format {topic.format} is not yet supported with it")

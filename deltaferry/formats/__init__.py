@@ -83,7 +83,7 @@ def writer_for(topic: TopicConfig, paths: TopicPaths, keys: KeyDecoder) -> Table
     newest record per key of `keys` (`LatestPerKey`)."""
     if topic.cdc:
         module = importlib.import_module(CDC_MODULES[Cdc(topic.cdc)] + ".changes")
-        return module.ChangeWriter(topic, paths)
+        return module.writer(topic, paths)
     from deltaferry.spark.ingest.rows import LatestPerKey
 
     return LatestPerKey(paths.table, keys.columns, topic.keep_headers)

@@ -270,3 +270,73 @@ def test_the_worked_example_of_the_cdc_page(spark, kafka_bootstrap, new_topic, t
         ("sally.t@example.com", Decimal("123.45"), datetime(2025, 1, 1, 12, 0, 0, 123456))
     remembered = spark.read.format("delta").load(ctx.paths.deletes).collect()
     assert [(r["id"], r["__source_lsn"]) for r in remembered] == [(1002, 33227800)]
+
+
+def expected_versions(events: list) -> dict[int, list[tuple]]:
+    """history scd2's rule, event by event in arrival order: (start ms, end ms or None, event)
+    per key. An event not newer (lsn, ts_ms) than the key's last applied one is stale; a newer
+    one ends the current version at its time (or replaces it, if it started then) and, unless
+    it is a delete, starts a version."""
+    versions: dict[int, list[tuple]] = {}
+    last: dict[int, tuple] = {}
+    for event in events:
+        if not isinstance(event, Event) or event.op not in ("r", "c", "u", "d"):
+            continue
+        position = (event.lsn, event.ts_ms)
+        if event.key in last and position <= last[event.key]:
+            continue
+        last[event.key] = position
+        kept = versions.setdefault(event.key, [])
+        if kept and kept[-1][1] is None:
+            start, _, made_by = kept.pop()
+            if start < event.ts_ms:
+                kept.append((start, event.ts_ms, made_by))
+        if event.op != "d":
+            kept.append((event.ts_ms, None, event))
+    return versions
+
+
+def at(ms: int | None):
+    from datetime import timedelta
+
+    return None if ms is None else datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+
+
+def assert_history(spark, ctx, events: list, wrapped: bool) -> None:
+    """The table holds exactly the expected versions, each with its event's values and source
+    columns; one current version per live key, none for a deleted one; the readers agree."""
+    expected = {(key, at(start), at(end)): event
+                for key, kept in expected_versions(events).items()
+                for start, end, event in kept}
+    rows = spark.read.format("delta").load(ctx.paths.table).collect()
+    actual = {(r["id"], r["__start_at"], r["__end_at"]): r.asDict() for r in rows}
+    assert len(actual) == len(rows), "two versions of one key start at the same time"
+    assert sorted(actual, key=repr) == sorted(expected, key=repr)
+    for version, event in expected.items():
+        row = actual[version]
+        assert {k: row[k] for k in typed(event.after, wrapped)} == typed(event.after, wrapped)
+        assert (row["__op"], row["__source_lsn"], row["__source_ts_ms"]) == \
+            (event.op, event.lsn, event.ts_ms), version
+    assert all(start < end for _, start, end in actual if end is not None)
+    assert_readers_agree(spark, ctx.paths.table)
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
+def test_history_scd2_keeps_every_version_across_runs(
+        spark, kafka_bootstrap, new_topic, tmp_path, wrapped):
+    topic = new_topic("pg.inventory.history", partitions=3)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", history="scd2")
+    events: list = []
+    counts = []
+    for run in (first_run(), second_run(), third_run()):
+        produce(kafka_bootstrap, topic, messages(run, wrapped))
+        run_step("infer", ctx, spark)
+        report = ingest(spark, ctx)
+        events += run
+        assert_history(spark, ctx, events, wrapped)
+        counts.append((report.inserted, report.updated, report.deleted, report.stale))
+    # run 1: 7 versions (the two updates of 1001's transaction make one), none in the table to
+    # end, 1 stale; run 2: 1004's update, 1004's and 1005's versions ended; run 3: 1002 back
+    assert counts == [(7, 0, 0, 1), (1, 2, 0, 2), (1, 0, 0, 2)], counts
+    current = spark.read.format("delta").load(ctx.paths.table).where("__end_at IS NULL")
+    assert sorted(r["id"] for r in current.collect()) == [1001, 1002, 1003, 1004]

@@ -10,7 +10,12 @@ from deltaferry.config import TopicConfig, parse_topics
 from deltaferry.formats import format_of, key_decoder_for, writer_for
 from deltaferry.formats.debezium import FORMAT, DebeziumKeys, inferred_shape
 from deltaferry.formats.debezium import connect as c
-from deltaferry.formats.debezium.changes import ChangeWriter, newer_sql, table_column
+from deltaferry.formats.debezium.changes import (
+    ChangeWriter,
+    HistoryWriter,
+    newer_sql,
+    table_column,
+)
 from deltaferry.paths import TopicPaths
 from deltaferry.reports import IngestReport, describe_counts
 from deltaferry.spark.ingest.rows import LatestPerKey
@@ -149,6 +154,8 @@ def test_a_cdc_topic_is_read_and_written_by_the_debezium_module(tmp_path):
     assert isinstance(key_decoder_for(None, topic), DebeziumKeys)
     assert not DebeziumKeys.requires_key  # a truncate has no key: its own reason says so
     assert paths.deletes == paths.root + "/_cdc_deletes"
+    history = TopicConfig(name="pg.inventory.customers", cdc="debezium", history="scd2")
+    assert isinstance(writer_for(history, paths, key_decoder_for(None, history)), HistoryWriter)
     plain = TopicConfig(name="orders")
     assert isinstance(writer_for(plain, paths, key_decoder_for(None, plain)), LatestPerKey)
 
@@ -161,17 +168,19 @@ def entry_error(text: str) -> str:
 
 def test_cdc_options_load():
     parsed = parse_topics({"topics": [{"name": "pg.c", "cdc": "debezium", "history": "current",
-                                       "cdc_delete_retention_hours": 48}]}, "t.yaml")
+                                       "cdc_delete_retention_hours": 48},
+                                      {"name": "pg.h", "cdc": "debezium", "history": "scd2"}]},
+                          "t.yaml")
     assert parsed.errors == []
-    (topic,) = parsed.topics
+    topic, history = parsed.topics
     assert (topic.cdc, topic.history, topic.cdc_delete_retention_hours) == \
         ("debezium", "current", 48.0)
+    assert history.history == "scd2"
     assert parse_topics({"topics": [{"name": "x"}]}, "t.yaml").topics[0].cdc is None
 
 
 @pytest.mark.parametrize("entry, fragment", [
     ("cdc='maxwell'", "cdc: must be debezium or null"),
-    ("cdc='debezium', history='scd2'", "history scd2 is not yet supported"),
     ("cdc='debezium', history='scd3'", "'scd3' is not a supported history"),
     ("history='scd2'", "history scd2 is for change-data-capture topics"),
     ("cdc='debezium', format='avro'", "format avro is not yet supported"),

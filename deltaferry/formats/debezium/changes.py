@@ -98,10 +98,11 @@ class ChangeWriter:
         #: Events of the last batch older than an earlier event of their key in it.
         self.stale_in_batch = 0
 
-    def rows(self, parsed: DataFrame) -> DataFrame:
-        """The newest usable change per key of `parsed`, as table rows: Kafka's columns
-        (`kafka_key` the key's fields as JSON), the row's fields, the source columns and
-        DELETED for a delete. Tombstones are left out. Counts the batch's own stale events."""
+    def events(self, parsed: DataFrame) -> DataFrame:
+        """The usable changes of `parsed` as table rows: Kafka's columns (`kafka_key` the
+        key's fields as JSON), the row's fields, the source columns and DELETED for a delete,
+        with their `__position`, leaving out tombstones and the batch's own stale events (older
+        than, or the same as, an earlier event of their key), which it counts. Sets `keys`."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
@@ -119,7 +120,7 @@ class ChangeWriter:
             "kafka_timestamp", *headers,
             *[F.col("data").getField(f).alias(column[f]) for f in names],
             *SOURCE_COLUMNS, (F.col(OP) == "d").alias(delta_table.DELETED),
-        )
+        ).withColumn("__position", F.expr(position_sql()))
         if not self.keys:
             self.stale_in_batch = 0
             return rows
@@ -127,14 +128,23 @@ class ChangeWriter:
         order = Window.partitionBy(*[F.col(q(k)) for k in self.keys]) \
             .orderBy("kafka_partition", "kafka_offset") \
             .rowsBetween(Window.unboundedPreceding, -1)
-        flagged = rows.withColumn("__position", F.expr(position_sql())) \
-            .withColumn("__earlier", F.max("__position").over(order))
-        stale = F.coalesce(F.col("__earlier") >= F.col("__position"), F.lit(False))
-        flagged = flagged.withColumn("__stale", stale)
+        earlier = F.max("__position").over(order)
+        flagged = rows.withColumn(
+            "__stale", F.coalesce(earlier >= F.col("__position"), F.lit(False)))
         self.stale_in_batch = flagged.where("__stale").count()
-        record = F.struct(*[F.col(q(c)) for c in rows.columns])
-        return (flagged.where(~F.col("__stale"))
-                .groupBy(*[F.col(q(k)) for k in self.keys])
+        return flagged.where(~F.col("__stale")).drop("__stale")
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        """The newest usable change per key of `parsed` (by source position), as table rows
+        (`events`, without their position)."""
+        from pyspark.sql import functions as F
+
+        events = self.events(parsed)
+        if not self.keys:
+            return events.drop("__position")
+        q = delta_table.quote
+        record = F.struct(*[F.col(q(c)) for c in events.columns if c != "__position"])
+        return (events.groupBy(*[F.col(q(k)) for k in self.keys])
                 .agg(F.max_by(record, F.col("__position")).alias("r"))
                 .select("r.*"))
 
@@ -181,6 +191,10 @@ class ChangeWriter:
         return (spark.read.format("delta").load(self.paths.deletes).alias("t")
                 .where(~F.expr(self.retention_sql())))
 
+    def current_rows(self, spark: SparkSession) -> DataFrame:
+        """The table's rows a change is compared with: every row (one per key)."""
+        return spark.read.format("delta").load(self.paths.table)
+
     def classify(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
         """`rows` with `__stale`: not newer than the table's row of its key or than the key's
         remembered delete."""
@@ -190,8 +204,7 @@ class ChangeWriter:
         wanted = [*[q(k) for k in self.keys], q(LSN), q(TS_MS), "kafka_offset"]
         stale = F.lit(False)
         joined = rows.alias("s")
-        for alias, frame in (("t", spark.read.format("delta").load(self.paths.table)),
-                             ("m", self._remembered(spark))):
+        for alias, frame in (("t", self.current_rows(spark)), ("m", self._remembered(spark))):
             if frame is None or not all(k in frame.columns for k in self.keys):
                 continue
             side = frame.select(*wanted, F.lit(True).alias("__present")).alias(alias)
@@ -243,3 +256,111 @@ class ChangeWriter:
          .whenNotMatchedInsert(condition=F.col(f"s.{deleted}"), values=kept)
          .whenNotMatchedBySourceDelete(condition=F.expr(self.retention_sql()))
          .execute())
+
+
+#: history scd2: when the source event that made a version happened (its ``source.ts_ms``),
+#: and when the one that replaced or deleted it did (null while the version is current).
+START_AT, END_AT = "__start_at", "__end_at"
+#: The extra columns of the MERGE source of `HistoryWriter`.
+ACTION, CLOSE_AT = "__action", "__close_at"
+
+
+class HistoryWriter(ChangeWriter):
+    """The table writer of a `cdc: debezium` topic with history scd2: every version of each
+    key, `START_AT` to `END_AT`. Each change newer than the key's current version (and its
+    remembered delete) closes that version at its own time and, unless it is a delete, adds a
+    version; the changes of one key in one source transaction (one `__source_ts_ms`) make one
+    version, the last one's, and a version that would end when it starts is replaced instead
+    (no zero-length version). Stale events add nothing (`ChangeWriter`)."""
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        """Every usable change of `parsed` but the earlier ones of a transaction, as table rows
+        with `START_AT` and `END_AT` (the next change's time, null for the last one)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        events = self.events(parsed).withColumn(START_AT, F.coalesce(
+            F.timestamp_millis(F.col(TS_MS)), F.col("kafka_timestamp")))
+        if not self.keys:
+            return events.withColumn(END_AT, F.lit(None).cast("timestamp")).drop("__position")
+        key = [F.col(delta_table.quote(k)) for k in self.keys]
+        last = F.max("__position").over(Window.partitionBy(*key, F.col(START_AT)))
+        following = Window.partitionBy(*key).orderBy("__position")
+        return (events.where(F.col("__position") == last)
+                .withColumn(END_AT, F.lead(START_AT).over(following))
+                .drop("__position"))
+
+    def current_rows(self, spark: SparkSession) -> DataFrame:
+        """The current versions (`END_AT` null): what a change is compared with."""
+        from pyspark.sql import functions as F
+
+        return super().current_rows(spark).where(F.col(END_AT).isNull())
+
+    def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
+              tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
+        """Close the current version of each key with a newer change and add the changes'
+        versions (one MERGE), then remember the deletes, as Delta transaction (`app_id`,
+        `version`); the counts: inserted (versions added), updated (versions closed), deleted
+        (versions replaced, see the class) and stale."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        if not self.keys:
+            return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+        tag = tag or delta_table.commit_tag(app_id, version)
+        q = delta_table.quote
+        classified = self.classify(spark, rows).persist()
+        try:
+            stale = classified.where(F.col("__stale")).count()
+            fresh = classified.where(~F.col("__stale")).drop("__stale")
+            key = [F.col(q(k)) for k in self.keys]
+            order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
+            first = fresh.withColumn("__n", F.row_number().over(order)).where("__n = 1")
+            closes = first.select(*key, F.col(START_AT).alias(CLOSE_AT),
+                                  F.lit("close").alias(ACTION))
+            columns = [c for c in rows.columns if c != delta_table.DELETED]
+            inserts = fresh.where(~F.col(delta_table.DELETED)).select(
+                *[q(c) for c in columns], F.lit("insert").alias(ACTION))
+            source = inserts.unionByName(closes, allowMissingColumns=True)
+            record = F.struct(*[F.col(q(c)) for c in fresh.columns])
+            latest = (fresh.groupBy(*key)
+                      .agg(F.max_by(record, F.expr(position_sql())).alias("r")).select("r.*"))
+            remember = self.ensure_deletes_table(spark, latest)  # not inside the transaction
+            with delta_table.idempotent_writes(spark, app_id, version, tag):
+                counts = self.merge_versions(spark, source, columns)
+                if remember:
+                    self.remember_deletes(spark, latest)
+        finally:
+            classified.unpersist()
+        return {**counts, "stale": stale + self.stale_in_batch}
+
+    def merge_versions(self, spark: SparkSession, source: DataFrame,
+                       columns: list[str]) -> dict[str, int]:
+        """The MERGE of `apply`: a ``close`` row of `source` matches its key's current version
+        and ends it at `CLOSE_AT` (or deletes it if it started then); an ``insert`` row is a
+        new version. Inserted/updated/deleted version counts (zeros if Delta skipped it)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        q, path = delta_table.quote, self.paths.table
+        condition = (f"{delta_table.merge_condition(self.keys)} AND t.{q(END_AT)} IS NULL "
+                     f"AND s.{ACTION} = 'close'")
+        values: dict[str, str | Column] = {q(c): F.col(f"s.{q(c)}") for c in columns}
+        ensure_held(path, f"the MERGE into {path}")
+        result = (
+            DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition=F.expr(f"t.{q(START_AT)} >= s.{CLOSE_AT}"))
+            .whenMatchedUpdate(set={q(END_AT): F.col(f"s.{CLOSE_AT}")})
+            .whenNotMatchedInsert(condition=F.expr(f"s.{ACTION} = 'insert'"), values=values)
+            .execute()
+        ).collect()
+        return delta_table.merge_counts(result)
+
+
+def writer(topic: TopicConfig, paths: TopicPaths) -> ChangeWriter:
+    """The table writer of a cdc topic's history: `ChangeWriter` (current) or
+    `HistoryWriter` (scd2)."""
+    from deltaferry.config import History
+
+    return HistoryWriter(topic, paths) if topic.history == History.SCD2 \
+        else ChangeWriter(topic, paths)
