@@ -8,8 +8,9 @@ MERGEd once, the quarantine must hold every bad message once (no duplicate (part
 offset)), and both must be compacted. Each killed run leaves its lock behind: the next run
 takes it over (its process is gone). A table with `deletion_vectors: true` is killed between
 the Delta commit of its second micro-batch (a MERGE that marks the rows it replaces) and the
-checkpoint's commit. A `cdc: debezium` topic is killed there too: its table and its remembered
-deletes each take the replayed batch once, and old events of its deleted keys stay stale."""
+checkpoint's commit. A `cdc: debezium` topic (history current, and scd2) is killed there too: its
+table and its remembered deletes each take the replayed batch once, and old events of its
+deleted keys stay stale."""
 
 from __future__ import annotations
 
@@ -177,18 +178,19 @@ def cdc_events() -> list[Event]:
     return events + [u for u in updates if u.key % 4 == 0]
 
 
+@pytest.mark.parametrize("history", ["current", "scd2"])
 def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
-        spark, kafka_bootstrap, new_topic, tmp_path):
-    from .test_cdc import assert_table
+        spark, kafka_bootstrap, new_topic, tmp_path, history):
+    from .test_cdc import assert_history, assert_table
 
     topic = new_topic("crash-cdc", partitions=1)
     events = cdc_events()
     produce(kafka_bootstrap, topic, debezium_messages(events, wrapped=True))
     warehouse = tmp_path / "wh"
-    ctx = context(topic, warehouse, kafka_bootstrap, cdc="debezium")
+    ctx = context(topic, warehouse, kafka_bootstrap, cdc="debezium", history=history)
     run_step("infer", ctx, spark)
-    env = cli_env(tmp_path, topic, "    cdc: debezium\n    max_offsets_per_trigger: 30\n",
-                  warehouse, kafka_bootstrap)
+    env = cli_env(tmp_path, topic, f"    cdc: debezium\n    history: {history}\n"
+                  "    max_offsets_per_trigger: 30\n", warehouse, kafka_bootstrap)
     # batches of offsets [0, 30), [30, 60), [60, 90), [90, 115): killed once the third one's
     # MERGEs committed (the table, the remembered deletes it creates), not its offsets
     run_killed(env, topic, "batch-written@2", "ingest", tmp_path / "mark")
@@ -197,7 +199,7 @@ def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "taking over the lock of pid" in done.stderr
-    assert_table(spark, ctx, events, wrapped=True)
+    (assert_history if history == "scd2" else assert_table)(spark, ctx, events, wrapped=True)
     for path in (ctx.paths.table, ctx.paths.deletes):
         applied = [m["userMetadata"].split(" attempt ")[0] for m in merge_metrics(spark, path)]
         assert len(applied) == len(set(applied)) >= 2, (path, applied)
