@@ -206,6 +206,10 @@ def test_debezium_changes_land_in_source_order_across_runs(
     assert report.messages_read == 0
     assert sorted(map(repr, spark.read.format("delta").load(ctx.paths.table).collect())) == \
         sorted(map(repr, before))
+    # the maintain step compacts the remembered deletes with the table and the quarantine
+    (optimized,) = run_step("optimize", ctx, spark)
+    assert set(optimized.tables) == {"table", "quarantine", "deletes"}, optimized.summary()
+    assert len(spark.read.format("delta").load(ctx.paths.deletes).inputFiles()) == 1
 
 
 def test_a_remembered_delete_is_dropped_after_its_retention(spark, kafka_bootstrap, new_topic, tmp_path):
