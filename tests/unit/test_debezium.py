@@ -75,6 +75,12 @@ def test_each_logical_type_is_converted_by_its_own_sql():
     assert "DECIMAL(10,2)" in sql
 
 
+def test_a_decimals_digits_are_padded_never_cut():
+    sql = c.decimal_sql("`b`", 10, 2)
+    assert "greatest(length(" in sql and ", 3), '0')" in sql  # lpad alone cuts longer text
+    assert c.decimal_sql("`b`", 5, 0).count("lpad") == 0
+
+
 def test_nothing_to_convert_is_the_value_itself():
     plain = {"type": "struct", "fields": [field("id", "int64")]}
     assert not c.needs_conversion(plain)

@@ -149,7 +149,8 @@ def decimal_sql(path: str, precision: int, scale: int) -> str:
                 f"(acc, i) -> CAST(try_add(try_multiply(acc, 256), {digit}) AS DECIMAL(38,0)))")
     magnitude = f"CAST(IF({negative}, try_add({unscaled}, 1), {unscaled}) AS STRING)"
     if scale:
-        padded = f"lpad({magnitude}, {scale + 1}, '0')"
+        # lpad cuts a longer text down to its length: pad only a shorter one
+        padded = f"lpad({magnitude}, greatest(length({magnitude}), {scale + 1}), '0')"
         text = (f"concat(substring({padded}, 1, length({padded}) - {scale}), '.', "
                 f"substring({padded}, length({padded}) - {scale} + 1))")
     else:
