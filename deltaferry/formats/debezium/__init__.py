@@ -66,7 +66,8 @@ KEY = "__key"
 #: The ops applied: snapshot read, create, update, delete.
 OPS = ("r", "c", "u", "d")
 
-REASON_NO_OP = "not a Debezium change event: the value has no op"
+REASON_NO_OP = ("not a Debezium change event: the value has no op (or is an envelope of "
+                "another shape)")
 REASON_UNKNOWN_OP = "Debezium op {op!r} is not one of r, c, u, d (t: truncate)"
 REASON_TRUNCATE = ("truncate event (op t): the source table was truncated; deltaferry does not "
                    "empty the Delta table on its own (delete its rows yourself if meant)")
@@ -97,10 +98,17 @@ def envelope(raw: DataFrame) -> DataFrame:
     """`raw` plus the change event's parts, each its JSON text: `__op`, `__before`, `__after`,
     `__source` (its position as `__source_lsn` and `__source_ts_ms`, null where absent or not
     a number), `__image` (the row: after, or before for a delete), `__key_text` (the key's
-    payload) and `__envelope` (null if the value is not a JSON object)."""
+    payload) and `__envelope` (null, or with its corrupt-record field set, if the value is
+    not a JSON object of the envelope's shape: Spark's PERMISSIVE parsing keeps what it read
+    of a malformed value)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
 
-    env = F.from_json(F.col("raw_value"), ENVELOPE_DDL)
+    envelope_type = StructType.fromDDL(ENVELOPE_DDL)
+    assert isinstance(envelope_type, StructType)  # a DDL of fields is a struct
+    schema = envelope_type.add(StructField(CORRUPT, StringType()))
+    env = F.from_json(F.col("raw_value"), schema,
+                      {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     key = F.from_json(F.col("kafka_key"), KEY_DDL)
     wrapped = env.getField("schema").isNotNull() & env.getField("payload").isNotNull()
     part = {name: F.when(wrapped, env.getField("payload").getField(name))
@@ -282,10 +290,11 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
         if keys else F.lit(REASON_NO_KEY_FIELDS)
     problem = (
         F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
-        .when(F.col("__envelope").isNull(),
+        .when(_is_null(F.col("__envelope")) | F.col(f"__envelope.{CORRUPT}").isNotNull()
+              | op.isNull(),  # only these are parsed again, to say why (CASE WHEN is lazy)
               F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
-              .otherwise(REASON_NOT_OBJECT))
-        .when(op.isNull(), REASON_NO_OP)
+              .when(~F.ltrim(value).startswith("{"), REASON_NOT_OBJECT)
+              .otherwise(REASON_NO_OP))
         .when(op == "t", REASON_TRUNCATE)
         .when(~op.isin(*OPS), F.format_string(REASON_UNKNOWN_OP.replace("{op!r}", "'%s'"), op))
         .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
