@@ -32,6 +32,8 @@ NOT MET.
 of --large-messages (1,000,000) messages over as many random keys (so ~63 % of them distinct),
 then 5 % and 0.5 % more messages on random keys; and a table of --large-keys (2,000,000) keys,
 one message each, then 5 % and 0.5 % of its keys changed. Every run: deltaferry <= 1.5x dlt.
+deltaferry runs there warm twice: as configured by default, and with `deletion_vectors: true`
+(random keys touch every file of the table; without deletion vectors MERGE rewrites them all).
 
     make bench-peers                          # 210,000 messages, 3 rounds
     make bench-peers N=20000 REPEATS=1        # a smoke test
@@ -72,13 +74,17 @@ from same_table import compare  # noqa: E402
 from deltaferry.kafka import produce  # noqa: E402
 
 CONTENDERS = ("deltaferry", "warm", "port", "dlt")
-LARGE_CONTENDERS = ("warm", "dlt")
+#: On the large tables, deltaferry warm as configured by default and with `deletion_vectors:
+#: true` (MERGE marks replaced rows instead of rewriting every file a changed key is in).
+LARGE_CONTENDERS = ("warm", "warm-dv", "dlt")
 #: The contenders that are deltaferry (their tables are deltaferry's).
-OURS = ("deltaferry", "warm")
+OURS = ("deltaferry", "warm", "warm-dv")
 LABELS = {"deltaferry": "deltaferry run", "warm": "deltaferry run, warm driver",
+          "warm-dv": "deltaferry run, warm driver, deletion vectors",
           "port": "seed-004 port, Spark's defaults", "dlt": "dlt 1.31.0 pipeline"}
 #: Their names in the ratios' columns.
-SHORT = {"deltaferry": "deltaferry", "warm": "deltaferry warm", "port": "port", "dlt": "dlt"}
+SHORT = {"deltaferry": "deltaferry", "warm": "deltaferry warm", "warm-dv": "deltaferry warm+dv",
+         "port": "port", "dlt": "dlt"}
 
 #: Issue 30's goals: deltaferry's wall time at most this many times dlt's, every run.
 VS_DLT = 1.5
@@ -199,12 +205,13 @@ def start_pool(bootstrap: str, env: dict[str, str]) -> float:
     return time.monotonic() - started
 
 
-def run_warm(topic: str, folder: Path, env: dict[str, str]) -> dict:
-    """One `deltaferry run` with warm drivers, in `folder` (its topics file copied there)."""
+def run_warm(topic: str, folder: Path, env: dict[str, str], options: str = "") -> dict:
+    """One `deltaferry run` with warm drivers, in `folder` (its topics file copied there,
+    the topic entry's `options` lines added)."""
     folder.mkdir(parents=True, exist_ok=True)
     topics = Path(folder.parent / "topics.yaml")
     if topics.exists():
-        (folder / "topics.yaml").write_text(topics.read_text())
+        (folder / "topics.yaml").write_text(topics.read_text() + options)
     seconds, rss, reports = run_deltaferry(topic, env, folder.parent
                                            / f"report-{folder.name}.json", cwd=folder)
     ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
@@ -219,6 +226,8 @@ def run_tool(contender: str, topic: str, bootstrap: str, folder: Path, env: dict
         return run_dlt(topic, bootstrap, folder, env, dlt_python)
     if contender == "warm":
         return run_warm(topic, folder, warm_env(env))
+    if contender == "warm-dv":
+        return run_warm(topic, folder, warm_env(env), "    deletion_vectors: true\n")
     return run_contender(contender, topic, bootstrap, folder, env, folder.parent
                          / f"report-{folder.name}.json")
 
@@ -302,7 +311,8 @@ def keyed(keys: Iterator[int], size: int, seed: int) -> Iterator[tuple[str, dict
 
 
 def large(bootstrap: str, env: dict[str, str], messages_count: int, table_keys: int,
-          repeats: int, dlt_python: Path, partitions: int = 3) -> list[tuple[str, Phase]]:
+          repeats: int, dlt_python: Path, partitions: int = 3,
+          contenders: tuple[str, ...] = LARGE_CONTENDERS) -> list[tuple[str, Phase]]:
     """Issue 30's large-table curve, deltaferry and dlt: (topic label, phase) per run."""
     results: list[tuple[str, Phase]] = []
 
@@ -327,7 +337,7 @@ def large(bootstrap: str, env: dict[str, str], messages_count: int, table_keys: 
               Phase("random keys, +0.5 % messages", random_run(messages_count // 200, 3))]
     for phase, divisor in zip(phases[1:], (20, 200), strict=True):
         warn_on_limits(phase.label, messages_count // divisor)
-    run_phases(topic, bootstrap, folder, topic_env, phases, LARGE_CONTENDERS, repeats,
+    run_phases(topic, bootstrap, folder, topic_env, phases, contenders, repeats,
                dlt_python, keys=lambda: len(seen))
     results += [("random keys", p) for p in phases]
 
@@ -349,7 +359,7 @@ def large(bootstrap: str, env: dict[str, str], messages_count: int, table_keys: 
                     lambda: produce(bootstrap, topic, keyed(iter(range(table_keys)), 1000, 4))),
               Phase("table, 5 % of keys changed", changed(0.05, 5)),
               Phase("table, 0.5 % of keys changed", changed(0.005, 6))]
-    run_phases(topic, bootstrap, folder, topic_env, phases, LARGE_CONTENDERS, repeats,
+    run_phases(topic, bootstrap, folder, topic_env, phases, contenders, repeats,
                dlt_python, keys=lambda: table_keys)
     results += [("table", p) for p in phases]
     return results
@@ -395,7 +405,8 @@ def goals(phases: list[Phase], large_phases: list[tuple[str, Phase]] = ()) -> li
 
 def side_by_side(phases: list[Phase]) -> str:
     """Each tool's median seconds per run, and the ratios of each way deltaferry ran."""
-    tools = [c for c in CONTENDERS if any(c in p.seconds for p in phases)]
+    tools = [c for c in (*CONTENDERS, *LARGE_CONTENDERS) if any(c in p.seconds for p in phases)]
+    tools = list(dict.fromkeys(sorted(tools, key=lambda c: (c not in OURS, c == "dlt"))))
     ours = [c for c in OURS if c in tools]
     ratios = [(c, "dlt") for c in ours if "dlt" in tools] + [
         ("port", c) for c in ours if "port" in tools]
@@ -408,6 +419,16 @@ def side_by_side(phases: list[Phase]) -> str:
                   if a in phase.seconds and b in phase.seconds else "-" for a, b in ratios]
         lines.append(f"| {phase.label} ({phase.messages:,}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def contenders_list(text: str) -> tuple[str, ...]:
+    """--large-contenders: known names, in LARGE_CONTENDERS' order, dlt always among them."""
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = names - set(LARGE_CONTENDERS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown: {', '.join(sorted(unknown))}; known: "
+                                         + ", ".join(LARGE_CONTENDERS))
+    return tuple(c for c in LARGE_CONTENDERS if c in names | {"dlt"})
 
 
 def main() -> int:
@@ -427,6 +448,9 @@ def main() -> int:
     parser.add_argument("--large-keys", type=int, default=2_000_000)
     parser.add_argument("--large-repeats", type=int, default=1,
                         help="rounds of each large run (default 1)")
+    parser.add_argument("--large-contenders", type=contenders_list, default=LARGE_CONTENDERS,
+                        help="comma-separated, of " + ",".join(LARGE_CONTENDERS)
+                        + " (default: all; dlt is always among them)")
     parser.add_argument("--results", type=Path,
                         help="where to write the tables (default bench/out/peers-<time>.md)")
     args = parser.parse_args()
@@ -466,7 +490,8 @@ def compare_all(args: argparse.Namespace, env: dict[str, str], bootstrap: str,
     large_phases: list[tuple[str, Phase]] = []
     if args.large or args.large_only:
         large_phases = large(bootstrap, env, args.large_messages, args.large_keys,
-                             args.large_repeats, args.dlt_python)
+                             args.large_repeats, args.dlt_python,
+                             contenders=args.large_contenders)
 
     text = ""
     if phases:

@@ -73,13 +73,45 @@ def _without_nulls(value):
     return value
 
 
+def without_views(datatype):
+    """`datatype` with Arrow's string/binary views (what delta-rs' SQL engine returns) as plain
+    strings and binaries, nested too: Arrow cannot sort views, and the other readers' tables
+    have none."""
+    import pyarrow as pa
+
+    if pa.types.is_string_view(datatype):
+        return pa.string()
+    if pa.types.is_binary_view(datatype):
+        return pa.binary()
+    if pa.types.is_struct(datatype):
+        return pa.struct([f.with_type(without_views(f.type)) for f in datatype])
+    if pa.types.is_large_list(datatype):
+        return pa.large_list(datatype.value_field.with_type(without_views(datatype.value_type)))
+    if pa.types.is_list(datatype) or pa.types.is_list_view(datatype):
+        return pa.list_(datatype.value_field.with_type(without_views(datatype.value_type)))
+    if pa.types.is_map(datatype):
+        return pa.map_(without_views(datatype.key_type), without_views(datatype.item_type))
+    return datatype
+
+
 def read(path: str):
     """The table at `path` as Arrow, sorted by key, without rows marked deleted and without
-    bookkeeping columns."""
+    bookkeeping columns; a table with deletion vectors read through delta-rs' SQL engine."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    table = DeltaTable(path).to_pyarrow_table()
+    delta = DeltaTable(path)
+    if "deletionVectors" in (delta.protocol().reader_features or []):
+        # to_pyarrow_table refuses the feature; delta-rs' SQL engine applies the vectors
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        table = pa.table(QueryBuilder().register("t", delta).execute("SELECT * FROM t")
+                         .read_all())
+        table = table.cast(pa.schema([f.with_type(without_views(f.type))
+                                      for f in table.schema]))
+    else:
+        table = delta.to_pyarrow_table()
     if DELETED in table.column_names:
         table = table.filter(pc.invert(pc.fill_null(table[DELETED], False)))
     table = table.drop_columns([c for c in table.column_names if c in BOOKKEEPING])

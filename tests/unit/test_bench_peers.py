@@ -121,6 +121,19 @@ def test_large_runs_are_judged_against_dlt():
     assert head.endswith("| deltaferry / dlt |") and line.endswith("| 4.40x |")
 
 
+
+def test_large_runs_show_deletion_vectors_beside_the_default():
+    run = phase("0.5 % of keys changed", {"warm": [17.0], "warm-dv": [6.0], "dlt": [4.0]})
+    by = {r.goal: r.met for r in bench_peers.goals([], [("table", run)])}
+    assert by["large, 0.5 % of keys changed (1,000): deltaferry run, warm driver / dlt"] is False
+    assert by["large, 0.5 % of keys changed (1,000): deltaferry run, warm driver, deletion "
+              "vectors / dlt"] is True  # 1.5x
+    head, _, line = bench_peers.side_by_side([run]).splitlines()
+    assert head.startswith("| run | deltaferry run, warm driver | deltaferry run, warm driver, "
+                           "deletion vectors | dlt 1.31.0 pipeline |")
+    assert head.endswith("| deltaferry warm / dlt | deltaferry warm+dv / dlt |")
+    assert line.endswith("| 4.25x | 1.50x |")
+
 def test_each_way_deltaferry_ran_is_judged_and_the_fixed_cost_by_seconds():
     more = phase("+5 %", {"deltaferry": [12.0], "warm": [6.0], "dlt": [4.0],
                           "port": [100.0]})
@@ -157,3 +170,14 @@ def test_dlt_stays_in_its_own_pinned_venv():
     makefile = (REPO / "Makefile").read_text()
     assert "--dlt-python $(DLT_VENV)/bin/python" in makefile
     assert "/.venv-dlt/" in (REPO / ".gitignore").read_text()
+
+
+def test_large_contenders_keep_dlt_and_refuse_unknown_names():
+    import argparse
+
+    import pytest
+
+    assert bench_peers.contenders_list("warm-dv") == ("warm-dv", "dlt")
+    assert bench_peers.contenders_list("dlt,warm") == ("warm", "dlt")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown: fast; known: warm"):
+        bench_peers.contenders_list("warm,fast")
