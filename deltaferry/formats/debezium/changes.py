@@ -286,9 +286,10 @@ class HistoryWriter(ChangeWriter):
         key = [F.col(delta_table.quote(k)) for k in self.keys]
         last = F.max("__position").over(Window.partitionBy(*key, F.col(START_AT)))
         following = Window.partitionBy(*key).orderBy("__position")
-        return (events.where(F.col("__position") == last)
+        return (events.withColumn("__last", last)  # a window is not allowed in a filter
+                .where(F.col("__position") == F.col("__last"))
                 .withColumn(END_AT, F.lead(START_AT).over(following))
-                .drop("__position"))
+                .drop("__position", "__last"))
 
     def current_rows(self, spark: SparkSession) -> DataFrame:
         """The current versions (`END_AT` null): what a change is compared with."""
