@@ -133,10 +133,12 @@ def inference_records(raw: DataFrame, topic: TopicConfig | None = None) -> DataF
     from pyspark.sql import functions as F
 
     events = envelope(raw.where(F.col("raw_value").isNotNull()))
+    # a key that is no object (quarantined by ingest) would turn the key's type into a string
+    key = F.when(F.ltrim(F.col("__key_text")).startswith("{"), F.col("__key_text"))
 
     def record(image: str) -> Column:
         return F.when(F.col(image).isNotNull() & F.ltrim(F.col(image)).startswith("{"),
-                      F.concat(F.lit('{"key":'), F.coalesce(F.col("__key_text"), F.lit("null")),
+                      F.concat(F.lit('{"key":'), F.coalesce(key, F.lit("null")),
                                F.lit(',"row":'), F.col(image), F.lit("}")))
 
     return (events.select(F.explode(F.array(record("__after"), record("__before")))

@@ -160,7 +160,9 @@ class ChangeWriter:
         if not self.keys:
             return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
         tag = tag or delta_table.commit_tag(app_id, version)
-        classified = self.classify(spark, rows).persist()
+        # materialised: Delta's MERGE recaches plans that read its table, which would classify
+        # the changes just applied as stale before the remembered deletes are merged
+        classified = self.classify(spark, rows).localCheckpoint()
         try:
             stale = classified.where(F.col("__stale")).count()
             fresh = classified.where(~F.col("__stale")).drop("__stale")
@@ -171,7 +173,7 @@ class ChangeWriter:
                 if remember:
                     self.remember_deletes(spark, fresh)
         finally:
-            classified.unpersist()
+            classified.unpersist()  # its checkpointed blocks
         return {**counts, "stale": stale + self.stale_in_batch}
 
     def retention_sql(self) -> str:
@@ -310,7 +312,9 @@ class HistoryWriter(ChangeWriter):
             return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
         tag = tag or delta_table.commit_tag(app_id, version)
         q = delta_table.quote
-        classified = self.classify(spark, rows).persist()
+        # materialised: Delta's MERGE recaches plans that read its table, which would classify
+        # the changes just applied as stale before the remembered deletes are merged
+        classified = self.classify(spark, rows).localCheckpoint()
         try:
             stale = classified.where(F.col("__stale")).count()
             fresh = classified.where(~F.col("__stale")).drop("__stale")
@@ -332,7 +336,7 @@ class HistoryWriter(ChangeWriter):
                 if remember:
                     self.remember_deletes(spark, latest)
         finally:
-            classified.unpersist()
+            classified.unpersist()  # its checkpointed blocks
         return {**counts, "stale": stale + self.stale_in_batch}
 
     def merge_versions(self, spark: SparkSession, source: DataFrame,
