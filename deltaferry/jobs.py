@@ -34,7 +34,7 @@ def main(step: str, argv: list[str] | None = None) -> int:
     """Run `step` for the topic named on the command line; exit 2 with the message on errors."""
     from deltaferry.pipeline import TopicContext, configure_logging, run_steps
 
-    parser = argparse.ArgumentParser(prog=steps.get(step).script_name,
+    parser = argparse.ArgumentParser(prog=steps.job(step).script_name,
                                      description=f"deltaferry {step}")
     parser.add_argument("topic", help="a topic listed in the topics file")
     parser.add_argument("--topics-file", help="the topics file (default: DELTAFERRY_TOPICS)")
@@ -46,12 +46,20 @@ def main(step: str, argv: list[str] | None = None) -> int:
     if step == "infer":
         parser.add_argument("--reinfer", action="store_true",
                             help="re-read the whole topic instead of only new offsets")
+    if step == "replay":
+        parser.add_argument("--filter", default="{}", metavar="JSON",
+                            help="which quarantined messages: a DAG run's replay param, such "
+                            "as {\"reason\": \"not valid JSON\", \"partition\": 0} (default: "
+                            "all not replayed yet)")
     args = parser.parse_args(argv)
     configure_logging()
     try:
+        definition = steps.job(step)
+        if step == "replay":
+            definition = replay_step(args.filter)
         ctx = TopicContext.load(args.topic, args.topics_file, debug=args.debug)
         # the Airflow operator decided already whether the step has work (decide=False)
-        reports = run_steps(ctx, [steps.get(step)], f"{step} job", wait=args.wait,
+        reports = run_steps(ctx, [definition], f"{step} job", wait=args.wait,
                             reinfer=getattr(args, "reinfer", False), decide=False,
                             app_name=f"deltaferry-{step}-{args.topic}")
     except EmptyTopicError as exc:
@@ -66,6 +74,19 @@ def main(step: str, argv: list[str] | None = None) -> int:
         print(report.summary(), file=sys.stderr)
     publish([r.as_dict() for r in reports])
     return 0
+
+
+def replay_step(text: str) -> steps.Step:
+    """The replay step of a ``--filter`` (a DAG run's replay param as JSON); ConfigError
+    naming the param when it is not one."""
+    from deltaferry.errors import ConfigError
+    from deltaferry.quarantine import QuarantineFilter
+
+    try:
+        which = QuarantineFilter.from_param(json.loads(text))
+    except ValueError as exc:
+        raise ConfigError("replay param", str(exc)) from None
+    return steps.Replay(which=which)
 
 
 def run_command(argv: list[str]) -> int:

@@ -18,8 +18,9 @@ with a LIMIT, so only that many raw values are read, however large the quarantin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from deltaferry.errors import DeltaferryError
 from deltaferry.lake import is_delta_table, open_table
@@ -228,14 +229,162 @@ def describe_value(row: Mapping) -> str:
     return describe_bytes(row["raw_value"], row["value_text"])
 
 
+# --- the search: which messages a page lists or a replay takes -------------------------------
+
+@dataclass(frozen=True)
+class QuarantineFilter:
+    """Which quarantined messages a page lists or a replay takes: those whose reason contains
+    `reason`, in Kafka partition `partition`, whose key's text contains `key` (each None: any).
+    The page reads it with delta-rs (`sql`), a replay with Spark (`deltaferry.spark.replay`),
+    and a DAG run carries it as its ``replay`` param (`as_param`, `from_param`)."""
+
+    reason: str | None = None
+    partition: int | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("reason", "key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be text, not {type(value).__name__}")
+            if value == "":
+                object.__setattr__(self, name, None)
+        if self.partition is not None and (isinstance(self.partition, bool)
+                                           or not isinstance(self.partition, int)
+                                           or self.partition < 0):
+            raise ValueError(f"partition must be a whole number >= 0, not {self.partition!r}")
+
+    @property
+    def any(self) -> bool:
+        """Whether any condition is set."""
+        return any(v is not None for v in (self.reason, self.partition, self.key))
+
+    def sql(self) -> str:
+        """The conditions as a SQL predicate of DataFusion (``TRUE`` for none); the texts are
+        quoted literals, never SQL."""
+        def literal(text: str) -> str:
+            return "'" + text.replace("'", "''") + "'"
+
+        parts = []
+        if self.reason is not None:
+            parts.append(f"strpos(reason, {literal(self.reason)}) > 0")
+        if self.partition is not None:
+            parts.append(f"kafka_partition = {int(self.partition)}")
+        if self.key is not None:
+            parts.append(f"strpos(kafka_key, {literal(self.key)}) > 0")
+        return " AND ".join(parts) or "TRUE"
+
+    def as_param(self) -> dict:
+        """The filter as a DAG run's ``replay`` param (conditions not set left out)."""
+        return {k: v for k, v in (("reason", self.reason), ("partition", self.partition),
+                                  ("key", self.key)) if v is not None}
+
+    @classmethod
+    def from_param(cls, value) -> QuarantineFilter | None:
+        """The filter of a DAG run's ``replay`` param: None when the run replays nothing
+        (the param null or false), every message for ``true`` or ``{}``; ValueError for
+        another shape."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if not isinstance(value, Mapping):
+            raise ValueError(f"replay must be an object such as {{'reason': 'not valid JSON'}}, "
+                             f"not {value!r}")
+        unknown = set(value) - {"reason", "partition", "key"}
+        if unknown:
+            raise ValueError(f"replay: unknown condition(s) {', '.join(sorted(unknown))}; "
+                             "the conditions are reason, partition, key")
+        try:
+            return cls(value.get("reason"), value.get("partition"), value.get("key"))
+        except TypeError as exc:
+            raise ValueError(f"replay: {exc}") from None
+
+    def text(self) -> str:
+        """The filter in words, for a page, a log line or a run's note."""
+        parts = ([f"reason contains {self.reason!r}"] if self.reason is not None else []) + (
+            [f"partition {self.partition}"] if self.partition is not None else []) + (
+            [f"key contains {self.key!r}"] if self.key is not None else [])
+        return ", ".join(parts) or "every message"
+
+
 # --- the UI's page ------------------------------------------------------------------------------
 
-#: How many messages the page lists unless the URL asks for another number (at most MAX_LATEST).
+#: How many messages a page lists unless the URL asks for another number (at most MAX_LATEST).
 DEFAULT_LATEST = 50
 MAX_LATEST = 500
 #: How much of a value the page shows: characters of text, bytes of binary (as hex).
 PREVIEW_CHARS = 200
 PREVIEW_HEX_BYTES = 48
+#: Bytes per line of a hex preview.
+HEX_LINE = 16
+
+
+class PageParameterError(DeltaferryError):
+    """A page's URL parameter that cannot be used (the page answers 400 saying it)."""
+
+    def __init__(self, name: str, value: str, expected: str):
+        self.name, self.value, self.expected = name, value, expected
+        super().__init__(f"{name}={value!r}: {expected}")
+
+
+@dataclass(frozen=True)
+class QuarantineQuery:
+    """What the quarantine page lists: the messages its `filter` takes, `size` per page,
+    newest first, page `page` (from 1); `notes` say what was clamped."""
+
+    filter: QuarantineFilter = QuarantineFilter()
+    page: int = 1
+    size: int = DEFAULT_LATEST
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> QuarantineQuery:
+        """The query of the page's URL parameters ``reason``, ``key`` (texts the message's
+        contains), ``partition``, ``page`` (from 1) and ``size`` (``latest``, the first
+        page's older name). PageParameterError for a number that is not one or is below its
+        least value; a size over MAX_LATEST is clamped, with a note."""
+        def whole(name: str, least: int) -> int | None:
+            text = (params.get(name) or "").strip()
+            if not text:
+                return None
+            if not text.isascii() or not text.lstrip("-").isdigit() or len(text) > 12:
+                raise PageParameterError(name, text, f"must be a whole number >= {least}")
+            number = int(text)
+            if number < least:
+                raise PageParameterError(name, text, f"must be a whole number >= {least}")
+            return number
+
+        notes = []
+        size = whole("size", 1)
+        if size is None:
+            size = whole("latest", 1)
+        if size is None:
+            size = DEFAULT_LATEST
+        elif size > MAX_LATEST:
+            notes.append(f"A page lists at most {MAX_LATEST} messages; {size:,} asked, "
+                         f"{MAX_LATEST} shown.")
+            size = MAX_LATEST
+        texts = {name: (params.get(name) or "").strip()[:200] or None
+                 for name in ("reason", "key")}
+        return cls(QuarantineFilter(texts["reason"], whole("partition", 0), texts["key"]),
+                   whole("page", 1) or 1, size, tuple(notes))
+
+    def params(self, **changes) -> dict[str, str]:
+        """The URL parameters of this query with `changes` (``page``, ``size``), defaults
+        left out."""
+        page, size = changes.get("page", self.page), changes.get("size", self.size)
+        out = {"reason": self.filter.reason, "partition": None if self.filter.partition is None
+               else str(self.filter.partition), "key": self.filter.key,
+               "size": None if size == DEFAULT_LATEST else str(size),
+               "page": None if page == 1 else str(page)}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def link(self, **changes) -> str:
+        """The query string (``?...``) of this query with `changes`."""
+        from urllib.parse import urlencode
+
+        return "?" + urlencode(self.params(**changes))
 
 
 @dataclass(frozen=True)
@@ -251,14 +400,34 @@ class QuarantinedMessage:
     schema_version: int | None
     quarantined_at: str
     replayed: bool
+    #: the value's first bytes as (hex, readable text) lines, when it is not UTF-8 text
+    value_hex: tuple[tuple[str, str], ...] = ()
+    #: the key's bytes likewise, when it is not UTF-8 text
+    key_hex: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
 class QuarantinePage(QuarantineCounts):
-    """What the quarantine page shows: a `QuarantineView` with its rows as previews (HTML
-    escaping is the page template's job)."""
+    """What the quarantine page shows: the counts of the whole quarantine, the messages its
+    query takes (`matching`, `matching_waiting` of them not replayed) and one page of them as
+    previews (HTML escaping is the page template's job)."""
 
     latest: list[QuarantinedMessage] = field(default_factory=list)
+    query: QuarantineQuery = field(default_factory=QuarantineQuery)
+    matching: int = 0
+    matching_waiting: int = 0
+    #: the location as the page names it: relative to the warehouse
+    shown_location: str = ""
+
+    @property
+    def pages(self) -> int:
+        """How many pages the matching messages fill (at least one)."""
+        return max(1, -(-self.matching // self.query.size))
+
+    @property
+    def first(self) -> int:
+        """The position (from 0) of this page's first message among the matching ones."""
+        return (self.query.page - 1) * self.query.size
 
 
 def clamp_latest(value: int | None) -> int:
@@ -276,25 +445,94 @@ def at_text(value) -> str:
         else str(value)
 
 
-def message_from_row(row: Mapping) -> QuarantinedMessage:
-    """A row of `QuarantineView.latest` as the page's message."""
-    raw_value = row.get("raw_value")
+def hex_lines(data: bytes, limit: int = PREVIEW_HEX_BYTES, width: int = HEX_LINE
+              ) -> tuple[tuple[str, str], ...]:
+    """The first `limit` bytes of `data` as lines of `width` bytes: each its bytes in hex and
+    beside them as text (printable ASCII as it is, any other byte as ``.``), as a hex dump."""
+    shown = data[:limit]
+    return tuple((chunk.hex(" "), "".join(chr(b) if 0x20 <= b < 0x7f else "." for b in chunk))
+                 for chunk in (shown[i:i + width] for i in range(0, len(shown), width)))
+
+
+#: An absolute path on the server: two or more folders from the root, not part of a URL.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/-])/(?:[^\s/'\"(),;]+/)+([^\s/'\"(),;]+)")
+
+
+def relative_paths(text: str, warehouse: str) -> str:
+    """`text` (a reason) with the warehouse's locations relative to it (``orders/_schema/...``)
+    and any other absolute path of the server cut to its file name (``.../orders.desc``): a
+    page names what it is about, not where the server keeps it."""
+    if not text:
+        return text
+    root = warehouse.rstrip("/")
+    forms = {root}
+    if "://" in root:
+        scheme, rest = root.split("://", 1)
+        forms |= {f"{other}://{rest}" for other in ("s3", "s3a")} if scheme in ("s3", "s3a") \
+            else {rest}
+    else:
+        forms.add("file://" + root)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form + "/", "")
+    return _ABSOLUTE_PATH.sub(lambda m: ".../" + m.group(1), text)
+
+
+def message_from_row(row: Mapping, warehouse: str = "") -> QuarantinedMessage:
+    """A row of `QuarantineView.latest` as the page's message (paths in its reason relative
+    to `warehouse`)."""
+    raw_value, raw_key = row.get("raw_value"), row.get("raw_key")
     version = row.get("schema_version")
+    reason = str(row.get("reason") or "")
     return QuarantinedMessage(
         partition=int(row["kafka_partition"]), offset=int(row["kafka_offset"]),
-        key=describe_bytes(row.get("raw_key"), row.get("kafka_key")),
+        key=describe_bytes(raw_key, row.get("kafka_key")),
         value=describe_bytes(raw_value, row.get("value_text"), PREVIEW_CHARS, PREVIEW_HEX_BYTES),
         value_bytes=None if raw_value is None else len(raw_value),
-        reason=str(row.get("reason") or ""),
+        reason=relative_paths(reason, warehouse) if warehouse else reason,
         schema_version=None if version is None else int(version),
         quarantined_at=at_text(row.get("quarantined_at")),
-        replayed=row.get("replayed_at") is not None)
+        replayed=row.get("replayed_at") is not None,
+        value_hex=hex_lines(raw_value) if raw_value is not None and row.get("value_text") is None
+        else (),
+        key_hex=hex_lines(raw_key) if raw_key is not None and row.get("kafka_key") is None
+        else ())
 
 
-def quarantine_page(location: str, latest: int = DEFAULT_LATEST,
-                    env: Mapping[str, str] | None = None) -> QuarantinePage:
-    """The page of the quarantine at `location`: what `read` finds, with the `latest` newest
-    messages (clamped to 1..MAX_LATEST) as previews."""
-    view = read(location, clamp_latest(latest), env)
-    return QuarantinePage(location, view.reasons, view.exists, view.problem,
-                          latest=[message_from_row(r) for r in view.latest])
+def quarantine_page(location: str, query: QuarantineQuery | int = DEFAULT_LATEST,
+                    env: Mapping[str, str] | None = None, warehouse: str = ""
+                    ) -> QuarantinePage:
+    """The page of the quarantine at `location`: the counts per reason of all of it, and the
+    page of `query` (or the `query` newest messages, clamped to 1..MAX_LATEST) as previews; a
+    page past the last one shows the last, with a note. Paths in reasons are relative to
+    `warehouse` when given."""
+    if not isinstance(query, QuarantineQuery):
+        query = QuarantineQuery(size=clamp_latest(query))
+    table, names, problem = _open(location, env)
+    shown_location = relative_paths(location, warehouse) if warehouse else location
+    if table is None or problem:
+        return QuarantinePage(location, exists=table is not None, problem=problem, query=query,
+                              shown_location=shown_location)
+    reasons = count_reasons(_rows(table, COUNTS_SQL))
+    where = query.filter.sql()
+    [found] = _rows(table, "SELECT count(*) AS messages, sum(CASE WHEN replayed_at IS NULL "
+                           f"THEN 1 ELSE 0 END) AS waiting FROM q WHERE {where}")
+    matching, waiting = int(found["messages"]), int(found["waiting"] or 0)
+    pages = max(1, -(-matching // query.size))
+    if query.page > pages:
+        query = replace(query, page=pages, notes=(*query.notes, (
+            f"There is no page {query.page:,}: {matching:,} message(s) match, "
+            f"{pages} page(s) of {query.size}; the last page is shown.")))
+    columns = [*READ, *(["schema_version"] if "schema_version" in names else [])]
+    rows = _rows(table, f"SELECT {', '.join(columns)} FROM q WHERE {where} "
+                        "ORDER BY quarantined_at DESC, kafka_partition DESC, kafka_offset DESC "
+                        f"LIMIT {int(query.size)} OFFSET {(query.page - 1) * int(query.size)}")
+    if warehouse:  # two reasons the same once relative are one line
+        merged: dict[str, tuple[int, int]] = {}
+        for reason, (n, w) in reasons.items():
+            had = merged.get(relative_paths(reason, warehouse), (0, 0))
+            merged[relative_paths(reason, warehouse)] = (had[0] + n, had[1] + w)
+        reasons = merged
+    return QuarantinePage(location, reasons, exists=True,
+                          latest=[message_from_row(r, warehouse) for r in rows], query=query,
+                          matching=matching, matching_waiting=waiting,
+                          shown_location=shown_location)

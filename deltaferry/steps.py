@@ -25,6 +25,7 @@ from deltaferry.errors import ConfigError, EmptyTopicError
 if TYPE_CHECKING:
     from deltaferry.config import TopicConfig
     from deltaferry.context import TopicContext
+    from deltaferry.quarantine import QuarantineFilter
     from deltaferry.state import TopicState
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,17 @@ class Maintain(Step):
 
 @dataclass(frozen=True)
 class Replay(Step):
-    """`deltaferry quarantine replay`: the quarantined messages whose reason contains
-    `reason` (all if None) into the table (deltaferry.spark.replay); never skipped."""
+    """`deltaferry quarantine replay`, and a DAG run with the ``replay`` param (its ingest
+    task runs this step's job instead of ingest): the quarantined messages whose reason
+    contains `reason` and that `which` takes (all if None) into the table
+    (deltaferry.spark.replay); never skipped."""
 
     name: str = "replay"
+    task_id: str = "ingest"
+    script_name: str = "replay.py"
     reads_topic: bool = True
     reason: str | None = None
+    which: QuarantineFilter | None = None
 
     def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
              env: Mapping[str, str] | None = None) -> Any:
@@ -155,7 +161,7 @@ class Replay(Step):
                 reinfer: bool) -> Any:
         from deltaferry.spark.replay import replay_quarantine
 
-        return replay_quarantine(spark, ctx, self.reason)
+        return replay_quarantine(spark, ctx, self.reason, self.which)
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,18 @@ STEPS: dict[str, Step] = {s.name: s for s in (
 )}
 #: What every topic's DAG runs, in order.
 DAG_STEPS: tuple[str, ...] = ("infer", "ingest", "optimize", "vacuum")
+
+
+#: The steps a spark-submit job (`deltaferry/spark_jobs/`) runs: the DAG's, and the replay a
+#: DAG run with the ``replay`` param runs in its ingest task.
+JOBS: dict[str, Step] = {**STEPS, "replay": Replay()}
+
+
+def job(name: str) -> Step:
+    """The step the job `name` runs (a step of STEPS, or ``replay``); ConfigError otherwise."""
+    if name in JOBS:
+        return JOBS[name]
+    return get(name)
 
 
 def get(name: str) -> Step:

@@ -3,19 +3,21 @@ history; and the topics' metrics for Prometheus (``/deltaferry/metrics``).
 
 An Airflow 3 plugin: the pages are a FastAPI app (`deltaferry.ui.web`) mounted on the
 api-server at ``/deltaferry``, behind Airflow's own authentication; ``external_views`` put the
-topics page in the UI's navigation and four tabs on every topic DAG's page. Everything is read
+topics page in the UI's navigation and three tabs on every topic DAG's page. Everything is read
 through delta-rs and the storage layer: no Spark JVM starts in the api-server.
 """
 
 from airflow.plugins_manager import AirflowPlugin
 
 from deltaferry.airflow import ui
-from deltaferry.ui.web import PAGES, create_app
+from deltaferry.ui.web import DAG_TABS, create_app
 
 URL_PREFIX = "/deltaferry"
 
 app = create_app(ui.user_dependency(), authorize=ui.may_read_dag, runs=ui.last_runs,
-                 env=ui.resolved_env, load=ui.checked_topics, history=ui.run_history)
+                 env=ui.resolved_env, load=ui.checked_topics, history=ui.run_history,
+                 may_trigger=ui.may_trigger_dag, trigger=ui.trigger_run,
+                 zone=ui.display_timezone, form_key=ui.form_key())
 
 
 class DeltaferryUIPlugin(AirflowPlugin):
@@ -25,5 +27,5 @@ class DeltaferryUIPlugin(AirflowPlugin):
         {"name": "deltaferry", "href": "deltaferry/", "destination": "nav",
          "nav_top_level": True, "url_route": "deltaferry"},
         *({"name": label, "href": f"deltaferry/dags/{{DAG_ID}}/{key}", "destination": "dag",
-           "url_route": f"deltaferry-{key}"} for key, label in PAGES),
+           "url_route": f"deltaferry-{key}"} for key, label in DAG_TABS.items()),
     ]

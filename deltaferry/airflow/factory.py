@@ -9,7 +9,8 @@ page explains itself instead of vanishing.
 Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
 `deltaferry/spark_jobs/`; schedule from the entry (hourly by default, moved inside the hour by
 ``start_spread_minutes``), no catch-up, one run at a time, retries with exponential back-off;
-params ``reinfer`` and ``debug``; the ingest task declares the Delta table as an asset. Every
+params ``reinfer``, ``debug`` and ``replay`` (the ingest task replays the
+quarantine instead); the ingest task declares the Delta table as an asset. Every
 task runs in the Airflow pool of deltaferry's Spark drivers (`deltaferry.fleet`), and a topic's
 later steps go before other topics' first ones (weight rule ``upstream``), so a fleet finishes
 topics one by one instead of starting them all. The entry's ``notify`` targets get the ingest
@@ -77,6 +78,17 @@ def params():
             description="Write the table, checkpoint, schema cache and quarantine under "
             "<warehouse>/_debug/<topic>/ and leave the real table alone.",
         ),
+        "replay": Param(
+            None, type=["null", "object"], title="Replay the quarantine", **dialect,
+            properties={"reason": {"type": "string"},
+                        "partition": {"type": "integer", "minimum": 0},
+                        "key": {"type": "string"}},
+            additionalProperties=False,
+            description="Instead of ingesting, the ingest task replays the quarantined "
+            "messages not replayed yet that this filter takes ({} for all; reason and key: "
+            "text they contain; partition: a Kafka partition), as `deltaferry quarantine "
+            "replay` does. The quarantine page's replay button sets it.",
+        ),
     }
 
 
@@ -121,7 +133,9 @@ Tasks: **infer_schema** (reuses the cached schema; ingest grows it from new mess
 Each task's XCom `return_value` holds what it did; the ingest task's asset events carry it too.
 
 Trigger with **reinfer** to re-read the whole topic for the schema; **debug** writes to
-`_debug/` locations instead. Configured in the topics file; edit it, not this DAG.
+`_debug/` locations instead; **replay** (a filter such as `{{"reason": "not valid JSON"}}`)
+makes the ingest task replay the quarantine instead of ingesting. Configured in the topics
+file; edit it, not this DAG.
 """
 
 

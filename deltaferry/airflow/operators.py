@@ -58,6 +58,7 @@ from deltaferry.airflow.connections import (
 )
 from deltaferry.airflow.reports import describe, one_report
 from deltaferry.jobs import REPORT_FILE_VAR
+from deltaferry.quarantine import QuarantineFilter
 
 
 def connection_or_none(conn_id: str):
@@ -72,9 +73,11 @@ def connection_or_none(conn_id: str):
 
 
 def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = False,
-                   topics_file: str | None = None) -> list[str]:
-    """The application arguments of `step` for `topic` (see deltaferry.jobs)."""
-    steps.get(step)  # ConfigError for a step that does not exist
+                   topics_file: str | None = None, replay: QuarantineFilter | None = None
+                   ) -> list[str]:
+    """The application arguments of `step` (a job of deltaferry.steps.JOBS) for `topic`
+    (see deltaferry.jobs); a replay's filter as its ``--filter``."""
+    steps.job(step)  # ConfigError for a step that does not exist
     args = [topic]
     if topics_file:
         args += ["--topics-file", str(topics_file)]
@@ -82,7 +85,23 @@ def step_arguments(topic: str, step: str, reinfer: bool = False, debug: bool = F
         args.append("--debug")
     if reinfer and step == "infer":
         args.append("--reinfer")
+    if step == "replay":
+        args += ["--filter", json.dumps((replay or QuarantineFilter()).as_param())]
     return args
+
+
+def replay_of(params: Mapping[str, Any], step: str) -> QuarantineFilter | None:
+    """The quarantine filter a DAG run's ``replay`` param asks the `step` task to replay
+    (only the ingest task replays); None when it asks nothing. AirflowFailException naming
+    the param when it cannot be read."""
+    if step != "ingest":
+        return None
+    try:
+        return QuarantineFilter.from_param(params.get("replay"))
+    except ValueError as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"param {exc}") from None
 
 
 def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
@@ -172,6 +191,9 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         began = time.monotonic()
         params = context.get("params") or {}
         reinfer, debug = bool(params.get("reinfer")), bool(params.get("debug"))
+        replay = replay_of(params, self.step)
+        #: the job this task runs: its step's, or a replay's for a run with the replay param
+        self.job = "replay" if replay is not None else self.step
         master = spark_master(connection_or_none, conn_id=self.spark_conn_id)
         kafka = kafka_access(connection_or_none)
         storage = storage_access(connection_or_none)
@@ -183,15 +205,19 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                       self.step, self.topic, master, kafka.source, storage.source,
                       ", debug locations" if debug else "",
                       ", full re-inference" if reinfer and self.step == "infer" else "")
+        if replay is not None:
+            self.log.info("deltaferry: this run's replay param asks for a replay of the "
+                          "quarantine instead of ingest: %s", replay.text())
+            self.application = str(steps.job("replay").script)
         ctx = self._context(env, debug)
         self._lineage = lineage.Facts(self.topic, self.step,
                                       lineage.kafka_namespace(kafka.bootstrap), ctx.paths)
-        skip = self._nothing_to_do(ctx, env, reinfer)
+        skip = None if replay is not None else self._nothing_to_do(ctx, env, reinfer)
         self.timing["plan"] = time.monotonic() - began
         if skip is not None:
             self._skip(context, {**skip, "task": self.timing}, env)
-        self.application_args = step_arguments(self.topic, self.step, reinfer, debug,
-                                                self.topics_file)
+        self.application_args = step_arguments(self.topic, self.job, reinfer, debug,
+                                                self.topics_file, replay)
         running = time.monotonic()
         if self._runs_warm(master, env):
             reports = self._run_warm(env, master)
@@ -199,8 +225,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             self.timing["driver"] = "spark-submit"
             reports = self._submit(context, env, master)
         self.timing["run"] = time.monotonic() - running
-        report = {**one_report(self.step, reports), "task": self.timing}
-        self.log.info("deltaferry result: %s", describe(self.step, reports))
+        report = {**one_report(self.job, reports), "task": self.timing}
+        self.log.info("deltaferry result: %s", describe(self.job, reports))
         self._note_lineage(report, env)
         self._alert(context, report)
         self._publish(context, report, debug)
@@ -262,7 +288,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
 
         with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
             report_file = Path(folder) / "report.json"
-            code, waited = warm.run_job(self.step, list(self.application_args or []),
+            code, waited = warm.run_job(self.job, list(self.application_args or []),
                                         str(report_file), env, master, drivers, say)
             self.timing["driver"] = waited
             if code != 0:

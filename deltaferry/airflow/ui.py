@@ -1,5 +1,7 @@
 """What the UI plugin (``plugins/deltaferry_ui.py``) needs from the Airflow it runs in: the
-signed-in user (Airflow's own dependency), whether that user may read a topic's DAG, the last
+signed-in user (Airflow's own dependency), whether that user may read a topic's DAG or trigger
+it (and a run started for a replay, as the REST API starts one), the time zone of the pages'
+times, the key that signs their forms, the last
 run of each topic DAG with its ingest report (and a DAG's latest runs, for the run-history
 page), and the settings the tasks get (connections
 resolved as the operator resolves them). Runs inside the api-server only."""
@@ -42,9 +44,97 @@ def may_read_dag(user, dag_id: str) -> bool:
                                                 details=DagDetails(id=dag_id))
 
 
+def may_trigger_dag(user, dag_id: str) -> bool:
+    """Whether `user` may trigger the DAG `dag_id`: what Airflow's REST API asks before it
+    creates a DAG run (POST on the DAG's runs)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+        DagDetails,
+    )
+
+    return get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                                details=DagDetails(id=dag_id), user=user)
+
+
+_dag_bag = None
+
+
+def trigger_run(user, dag_id: str, conf: dict, note: str, event: str) -> str:
+    """Start a manual run of the DAG `dag_id` with `conf` as Airflow's REST API does (the
+    DAG's latest version, its params checked, triggered from the UI by `user`), with `note`;
+    record `event` in Airflow's audit log with the user and `conf`. The run's id; ValueError
+    saying why when the DAG cannot be triggered (unknown, import errors, a param refused)."""
+    import json
+
+    from airflow.api_fastapi.common.dagbag import create_dag_bag
+    from airflow.api_fastapi.core_api.datamodels.dag_run import TriggerDAGRunPostBody
+    from airflow.models.dag import DagModel
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+    from sqlalchemy import select
+
+    global _dag_bag
+    if _dag_bag is None:
+        _dag_bag = create_dag_bag()
+    with create_session() as session:
+        model = session.scalar(select(DagModel).where(~DagModel.is_stale,
+                                                      DagModel.dag_id == dag_id).limit(1))
+        if model is None:
+            raise ValueError(f"the DAG {dag_id} is not known to Airflow")
+        if model.has_import_errors:
+            raise ValueError(f"the DAG {dag_id} has import errors and cannot be triggered")
+        dag = _dag_bag.get_latest_version_of_dag(dag_id, session=session)
+        if dag is None:
+            raise ValueError(f"the DAG {dag_id} has no serialized version yet")
+        try:
+            values = TriggerDAGRunPostBody(logical_date=None, conf=conf).validate_context(dag)
+            run = dag.create_dagrun(
+                run_id=values["run_id"], logical_date=values["logical_date"],
+                data_interval=values["data_interval"], run_after=values["run_after"],
+                conf=values["conf"], run_type=DagRunType.MANUAL,
+                triggered_by=DagRunTriggeredByType.UI, triggering_user_name=user.get_name(),
+                state=DagRunState.QUEUED, partition_key=values["partition_key"],
+                partition_date=values["partition_date"], session=session)
+        except Exception as exc:  # Airflow's ParamValidationError and ValueError
+            if type(exc).__name__ not in ("ParamValidationError", "ValueError"):
+                raise
+            raise ValueError(f"the DAG {dag_id} refused the run: {exc}") from None
+        run.note = (note, user.get_id())
+        session.add(Log(event=event, owner=user.get_name(), dag_id=dag_id, run_id=run.run_id,
+                        extra=json.dumps(conf)))
+        return run.run_id
+
+
+def display_timezone():
+    """The time zone the pages show times in: Airflow's ``[core] default_timezone``."""
+    from airflow.settings import TIMEZONE
+
+    return TIMEZONE
+
+
+def form_key() -> bytes:
+    """The key the pages sign their forms with (against cross-site requests): derived from
+    Airflow's ``[api] secret_key``, so every api-server worker checks the others' forms."""
+    import hashlib
+    import hmac
+
+    from airflow.configuration import conf
+
+    secret = conf.get("api", "secret_key", fallback="") or conf.get("api_auth", "jwt_secret",
+                                                                    fallback="")
+    if not secret:  # no shared secret: this process's own (a form works on this worker only)
+        return os.urandom(32)
+    return hmac.new(secret.encode(), b"deltaferry pages' forms", hashlib.sha256).digest()
+
+
 def _when(run) -> str:
+    from deltaferry.ui.clock import moment_text
+
     moment = run.end_date or run.start_date or run.run_after
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+    return moment_text(_utc(moment), display_timezone()) if moment else ""
 
 
 def last_runs(dag_ids: list[str]) -> dict[str, LastRun]:

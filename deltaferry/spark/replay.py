@@ -31,6 +31,7 @@ from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.paths import TopicPaths
+from deltaferry.quarantine import QuarantineFilter
 from deltaferry.reports import ReplayReport
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
@@ -87,11 +88,25 @@ def new_replay_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
+def taken(rows: DataFrame, which: QuarantineFilter) -> DataFrame:
+    """The quarantine `rows` that `which` takes (what the quarantine page lists for it)."""
+    from pyspark.sql import functions as F
+
+    if which.reason is not None:
+        rows = rows.where(F.col("reason").contains(which.reason))
+    if which.partition is not None:
+        rows = rows.where(F.col("kafka_partition") == which.partition)
+    if which.key is not None:
+        rows = rows.where(F.col("kafka_key").contains(which.key))
+    return rows
+
+
 def replay_quarantine(spark: SparkSession, ctx: TopicContext,
-                      reason: str | None = None) -> ReplayReport:
+                      reason: str | None = None,
+                      which: QuarantineFilter | None = None) -> ReplayReport:
     """Replay the quarantined messages of the topic of `ctx` not replayed yet (those whose
-    reason contains `reason`, if given) into its table, exactly once; finishes an interrupted
-    replay first. The report."""
+    reason contains `reason`, and those `which` takes, if given) into its table, exactly
+    once; finishes an interrupted replay first. The report."""
     from pyspark.sql import functions as F
 
     topic, paths, store = ctx.topic, ctx.paths, ctx.store
@@ -108,6 +123,8 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
                   .where(F.col("replay_id").isNull() & F.col("replayed_at").isNull()))
     if reason:
         candidates = candidates.where(F.col("reason").contains(reason))
+    if which is not None:
+        candidates = taken(candidates, which)
     parsed = decoded(candidates, topic, decoder, keys).persist()
     try:
         report.read += parsed.count()

@@ -1,14 +1,22 @@
 """The pages' Jinja2 templates (autoescaped: every value from a topic, a message or a schema is
 HTML-escaped). Plain HTML and inline CSS: no script, no build step, and they render inside
-Airflow's sandboxed iframes."""
+Airflow's sandboxed iframes.
+
+Light and dark follow Airflow's theme without a script: Airflow sets ``color-scheme`` on its
+page to the theme the user chose (light, dark, or the system's), the iframe inherits it, and a
+framed document's ``prefers-color-scheme`` is the used color scheme of its iframe element (CSS
+Media Queries 5), so the ``@media (prefers-color-scheme: dark)`` rules below apply exactly when
+Airflow is dark; a page opened on its own follows the browser's setting."""
 
 from __future__ import annotations
 
 BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
 <title>{% block title %}deltaferry{% endblock %}</title>
 <style>
+:root { color-scheme: light dark; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 16px 20px;
        color: #1a202c; background: #fff; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 22px 0 6px; }
@@ -38,6 +46,35 @@ svg.chart { display: block; margin: 2px 0 4px; max-width: 100%; height: auto; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: #5a6473; }
 .legend { margin: 0 0 8px; color: #5a6473; } .legend span.item { margin-right: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+td.key { white-space: nowrap; max-width: 32ch; overflow: hidden; text-overflow: ellipsis; }
+table.hex td { border: 0; padding: 0 12px 0 0; white-space: pre; }
+table.hex td.text { color: #5a6473; }
+form.search { margin: 6px 0 10px; } form.search label { margin-right: 10px; }
+form.search input[type=number] { width: 6em; }
+.pager a { color: #2b6cb0; text-decoration: none; }
+.notice { background: #fffaf0; border: 1px solid #fbd38d; padding: 6px 12px; margin: 8px 0; }
+.done { background: #f0fff4; border: 1px solid #9ae6b4; padding: 8px 12px; margin: 8px 0; }
+button.replay { font-weight: 600; }
+@media (prefers-color-scheme: dark) {
+  body { color: #e4e4e7; background: transparent; }
+  a, nav.tabs a, .controls a, .pager a { color: #90cdf4; }
+  nav.tabs { border-bottom-color: #3f3f46; }
+  nav.tabs a.on, .controls a.on { color: #fafafa; border-bottom-color: #90cdf4; }
+  th, td { border-bottom-color: #27272a; }
+  th { background: #18181b; }
+  .sub, .muted, dl.facts dt, .legend, table.hex td.text { color: #a1a1aa; }
+  .note { color: #fbd38d; }
+  .state-success { color: #68d391; } .state-failed { color: #fc8181; }
+  .state-running { color: #90cdf4; }
+  .tree .type { color: #b794f4; }
+  .bad { background: #3b1c1c; border-color: #9b2c2c; }
+  .notice { background: #3a2e12; border-color: #975a16; }
+  .done { background: #12301d; border-color: #2f855a; }
+  svg.chart text { fill: #a1a1aa; }
+  svg.chart line { stroke: #3f3f46; }
+  svg.chart polyline.line { stroke: #90cdf4; } svg.chart circle.point { fill: #90cdf4; }
+  input, select, button { color-scheme: dark; }
+}
 </style></head>
 <body>
 {% block body %}{% endblock %}
@@ -96,7 +133,7 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 <td class="state">{% if row.last_run %}<span class="state-{{ row.last_run.state }}">{{ row.last_run.state }}</span>
   <div class="muted">{{ row.last_run.at }}</div>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
 <td class="mono" style="max-width:380px">{% if row.last_run %}{{ row.last_run.result }}{% endif %}</td>
-<td class="last-success">{% if row.last_success %}{{ row.last_run.last_success_text }}{% else %}<span class="muted">never</span>{% endif %}</td>
+<td class="last-success">{% if row.last_success %}{{ row.last_success | when }}{% else %}<span class="muted">never</span>{% endif %}</td>
 <td class="num rows">{{ row.rows | count_text }}</td>
 <td class="num lag">{{ row.lag | count_text }}</td>
 <td class="num">{% if row.last_run %}{{ row.last_run.quarantined | count_text }}{% else %}–{% endif %}</td>
@@ -123,7 +160,7 @@ SCHEMA = """{% extends "base.html" %}
 <h2>Versions of the schema cache</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
-{% for v in h.versions %}<tr><td class="num">v{{ v.version }}</td><td>{{ v.created_at }}</td>
+{% for v in h.versions %}<tr><td class="num">v{{ v.version }}</td><td>{{ v.created_at | when }}</td>
 <td class="mono">{{ v.offsets }}</td><td class="changes">{{ v.changes }}</td></tr>{% endfor %}
 </table>{% else %}<p class="muted">No schema stored yet{% if not h.cached %} ({{ h.format }} topics read the registry's versions){% endif %}.</p>{% endif %}
 {% if h.subject %}<h2>Schema Registry: subject <code>{{ h.subject }}</code></h2>
@@ -144,25 +181,71 @@ SCHEMA = """{% extends "base.html" %}
 QUARANTINE = """{% extends "base.html" %}
 {% block title %}{{ topic }}: quarantine{% endblock %}
 {% block body %}
+{% set query = q.query %}
 <h1>{{ topic }}: quarantine</h1>
 {% include "tabs.html" %}
-<p class="sub">Delta table <code>{{ q.location }}</code>: {{ q.total | count_text }} message(s), {{ q.waiting | count_text }} not replayed
-(<code>deltaferry quarantine replay {{ topic }}</code> lands what now parses).</p>
+<p class="sub">Delta table <code>{{ q.shown_location }}</code> of the warehouse: {{ q.total | count_text }} message(s), {{ q.waiting | count_text }} not replayed.</p>
+{% for note in query.notes %}<p class="notice">{{ note }}</p>{% endfor %}
 {% if q.problem %}<p class="note">{{ q.problem }}</p>{% endif %}
 {% if q.reasons %}<h2>Messages per reason</h2>
 <table id="reasons"><tr><th class="num">messages</th><th class="num">not replayed</th><th>reason</th></tr>
-{% for reason, counts in q.reasons.items() %}<tr><td class="num">{{ counts[0] }}</td><td class="num">{{ counts[1] }}</td>
-<td class="reason">{{ reason }}</td></tr>{% endfor %}</table>
-<h2>Latest {{ q.latest | length }}</h2>
+{% for reason, counts in q.reasons.items() %}<tr><td class="num">{{ counts[0] | count_text }}</td><td class="num">{{ counts[1] | count_text }}</td>
+<td class="reason"><a href="{{ here }}?reason={{ reason | urlencode }}">{{ reason }}</a></td></tr>{% endfor %}</table>
+<h2>Search</h2>
+<form class="search" id="search" method="get" action="{{ here }}">
+<label>reason contains <input type="search" name="reason" id="filter-reason" list="known-reasons" value="{{ query.filter.reason or '' }}" size="32"></label>
+<datalist id="known-reasons">{% for reason in q.reasons %}<option value="{{ reason }}">{% endfor %}</datalist>
+<label>partition <input type="number" min="0" name="partition" id="filter-partition" value="{{ query.filter.partition if query.filter.partition is not none else '' }}"></label>
+<label>key contains <input type="search" name="key" id="filter-key" value="{{ query.filter.key or '' }}"></label>
+<label>per page <input type="number" min="1" max="{{ max_size }}" name="size" id="filter-size" value="{{ query.size }}"></label>
+<button type="submit" id="filter-apply">Search</button>
+{% if query.filter.any %}<a id="filter-clear" href="{{ here }}">clear</a>{% endif %}
+</form>
+<p class="muted" id="shown">{% if q.matching %}{{ q.first + 1 }}–{{ q.first + q.latest | length }} of {{ q.matching | count_text }} message(s){% else %}No message{% endif -%}
+{% if query.filter.any %} where {{ query.filter.text() }}{% endif %}, newest first; {{ q.matching_waiting | count_text }} of them not replayed.
+{% if q.pages > 1 %}<span class="pager" id="pager">{% if query.page > 1 %}<a id="page-prev" href="{{ here }}{{ query.link(page=query.page - 1) }}">previous</a> · {% endif %}
+page {{ query.page }} of {{ q.pages }}{% if query.page < q.pages %} · <a id="page-next" href="{{ here }}{{ query.link(page=query.page + 1) }}">next</a>{% endif %}</span>{% endif %}</p>
+{% if can_replay and q.matching_waiting %}<form method="get" action="{{ here }}/replay" id="replay-start">
+{% if query.filter.reason is not none %}<input type="hidden" name="reason" value="{{ query.filter.reason }}">{% endif %}
+{% if query.filter.partition is not none %}<input type="hidden" name="partition" value="{{ query.filter.partition }}">{% endif %}
+{% if query.filter.key is not none %}<input type="hidden" name="key" value="{{ query.filter.key }}">{% endif %}
+<button type="submit" class="replay" id="replay-button">Replay {{ q.matching_waiting | count_text }} message(s)…</button>
+<span class="muted">a run of {{ dag_id }} reads them again through the topic's decoder (after a fix) and lands those that parse; you confirm first</span>
+</form>{% elif not can_replay %}<p class="muted" id="replay-cli">Replaying needs permission to trigger {{ dag_id }}; or run <code>deltaferry quarantine replay {{ topic }}</code>.</p>{% endif %}
 <table id="messages"><tr><th>partition@offset</th><th>key</th><th>value (preview)</th><th>reason</th>
 <th class="num">schema</th><th>quarantined</th></tr>
-{% for m in q.latest %}<tr><td class="mono">p{{ m.partition }}@{{ m.offset }}</td><td class="mono preview">{{ m.key }}</td>
-<td class="mono preview">{{ m.value }}{% if m.value_bytes is not none %}<div class="muted">{{ m.value_bytes }} bytes</div>{% endif %}</td>
+{% for m in q.latest %}<tr><td class="mono">p{{ m.partition }}@{{ m.offset }}</td>
+<td class="mono key" title="{{ m.key }}">{% if m.key_hex %}{% for hex, text in m.key_hex %}{{ hex }} |{{ text }}|{% endfor %}{% else %}{{ m.key }}{% endif %}</td>
+<td class="mono preview">{% if m.value_hex %}<div class="muted">{{ m.value_bytes | count_text }} bytes, not UTF-8:</div>
+{#- no text between the blocks: the cell keeps white space #}<table class="hex">{% for hex, text in m.value_hex %}<tr><td class="bytes">{{ hex }}</td><td class="text">{{ text }}</td></tr>{% endfor %}</table>{% if m.value_bytes > m.value_hex | length * 16 %}<div class="muted">…</div>{% endif %}
+{%- else %}{{ m.value }}{% if m.value_bytes is not none %}<div class="muted">{{ m.value_bytes | count_text }} bytes</div>{% endif %}{% endif %}</td>
 <td class="reason">{{ m.reason }}{% if m.replayed %} <span class="muted">[replayed]</span>{% endif %}</td>
 <td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% endif %}</td>
-<td>{{ m.quarantined_at }}</td></tr>{% endfor %}</table>
+<td class="at">{{ m.quarantined_at | when }}</td></tr>{% endfor %}</table>
 {% elif q.exists and not q.problem %}<p class="muted">The quarantine is empty.</p>
 {% else %}<p class="muted">Nothing quarantined: no quarantine table yet.</p>{% endif %}
+{% endblock %}
+"""
+
+REPLAY = """{% extends "base.html" %}
+{% block title %}{{ topic }}: replay{% endblock %}
+{% block body %}
+<h1>{{ topic }}: replay the quarantine</h1>
+{% include "tabs.html" %}
+{% if run_id %}<div class="done" id="replay-started">Replay started: run <a id="replay-run" href="{{ run_url }}"><code>{{ run_id }}</code></a> of {{ dag_id }}
+replays the quarantined messages not replayed yet ({{ which.text() }}). Its ingest task's log and result say what landed; the quarantine page marks them <span class="muted">[replayed]</span>.</div>
+<p><a href="{{ here }}{{ back }}">Back to the quarantine</a></p>
+{% else %}<p>A run of <code>{{ dag_id }}</code> will read the quarantined messages again through the topic's decoder and land those that now parse in the table, exactly once
+(as <code>deltaferry quarantine replay {{ topic }}</code> does); those that still fail stay in the quarantine.</p>
+<p id="replay-what">Messages: {{ which.text() }}, not replayed yet: <strong>{{ waiting | count_text }}</strong> now.</p>
+<form method="post" action="{{ here }}/replay" id="replay-confirm">
+<input type="hidden" name="form_token" value="{{ form_token }}">
+{% if which.reason is not none %}<input type="hidden" name="reason" value="{{ which.reason }}">{% endif %}
+{% if which.partition is not none %}<input type="hidden" name="partition" value="{{ which.partition }}">{% endif %}
+{% if which.key is not none %}<input type="hidden" name="key" value="{{ which.key }}">{% endif %}
+<button type="submit" class="replay" id="replay-confirm-button">Start the replay run</button>
+<a href="{{ here }}{{ back }}" id="replay-cancel">Cancel</a>
+</form>{% endif %}
 {% endblock %}
 """
 
@@ -171,6 +254,7 @@ HEALTH = """{% extends "base.html" %}
 {% block body %}
 <h1>{{ topic }}: table health</h1>
 {% include "tabs.html" %}
+{% if not show_tabs %}<p class="sub"><a id="runs-link" href="{{ root }}/dags/{{ dag_id | urlencode }}/runs">Ingest runs</a>: the latest runs' figures as charts.</p>{% endif %}
 {% for t in tables %}
 <h2>{{ t.name }} <span class="muted mono">{{ t.location }}</span></h2>
 {% if not t.exists %}<p class="muted">No Delta table here yet.</p>{% else %}
@@ -179,12 +263,12 @@ HEALTH = """{% extends "base.html" %}
 <dt>rows</dt><dd class="rows">{{ t.rows | count_text }}</dd>
 <dt>files</dt><dd>{{ t.files | count_text }} ({{ t.bytes | bytes_text }})</dd>
 <dt>small files</dt><dd>{{ t.small_files | count_text }} below {{ small_file_bytes | bytes_text }}; OPTIMIZE compacts from {{ optimize_min_files }} on (optimize_min_files)</dd>
-<dt>last OPTIMIZE</dt><dd>{{ t.last_optimize or "never" }}</dd>
-<dt>last VACUUM</dt><dd>{{ t.last_vacuum or "never" }}</dd>
+<dt>last OPTIMIZE</dt><dd>{{ (t.last_optimize | when) or "never" }}</dd>
+<dt>last VACUUM</dt><dd>{{ (t.last_vacuum | when) or "never" }}</dd>
 {% if t.column_mapping %}<dt>column mapping</dt><dd>{{ t.column_mapping }}</dd>{% endif %}
 </dl>
 <table class="history"><tr><th class="num">version</th><th>when</th><th>operation</th><th>metrics</th><th>engine</th></tr>
-{% for c in t.commits %}<tr><td class="num">{{ c.version }}</td><td>{{ c.at }}</td><td>{{ c.operation }}</td>
+{% for c in t.commits %}<tr><td class="num">{{ c.version }}</td><td>{{ c.at | when }}</td><td>{{ c.operation }}</td>
 <td class="mono">{{ c.metrics }}</td><td class="muted">{{ c.engine }}</td></tr>{% endfor %}</table>
 {% endif %}{% endfor %}
 {% endblock %}
@@ -227,4 +311,4 @@ ERROR = """{% extends "base.html" %}
 
 TEMPLATES = {"base.html": BASE, "tabs.html": TOPIC_TABS, "topics.html": TOPICS,
              "schema.html": SCHEMA, "quarantine.html": QUARANTINE, "health.html": HEALTH,
-             "runs.html": RUNS, "error.html": ERROR}
+             "runs.html": RUNS, "error.html": ERROR, "replay.html": REPLAY}

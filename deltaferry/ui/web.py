@@ -9,6 +9,15 @@ Airflow's own, which accepts the UI's session cookie and the REST API's bearer t
 and the environment (the settings the tasks get, connections resolved). Every route depends on
 the user, so no page answers without one.
 
+The quarantine page lists the messages its query asks (`deltaferry.quarantine.QuarantineQuery`:
+reason, partition, key, page; a bad number is a 400 saying so). A user who may trigger the
+topic's DAG (`may_trigger`) also gets a replay button: a GET to ``.../quarantine/replay`` shows
+what will be replayed and a form; its POST, signed for that user and DAG (`form_token`: a
+cross-site form cannot forge it, and the session cookie is SameSite=Lax), starts a run of the
+DAG with the ``replay`` param (`trigger`) and links to it; who asked, for which topic and what
+is logged here and in Airflow's audit log. Without trigger permission there is no button and
+the POST answers 403.
+
 Topic names from the URL must be topics of the topics file (names Kafka allows, which
 `deltaferry.config` validated), so no URL reaches outside the topic's folders; anything else is
 404. Pages are autoescaped HTML; known secret values of the environment are blanked out of every
@@ -17,13 +26,19 @@ page as a last guard, and the answers forbid caching, sniffing, scripts and fore
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, tzinfo
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from deltaferry import env as envvars
@@ -33,6 +48,14 @@ from deltaferry.errors import ConfigError
 log = logging.getLogger(__name__)
 PAGES = (("schema", "Schema history"), ("quarantine", "Quarantine"), ("health", "Table health"),
          ("runs", "Run history"))
+#: The pages that are tabs on a topic DAG's page, beside Airflow's eight, and their labels:
+#: short, and three, so that the tab bar holds on one line at 1400 px with the grid open (a
+#: fourth tab does not fit whatever its label); the DAG's Health tab links to its ingest runs.
+DAG_TABS = {"schema": "Schema", "quarantine": "Quarantine", "health": "Health"}
+#: Seconds a replay form stays valid.
+FORM_TTL_S = 3600
+#: What Airflow's audit log calls a replay asked on the quarantine page.
+REPLAY_EVENT = "deltaferry.replay"
 #: Environment variables whose names say they hold secrets (their values never reach a page).
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|CREDENTIAL|PRIVATE|FERNET", re.I)
 #: Values shorter than this are not blanked (they would match ordinary words).
@@ -85,6 +108,28 @@ def bytes_text(value) -> str:
     return f"{size:.1f} GiB"
 
 
+def user_name(who) -> str:
+    """The signed-in user's name (Airflow's users have `get_name`)."""
+    name = getattr(who, "get_name", None)
+    return str(name() if callable(name) else who)
+
+
+def form_token(key: bytes, who: str, scope: str, issued: int) -> str:
+    """A form's token: when it was made (`issued`, seconds since the epoch) and a MAC of the
+    user `who`, the `scope` (the DAG it triggers) and that time under `key`."""
+    mac = hmac.new(key, f"{who}\n{scope}\n{issued}".encode(), hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}"
+
+
+def form_token_ok(key: bytes, who: str, scope: str, token: str, now: float) -> bool:
+    """Whether `token` is one `form_token` made for `who` and `scope` less than FORM_TTL_S
+    ago."""
+    issued, _, _ = (token or "").partition(".")
+    if not issued.isdigit() or not 0 <= now - int(issued) <= FORM_TTL_S:
+        return False
+    return hmac.compare_digest(form_token(key, who, scope, int(issued)), token)
+
+
 def environment() -> Mapping[str, str]:
     """The default environment: this process's."""
     return os.environ
@@ -110,20 +155,33 @@ def create_app(user: Callable[..., Any],
                env: Callable[[], Mapping[str, str]] = environment,
                history: Callable[[str, int], Sequence] = lambda _dag_id, _limit: [],
                topics_file: str | None = None,
-               load: Callable[[str | None], TopicsFile] = load_topics):
+               load: Callable[[str | None], TopicsFile] = load_topics,
+               may_trigger: Callable[[Any, str], bool] = lambda _user, _dag_id: False,
+               trigger: Callable[[Any, str, dict, str, str], str] | None = None,
+               zone: Callable[[], tzinfo] = lambda: UTC,
+               form_key: bytes | None = None):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
     DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`);
     `history(dag_id, limit)` a DAG's latest `limit` runs, newest first (LastRun each); `env()`
     the settings to read the warehouse, Kafka and the registry with; `load(topics_file)` the
-    topics file with its bad entries (the plugin's also has those Airflow refuses)."""
+    topics file with its bad entries (the plugin's also has those Airflow refuses);
+    `may_trigger(user, dag_id)` whether the user may trigger a DAG, and `trigger(user,
+    dag_id, conf, note, event)` starts a run of it, returning its id (ValueError saying why
+    not); `zone()` the time zone of the pages' times; `form_key` signs the replay form
+    (default: a key of this process)."""
     from jinja2 import DictLoader, Environment, select_autoescape
 
+    from deltaferry.quarantine import MAX_LATEST
+    from deltaferry.ui.clock import times_in_text
     from deltaferry.ui.templates import TEMPLATES
 
+    key = form_key or os.urandom(32)
     jinja = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
     jinja.filters["count_text"] = count_text
     jinja.filters["bytes_text"] = bytes_text
+    jinja.filters["when"] = lambda value: times_in_text(value, zone())
+    jinja.globals["max_size"] = MAX_LATEST
     app = FastAPI(title="deltaferry", dependencies=[Depends(user)], docs_url=None,
                   redoc_url=None, openapi_url=None)
 
@@ -139,16 +197,34 @@ def create_app(user: Callable[..., Any],
         return html(request, "error.html", status, status=status, title=title, message=message,
                     show_tabs=show_tabs)
 
-    def topic_page(request: Request, who, topic: TopicConfig | None, page: str,
-                   show_tabs: bool, what: str) -> HTMLResponse:
+    def here_of(request: Request, topic: TopicConfig, show_tabs: bool) -> str:
+        """The quarantine page's address, as the user opened it (by topic or by DAG)."""
+        root = request.scope.get("root_path", "")
+        return (f"{root}/topics/{quote(topic.name, safe='')}/quarantine" if show_tabs
+                else f"{root}/dags/{quote(topic.dag_id, safe='')}/quarantine")
+
+    def allowed(request: Request, who, topic: TopicConfig | None, show_tabs: bool,
+                what: str) -> HTMLResponse | None:
+        """The refusal of `topic`'s pages to `who` (404: not a topic; 403: may not read its
+        DAG), None when they may read them."""
         if topic is None:
             return refuse(request, 404, "Not a deltaferry topic",
                           f"{what} is not a topic of the topics file.", show_tabs)
         if not authorize(who, topic.dag_id):
             return refuse(request, 403, "Not allowed",
                           f"You may not read the DAG {topic.dag_id}.", show_tabs)
-        context = dict(topic=topic.name, page=page, show_tabs=show_tabs)
+        return None
+
+    def topic_page(request: Request, who, topic: TopicConfig | None, page: str,
+                   show_tabs: bool, what: str) -> HTMLResponse:
+        refused = allowed(request, who, topic, show_tabs, what)
+        if refused is not None or topic is None:
+            return refused or refuse(request, 404, "Not a deltaferry topic", what, show_tabs)
+        context = dict(topic=topic.name, page=page, show_tabs=show_tabs,
+                       here=here_of(request, topic, show_tabs), dag_id=topic.dag_id)
         try:
+            if page == "quarantine":
+                return quarantine_view(request, who, topic, context)
             return render_topic_page(request, topic, page, context)
         except Exception as exc:  # a system that does not answer: say which, not a traceback
             from deltaferry.ui.topics import problem_text
@@ -164,11 +240,6 @@ def create_app(user: Callable[..., Any],
         show_tabs = context["show_tabs"]
         if page == "schema":
             return html(request, "schema.html", h=schema_of(topic, settings), **context)
-        if page == "quarantine":
-            latest = request.query_params.get("latest", "")
-            return html(request, "quarantine.html",
-                        q=quarantine_of(topic, settings, int(latest) if latest.isdigit() else None),
-                        **context)
         if page == "health":
             from deltaferry.state import SMALL_FILE_BYTES
 
@@ -183,6 +254,115 @@ def create_app(user: Callable[..., Any],
         return refuse(request, 404, "No such page",
                       f"There is no page {page!r}; the pages are "
                       f"{', '.join(key for key, _ in PAGES)}.", show_tabs)
+
+    def quarantine_view(request: Request, who, topic: TopicConfig, context: dict
+                        ) -> HTMLResponse:
+        from deltaferry.quarantine import PageParameterError, QuarantineQuery
+
+        try:
+            query = QuarantineQuery.from_params(request.query_params)
+        except PageParameterError as exc:
+            return refuse(request, 400, "Bad page parameter",
+                          f"{exc}; the page's parameters are reason, partition, key (the "
+                          f"messages to list), page (from 1) and size (1 to {MAX_LATEST}).",
+                          context["show_tabs"])
+        return html(request, "quarantine.html", q=quarantine_of(topic, env(), query),
+                    can_replay=may_trigger(who, topic.dag_id), **context)
+
+    def replay_request(request: Request, who, topic: TopicConfig | None, show_tabs: bool,
+                       what: str, fields: Mapping[str, str]) -> dict | HTMLResponse:
+        """The replay's topic, filter and page context for `who`, or the refusal: 404/403 as
+        the pages, 403 without trigger permission, 400 for a bad filter."""
+        from deltaferry.quarantine import PageParameterError, QuarantineQuery
+
+        refused = allowed(request, who, topic, show_tabs, what)
+        if refused is not None or topic is None:
+            return refused or refuse(request, 404, "Not a deltaferry topic", what, show_tabs)
+        if not may_trigger(who, topic.dag_id):
+            return refuse(request, 403, "Not allowed",
+                          f"You may not trigger the DAG {topic.dag_id}, whose runs replay the "
+                          "quarantine.", show_tabs)
+        try:
+            query = QuarantineQuery.from_params(fields)
+        except PageParameterError as exc:
+            return refuse(request, 400, "Bad replay filter", str(exc), show_tabs)
+        return dict(topic=topic.name, page="quarantine", show_tabs=show_tabs,
+                    here=here_of(request, topic, show_tabs), dag_id=topic.dag_id,
+                    which=query.filter, back=query.link(page=1))
+
+    def replay_confirm(request: Request, who, topic: TopicConfig | None, show_tabs: bool,
+                       what: str) -> HTMLResponse:
+        from deltaferry.quarantine import QuarantineQuery
+
+        context = replay_request(request, who, topic, show_tabs, what, request.query_params)
+        if not isinstance(context, dict):
+            return context
+        assert topic is not None
+        try:
+            found = quarantine_of(topic, env(), QuarantineQuery(context["which"], size=1))
+        except Exception as exc:  # as the pages: say which system does not answer
+            from deltaferry.ui.topics import problem_text
+
+            return refuse(request, 503, "Cannot read it now",
+                          redact(problem_text(exc), secret_values(env())), show_tabs)
+        token = form_token(key, user_name(who), topic.dag_id, int(time.time()))
+        return html(request, "replay.html", waiting=found.matching_waiting, form_token=token,
+                    **context)
+
+    def replay_start(request: Request, who, topic: TopicConfig | None, show_tabs: bool,
+                     what: str, fields: Mapping[str, str]) -> HTMLResponse:
+        context = replay_request(request, who, topic, show_tabs, what, fields)
+        if not isinstance(context, dict):
+            return context
+        assert topic is not None
+        name = user_name(who)
+        if not form_token_ok(key, name, topic.dag_id, fields.get("form_token", ""),
+                             time.time()):
+            return refuse(request, 403, "Not this page's form",
+                          "The replay form was not made for you by this page, or is over an "
+                          "hour old: open the quarantine page again.", show_tabs)
+        if trigger is None:
+            return refuse(request, 503, "No Airflow to run it",
+                          "Replaying from the page needs Airflow; run deltaferry quarantine "
+                          f"replay {topic.name}.", show_tabs)
+        which = context["which"]
+        note = (f"Replay of the quarantine of {topic.name} ({which.text()}), asked by {name} "
+                "on deltaferry's quarantine page.")
+        try:
+            run_id = trigger(who, topic.dag_id, {"replay": which.as_param()}, note,
+                             REPLAY_EVENT)
+        except ValueError as exc:
+            return refuse(request, 409, "The replay did not start", str(exc), show_tabs)
+        log.info("deltaferry replay: %s started run %s of %s to replay the quarantine of %s "
+                 "(%s)", name, run_id, topic.dag_id, topic.name, which.text())
+        root = request.scope.get("root_path", "")
+        ui_root = root.rsplit("/", 1)[0]  # the app is mounted one level below Airflow's UI
+        run_url = (f"{ui_root}/dags/{quote(topic.dag_id, safe='')}/runs/"
+                   f"{quote(run_id, safe='')}")
+        return html(request, "replay.html", run_id=run_id, run_url=run_url, **context)
+
+    @app.get("/topics/{topic}/quarantine/replay", response_class=HTMLResponse)
+    def replay_form_by_topic(request: Request, topic: str, who=Depends(user)):
+        return replay_confirm(request, who, find_topic(load(topics_file), topic), True, "This")
+
+    @app.get("/dags/{dag_id}/quarantine/replay", response_class=HTMLResponse)
+    def replay_form_by_dag(request: Request, dag_id: str, who=Depends(user)):
+        return replay_confirm(request, who, find_dag_topic(load(topics_file), dag_id), False,
+                              "The DAG's topic")
+
+    @app.post("/topics/{topic}/quarantine/replay", response_class=HTMLResponse)
+    async def replay_by_topic(request: Request, topic: str, who=Depends(user)):
+        fields = {k: str(v) for k, v in (await request.form()).items()}
+        return await run_in_threadpool(
+            lambda: replay_start(request, who, find_topic(load(topics_file), topic), True,
+                                 "This", fields))
+
+    @app.post("/dags/{dag_id}/quarantine/replay", response_class=HTMLResponse)
+    async def replay_by_dag(request: Request, dag_id: str, who=Depends(user)):
+        fields = {k: str(v) for k, v in (await request.form()).items()}
+        return await run_in_threadpool(
+            lambda: replay_start(request, who, find_dag_topic(load(topics_file), dag_id),
+                                 False, "The DAG's topic", fields))
 
     @app.get("/", response_class=HTMLResponse)
     def topics_index(request: Request, who=Depends(user)):
@@ -238,11 +418,12 @@ def create_app(user: Callable[..., Any],
         return schema_history(topic, SchemaStore(paths.schema, storage_for(paths.schema,
                                                                            settings)), settings)
 
-    def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], latest: int | None):
-        from deltaferry.quarantine import clamp_latest, quarantine_page
+    def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], query):
+        from deltaferry.config import warehouse_from_env
+        from deltaferry.quarantine import quarantine_page
 
-        return quarantine_page(paths_of(topic, settings).quarantine, clamp_latest(latest),
-                               settings)
+        return quarantine_page(paths_of(topic, settings).quarantine, query, settings,
+                               warehouse=warehouse_from_env(settings))
 
     def health_of(topic: TopicConfig, settings: Mapping[str, str]):
         from deltaferry.state import maintenance_record

@@ -255,7 +255,7 @@ def test_pages_in_a_real_browser(two_runs, browser, stack_env):
     assert XSS in messages                                 # shown as text...
     assert browser.find_elements(By.TAG_NAME, "script") == []  # ...never run
     assert browser.title != "pwned"
-    assert "not UTF-8: ff fe 00 3c 62 3e" in messages
+    assert "not UTF-8:\nff fe 00 3c 62 3e 62 69 6e 61 72 79 ...<b>binary" in messages
     assert "p" in messages and "late" in messages
     shot(browser, "3-quarantine")
 
@@ -432,12 +432,13 @@ def test_run_history_charts_in_a_real_browser(two_runs, browser):
     assert browser.find_elements(By.TAG_NAME, "script") == []
     shot(browser, "7-runs")
 
-    # The tab on the DAG's own page: the charts in its sandboxed frame.
-    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-runs")
+    # On the DAG's own page: the Health tab's link, the charts in its sandboxed frame.
+    browser.get(f"{running.url}/dags/ingest_{topic}/plugin/deltaferry-health")
     frame = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR,
-                                                     "iframe[title='Run history']"),
-                       30, interval=0.5, what="the DAG page's run-history tab")[0]
+                                                     "iframe[title='Health']"),
+                       30, interval=0.5, what="the DAG page's health tab")[0]
     browser.switch_to.frame(frame)
+    browser.find_element(By.CSS_SELECTOR, "a#runs-link").click()
     text_of(browser, "svg#chart-lag")
     lag = browser.find_element(By.CSS_SELECTOR, "svg#chart-lag")
     assert len(lag.find_elements(By.CSS_SELECTOR, "circle.point")) == 2

@@ -204,3 +204,14 @@ topics:
     orders = bag.dags["ingest_orders"]
     assert "MERGEd by the payload fields tenant, id" in orders.doc_md
     assert "@continuous" not in orders.doc_md
+
+
+def test_param_replay_is_a_filter_object_or_null(tmp_path, monkeypatch):
+    dag = load(tmp_path, monkeypatch, "topics:\n  - name: orders\n").dags["ingest_orders"]
+    param = dag.params.get_param("replay")
+    assert param.value is None and param.schema.get("title")
+    assert param.resolve({"reason": "JSON", "partition": 0, "key": "k"})["partition"] == 0
+    assert param.resolve(None) is None
+    for bad in ({"colour": "red"}, {"partition": -1}, "all"):
+        with pytest.raises(ParamValidationError):
+            param.resolve(bad)

@@ -315,3 +315,41 @@ def test_the_jobs_environment_leaves_the_operator_after_the_submit(monkeypatch):
     assert reports_ == [{"step": "ingest"}]
     assert seen["AWS_SECRET_ACCESS_KEY"] == "s3cret" and seen["EXTRA"] == "1"
     assert task.env_vars == {"EXTRA": "1"}
+
+
+def test_a_run_with_the_replay_param_makes_the_ingest_task_replay(tmp_path, monkeypatch):
+    """The ingest task of a DAG run whose ``replay`` param is set submits the replay job with
+    the filter, without deciding whether ingest has work (the topic has none here: no broker);
+    the other tasks, and runs without the param, do not replay; a param of another shape
+    fails the task naming it."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    record = tmp_path / "record.json"
+    script = tmp_path / "spark-submit"
+    script.write_text(f"""#!/bin/sh
+python3 - "$@" <<'PY'
+import json, sys
+json.dump(sys.argv[1:], open({str(record)!r}, "w"))
+PY
+echo '[{{"topic": "orders", "step": "replay", "landed": 2, "summary": "replay orders: 2"}}]' > "$DELTAFERRY_REPORT_FILE"
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
+        "conn_type": "generic", "extra": {"bootstrap.servers": "127.0.0.1:1"}}))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "wh"))
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            conn_id="no_such_spark", spark_binary=str(script))
+    report = task.execute({"params": {"replay": {"reason": "not valid JSON", "partition": 1}}})
+    argv = json.loads(record.read_text())
+    assert argv[-4:] == [str(steps.job("replay").script), "orders", "--filter",
+                         '{"reason": "not valid JSON", "partition": 1}']
+    assert (report["step"], report["landed"]) == ("replay", 2)
+    assert op.replay_of({"replay": {}}, "ingest") == op.QuarantineFilter()
+    assert op.replay_of({"replay": {"key": "k"}}, "infer") is None     # only ingest replays
+    assert op.replay_of({"replay": None}, "ingest") is None
+    with pytest.raises(AirflowFailException, match="param replay: unknown condition"):
+        op.replay_of({"replay": {"topic": "x"}}, "ingest")
+    assert op.step_arguments("t", "replay") == ["t", "--filter", "{}"]

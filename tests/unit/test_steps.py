@@ -84,3 +84,18 @@ def test_one_run_of_several_steps_asks_the_broker_for_the_watermarks_once(tmp_pa
     monkeypatch.setattr(deltaferry.kafka, "topic_offsets", watermarks)
     reports = run_steps(context(tmp_path), [Reads("a"), Reads("b")], "test", check_kafka=True)
     assert reports == [{0: 10}, {0: 10}] and asked == ["orders"]
+
+
+def test_the_replay_job_is_a_step_of_the_jobs_not_of_the_command_lines_steps():
+    from deltaferry.jobs import replay_step
+    from deltaferry.quarantine import QuarantineFilter
+
+    replay = steps.job("replay")
+    assert (replay.name, replay.task_id, replay.script.name) == ("replay", "ingest", "replay.py")
+    assert replay.script.is_file() and "replay" not in steps.STEPS
+    with pytest.raises(Exception, match="'replay' is not one of"):
+        steps.parse_steps("ingest,replay")
+    assert replay_step('{"reason": "JSON", "partition": 2}').which == QuarantineFilter("JSON", 2)
+    assert replay_step("{}").which == QuarantineFilter()
+    with pytest.raises(Exception, match="^replay param: replay: unknown condition"):
+        replay_step('{"colour": 1}')
