@@ -2,7 +2,8 @@
 
 ``<warehouse>/<topic>/table`` (the Delta table), ``_checkpoint`` (the streaming checkpoint),
 ``_schema/`` (the cached, versioned schemas), ``_quarantine`` (a Delta table of malformed
-messages) and ``_lock/`` (who is running the topic, see `deltaferry.lock`). Paths are only
+messages), ``_lock/`` (who is running the topic, see `deltaferry.lock`) and, for a cdc topic,
+``_cdc_deletes`` (a Delta table of its deleted keys' source positions). Paths are only
 ever built from validated topic names. A debug run (the DAG's ``debug`` param) uses
 ``<warehouse>/_debug/<topic>/...`` instead, leaving the real table alone.
 
@@ -30,6 +31,8 @@ class TopicPaths:
     schema: str
     quarantine: str
     lock: str
+    #: A cdc topic's deleted keys and their source positions (`deltaferry.formats.debezium`).
+    deletes: str
 
     @classmethod
     def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> TopicPaths:
@@ -45,4 +48,5 @@ class TopicPaths:
             schema=join(root, "_schema"),
             quarantine=join(root, "_quarantine"),
             lock=join(root, "_lock"),
+            deletes=join(root, "_cdc_deletes"),
         )

@@ -159,10 +159,12 @@ class ProtobufSchemaReport(Report):
 # --- ingest -------------------------------------------------------------------------------------
 
 def describe_counts(mode: str, counts: Mapping[str, Any]) -> str:
-    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert)."""
+    """``3 appended`` (mode append) or ``2 inserted, 1 updated, 0 deleted`` (mode upsert),
+    with ``, 4 stale skipped`` where a cdc topic skipped some."""
     if mode == Mode.APPEND:
         return f"{counts.get('appended', 0)} appended"
-    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
+    said = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
+    return said + (f", {counts['stale']} stale skipped" if counts.get("stale") else "")
 
 
 def describe_phases(phases: Mapping[str, float]) -> str:
@@ -183,6 +185,9 @@ class IngestReport(Report):
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    #: cdc topics: change events skipped because their key has a newer one (in the table, in
+    #: the remembered deletes or earlier in the batch): redeliveries and replays.
+    stale: int = 0
     quarantined: int = 0
     schema_version: int = 0
     widened_columns: list[str] = field(default_factory=list)

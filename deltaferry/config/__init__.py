@@ -7,7 +7,9 @@ Re-exports what callers import from ``deltaferry.config``.
 from deltaferry.config.settings import Settings, parse_kafka_options, warehouse_from_env
 from deltaferry.config.topics import (
     ALERT_ACTIONS,
+    CDC_KINDS,
     FORMATS,
+    HISTORIES,
     KAFKA_COLUMNS,
     KEY_FORMATS,
     MODES,
@@ -18,8 +20,10 @@ from deltaferry.config.topics import (
     TRIGGER_INTERVAL_RE,
     AlertOptions,
     AvroOptions,
+    Cdc,
     FileOptions,
     Format,
+    History,
     JsonOptions,
     KeyFormat,
     Mode,
@@ -35,7 +39,8 @@ from deltaferry.config.topics import (
 )
 
 __all__ = [
-    "ALERT_ACTIONS", "AlertOptions", "FORMATS", "KAFKA_COLUMNS", "KEY_FORMATS", "MODES",
+    "ALERT_ACTIONS", "AlertOptions", "CDC_KINDS", "Cdc", "FORMATS", "HISTORIES", "History",
+    "KAFKA_COLUMNS", "KEY_FORMATS", "MODES",
     "PROTO_NAME_RE", "STARTING_OFFSETS", "SUBJECT_STRATEGIES", "TOPIC_NAME_RE",
     "TRIGGER_INTERVAL_RE", "AvroOptions", "FileOptions", "Format", "JsonOptions", "KeyFormat",
     "Mode", "ProtobufOptions", "Settings", "TopicConfig", "TopicsFile", "load_topics",

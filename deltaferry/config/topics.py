@@ -65,6 +65,25 @@ class Mode(StrEnum):
 
 
 MODES = tuple(m.value for m in Mode)
+
+
+class Cdc(StrEnum):
+    """The change-event envelopes deltaferry reads (deltaferry.formats.debezium)."""
+
+    DEBEZIUM = "debezium"
+
+
+CDC_KINDS = tuple(c.value for c in Cdc)
+
+
+class History(StrEnum):
+    """What a change-data-capture table keeps of each primary key."""
+
+    CURRENT = "current"
+    SCD2 = "scd2"
+
+
+HISTORIES = tuple(h.value for h in History)
 #: Columns deltaferry adds to every table (a merge_key names payload fields, not these).
 KAFKA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
 #: A trigger interval: a number and a unit, as Spark's processing-time trigger reads it.
@@ -375,6 +394,19 @@ class TopicConfig:
         "must be a whole number of minutes from 0 to 1440")] = option(
         0, "> 0: an @hourly/@daily (or fixed-minute cron) schedule starts at a stable offset "
         "in [0, this) from the topic's name")
+    cdc: Annotated[str | None, _check(
+        lambda v: v is None or v in CDC_KINDS,
+        f"must be {' | '.join(CDC_KINDS)} or null (values as they are)")] = option(
+        None, "debezium: each value is a Debezium change event (JSON, with or without the "
+        "schema wrapper); the table holds the rows of the source table, keyed on the message "
+        "key's fields, changed in source order (see Change data capture)")
+    history: Annotated[str, _supported("history", HISTORIES)] = option(
+        "current", "cdc topics: current (one row per primary key, deletes remove it) | scd2 "
+        "(every version of each key, from __start_at to __end_at; null while current)")
+    cdc_delete_retention_hours: Annotated[float, _check(
+        lambda v: _is_number(v) and v > 0, "must be a number of hours > 0", float)] = option(
+        168.0, "cdc topics: how long a deleted key's source position is remembered, so that "
+        "an older event of the key arriving later does not bring it back")
     avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")
@@ -526,11 +558,35 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
         what = "merge_key" if topic.merge_key else "mode append"
         raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
                           "does not use; leave key_format out (the key is kept as text)")
+    _check_cdc(topic, where)
     if topic.start_spread_minutes:
         try:
             spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
         except ConfigError as exc:
             raise ConfigError(where, exc.problem) from None
+
+
+def _check_cdc(topic: TopicConfig, where: str) -> None:
+    """The change-data-capture options of an entry; ConfigError naming the entry."""
+    if topic.cdc is None:
+        if topic.history != History.CURRENT:
+            raise ConfigError(where, f"history {topic.history} is for change-data-capture "
+                              "topics: add cdc: debezium, or leave history out")
+        return
+    if topic.format != Format.JSON:
+        raise ConfigError(where, f"cdc {topic.cdc} reads JSON change events (Kafka Connect's "
+                          f"JsonConverter); format {topic.format} is not yet supported with it")
+    if topic.appends or topic.merge_key:
+        what = "mode append" if topic.appends else "merge_key"
+        raise ConfigError(where, f"cdc {topic.cdc} keys the table on the message key's "
+                          f"fields and applies each change in source order; {what} does not "
+                          "go with it: leave it out")
+    if topic.key_format != KeyFormat.STRING:
+        raise ConfigError(where, f"cdc {topic.cdc} reads the key as JSON; leave key_format out")
+    if topic.json.schema_hints or topic.json.schema_hints_file:
+        raise ConfigError(where, f"schema hints are not yet supported with cdc {topic.cdc} "
+                          "(with the schema wrapper, the change events' schema gives the "
+                          "types)")
 
 
 def _base(base_dir: str | os.PathLike | None) -> Path:

@@ -4,7 +4,9 @@ topic's configured `format` to its module (`format_of`).
 A format module holds `FORMAT`, a `TopicFormat`: its infer step, its decoder (the
 deltaferry.spark.decoding `Decoder` protocol) and whether its writer schemas come from the
 Schema Registry (the pre-flight). A new format is one new module and one entry in `MODULES`.
-Key formats are chosen the same way, from `KEY_DECODERS`.
+Key formats are chosen the same way, from `KEY_DECODERS`. A change-data-capture topic (`cdc:`)
+is read by the module of its envelope (`CDC_MODULES`: `debezium`) whatever its format, which
+also gives the table writer that applies its changes in source order (`writer_for`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deltaferry.config import Format, KeyFormat, TopicConfig
+from deltaferry.config import Cdc, Format, KeyFormat, TopicConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from deltaferry.context import TopicContext
+    from deltaferry.paths import TopicPaths
     from deltaferry.schema.store import SchemaStore
     from deltaferry.spark.decoding import Decoder, KeyDecoder
+    from deltaferry.spark.ingest.rows import TableWriter
     from deltaferry.state import TopicState
 
 
@@ -54,6 +58,11 @@ MODULES: dict[Format, str] = {
     Format.AVRO: "deltaferry.formats.avro",
     Format.PROTOBUF: "deltaferry.formats.protobuf",
 }
+#: The module of each change-data-capture envelope (`cdc:`), which reads such a topic instead
+#: of its format's module.
+CDC_MODULES: dict[Cdc, str] = {
+    Cdc.DEBEZIUM: "deltaferry.formats.debezium",
+}
 #: The key decoder class of each key format, imported likewise.
 KEY_DECODERS: dict[KeyFormat, str] = {
     KeyFormat.STRING: "deltaferry.spark.decoding:StringKeys",
@@ -62,8 +71,22 @@ KEY_DECODERS: dict[KeyFormat, str] = {
 
 
 def format_of(topic: TopicConfig) -> TopicFormat:
-    """The format of `topic` (its module's FORMAT)."""
+    """The format of `topic` (its module's FORMAT): its cdc envelope's if it has one."""
+    if topic.cdc:
+        return importlib.import_module(CDC_MODULES[Cdc(topic.cdc)]).FORMAT
     return importlib.import_module(MODULES[Format(topic.format)]).FORMAT
+
+
+def writer_for(topic: TopicConfig, paths: TopicPaths, keys: KeyDecoder) -> TableWriter:
+    """How `topic`'s usable records become rows of its table at `paths` and are written:
+    a cdc topic's changes in source order (its envelope module's `ChangeWriter`), else the
+    newest record per key of `keys` (`LatestPerKey`)."""
+    if topic.cdc:
+        module = importlib.import_module(CDC_MODULES[Cdc(topic.cdc)] + ".changes")
+        return module.writer(topic, paths)
+    from deltaferry.spark.ingest.rows import LatestPerKey
+
+    return LatestPerKey(paths.table, keys.columns, topic.keep_headers)
 
 
 def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> Decoder:
@@ -72,10 +95,13 @@ def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> 
 
 
 def key_decoder_for(spark: SparkSession, topic: TopicConfig) -> KeyDecoder:
-    """The key decoder of `topic`: `AppendKeys` for mode append, `PayloadKeys` for a
-    merge_key, else the one of its key format."""
+    """The key decoder of `topic`: its cdc envelope's for a cdc topic, `AppendKeys` for mode
+    append, `PayloadKeys` for a merge_key, else the one of its key format."""
     from deltaferry.spark.decoding import AppendKeys, PayloadKeys
 
+    if topic.cdc:
+        return importlib.import_module(CDC_MODULES[Cdc(topic.cdc)]).FORMAT.key_decoder(spark,
+                                                                                    topic)
     if topic.appends:
         return AppendKeys(spark, topic)
     if topic.merge_key:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -133,8 +134,13 @@ def infer_schema(
     store: SchemaStore,
     reinfer: bool = False,
     offsets: TopicOffsets | None = None,
+    records: Callable[[DataFrame, TopicConfig], DataFrame] | None = None,
+    refine: Callable[[DataFrame, dict], dict] | None = None,
 ) -> InferReport:
-    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`)."""
+    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`).
+    `records` makes the JSON documents inferred from out of the raw records read (default
+    `inference_records`); `refine(raw, inferred)` may then correct the inferred schema from
+    what the raw records say of their types (a cdc topic's Connect schemas)."""
     started = time.monotonic()
     offsets = offsets or topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options)
     cached = store.latest()
@@ -156,9 +162,11 @@ def infer_schema(
         "infer %s: reading %d offsets (%s)", topic.name, scanned,
         ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
     )
-    records = inference_records(read_ranges(spark, settings, topic.name, ranges,
-                                            topic.kafka_timeout_seconds), topic)
-    inferred = infer_from_records(spark, records, cached.schema if cached else None)
+    raw = read_ranges(spark, settings, topic.name, ranges, topic.kafka_timeout_seconds)
+    inferred = infer_from_records(spark, (records or inference_records)(raw, topic),
+                                  cached.schema if cached else None)
+    if refine is not None:
+        inferred = refine(raw, inferred)
     if cached is None and not inferred.get("fields") and not topic.json.schema_hints:
         raise NoSchemaError(
             f"topic {topic.name!r}: none of the {scanned} messages read is a "

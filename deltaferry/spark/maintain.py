@@ -25,10 +25,12 @@ DELTA_SAFE_RETENTION_HOURS = 168.0
 
 
 def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
-    """The topic's Delta tables that exist: the table itself and the quarantine."""
+    """The topic's Delta tables that exist: the table itself, the quarantine and a cdc topic's
+    remembered deletes."""
     from delta.tables import DeltaTable
 
-    candidates = {"table": paths.table, "quarantine": paths.quarantine}
+    candidates = {"table": paths.table, "quarantine": paths.quarantine,
+                  "deletes": paths.deletes}
     return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
 
 

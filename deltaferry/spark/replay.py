@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING
 
 from deltaferry import faults
 from deltaferry.config import TopicConfig
-from deltaferry.formats import decoder_for, key_decoder_for
+from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.paths import TopicPaths
 from deltaferry.quarantine import QuarantineFilter
 from deltaferry.reports import ReplayReport
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder
-from deltaferry.spark.ingest.rows import apply_rows, parse_within, table_rows
+from deltaferry.spark.ingest.rows import grow_table, parse_within
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,10 +67,13 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
     parsed = decoded(claimed, topic, decoder, keys).persist()
     try:
         count = parsed.count()
-        rows, _ = table_rows(spark, paths.table, parsed, keys.columns, topic.keep_headers)
+        writer = writer_for(topic, paths, keys)
+        rows = writer.rows(parsed)
+        grow_table(spark, paths.table, rows)
+        delta_table.widen_columns(spark, paths.table, rows.schema)
         app_id = f"deltaferry-{topic.name}-replay-{replay_id}"
-        counts = apply_rows(spark, paths.table, rows, keys.columns, app_id, 0, only_newer=True,
-                            task=task)
+        counts = writer.apply(spark, rows, app_id, 0, only_newer=True,
+                              tag=delta_table.commit_tag(app_id, 0, task))
         report.landed += parsed.where(F.col("reason").isNull()).count()
         faults.point("replay-landed")  # the table committed, the rows not marked
         quarantine.mark(spark, paths.quarantine, parsed, replay_id)

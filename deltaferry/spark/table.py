@@ -279,15 +279,17 @@ NEWER = ("(s.kafka_partition = t.kafka_partition AND s.kafka_offset > t.kafka_of
 
 
 def upsert(spark: SparkSession, path: str, source: DataFrame,
-           keys: tuple[str, ...] = ("kafka_key",), only_newer: bool = False) -> dict[str, int]:
+           keys: tuple[str, ...] = ("kafka_key",), only_newer: bool = False,
+           newer: str | None = None) -> dict[str, int]:
     """MERGE `source` (one row per key: the columns `keys`, DELETED marking tombstones) into
     the table.
 
     Matched tombstones delete, other matches update, unmatched non-tombstones insert; new
     columns arrive by schema evolution. With `only_newer` (a replay of older messages) a match
-    changes only where the source row is `NEWER` than the table's. Returns
-    inserted/updated/deleted row counts (zeros if Delta skipped the write as already applied,
-    see `merge_counts`). Run it inside `idempotent_writes`.
+    changes only where the source row is `NEWER` than the table's; `newer`, a condition on the
+    source row `s` and the table's row `t`, replaces `NEWER` and always applies (a cdc topic's
+    source positions). Returns inserted/updated/deleted row counts (zeros if Delta skipped the
+    write as already applied, see `merge_counts`). Run it inside `idempotent_writes`.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Column
@@ -295,7 +297,7 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
 
     values: dict[str, str | Column] = {
         quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
-    newer = F.expr(NEWER) if only_newer else None
+    newer_rows = F.expr(newer) if newer else F.expr(NEWER) if only_newer else None
     deleted = F.col(f"s.{DELETED}")
     condition = merge_condition(keys)
     narrowing = key_filter(spark, path, source, keys)
@@ -307,8 +309,9 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
         table.alias("t")
         .merge(source.alias("s"), condition)
         .withSchemaEvolution()
-        .whenMatchedDelete(condition=deleted if newer is None else deleted & newer)
-        .whenMatchedUpdate(condition=newer, set=values)
+        .whenMatchedDelete(condition=deleted if newer_rows is None else deleted & newer_rows)
+        .whenMatchedUpdate(condition=~deleted & newer_rows if newer and newer_rows is not None
+                           else newer_rows, set=values)
         .whenNotMatchedInsert(condition=~F.col(f"s.{DELETED}"), values=values)
         .execute()
     ).collect()

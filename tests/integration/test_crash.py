@@ -8,7 +8,9 @@ MERGEd once, the quarantine must hold every bad message once (no duplicate (part
 offset)), and both must be compacted. Each killed run leaves its lock behind: the next run
 takes it over (its process is gone). A table with `deletion_vectors: true` is killed between
 the Delta commit of its second micro-batch (a MERGE that marks the rows it replaces) and the
-checkpoint's commit."""
+checkpoint's commit. A `cdc: debezium` topic (history current, and scd2) is killed there too: its
+table and its remembered deletes each take the replayed batch once, and old events of its
+deleted keys stay stale."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from deltaferry.faults import MARK_VAR, POINT_VAR, POINTS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 
+from .debezium_events import BASE_TS_MS, Event, customer
+from .debezium_events import messages as debezium_messages
 from .readers import assert_deletion_vectors, merge_metrics
 from .test_cli import CLI
 from .test_pipeline import assert_table_is_latest_state, context
@@ -156,3 +160,49 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     assert quarantine.groupBy("kafka_partition", "kafka_offset").count() \
         .where(F.col("count") > 1).count() == 0
     assert sorted(bytes(r["raw_value"]) for r in quarantine.collect()) == bad_values(sent)
+
+
+def cdc_events() -> list[Event]:
+    """40 customers: a snapshot, an update each, every fourth deleted, every eighth inserted
+    again, then the updates of the deleted ones redelivered (older than their deletes or
+    re-inserts): 115 messages with the tombstones, the deletes at offsets 80 to 99 of one
+    partition."""
+    events = [Event("r", k, 1000, BASE_TS_MS, 1, after=customer(k)) for k in range(1, 41)]
+    updates = [Event("u", k, 2000 + 10 * k, BASE_TS_MS + k, 100 + k, before=customer(k),
+                     after=customer(k, 1)) for k in range(1, 41)]
+    events += updates
+    events += [Event("d", k, 5000 + 10 * k, BASE_TS_MS + 100 + k, 200 + k,
+                     before=customer(k, 1)) for k in range(4, 41, 4)]
+    events += [Event("c", k, 7000 + 10 * k, BASE_TS_MS + 200 + k, 300 + k,
+                     after=customer(k, 3)) for k in range(8, 41, 8)]
+    return events + [u for u in updates if u.key % 4 == 0]
+
+
+@pytest.mark.parametrize("history", ["current", "scd2"])
+def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
+        spark, kafka_bootstrap, new_topic, tmp_path, history):
+    from .test_cdc import assert_history, assert_table
+
+    topic = new_topic("crash-cdc", partitions=1)
+    events = cdc_events()
+    produce(kafka_bootstrap, topic, debezium_messages(events, wrapped=True))
+    warehouse = tmp_path / "wh"
+    ctx = context(topic, warehouse, kafka_bootstrap, cdc="debezium", history=history)
+    run_step("infer", ctx, spark)
+    env = cli_env(tmp_path, topic, f"    cdc: debezium\n    history: {history}\n"
+                  "    max_offsets_per_trigger: 30\n", warehouse, kafka_bootstrap)
+    # batches of offsets [0, 30), [30, 60), [60, 90), [90, 115): killed once the third one's
+    # MERGEs committed (the table, the remembered deletes it creates), not its offsets
+    run_killed(env, topic, "batch-written@2", "ingest", tmp_path / "mark")
+
+    done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "taking over the lock of pid" in done.stderr
+    (assert_history if history == "scd2" else assert_table)(spark, ctx, events, wrapped=True)
+    for path in (ctx.paths.table, ctx.paths.deletes):
+        applied = [m["userMetadata"].split(" attempt ")[0] for m in merge_metrics(spark, path)]
+        assert len(applied) == len(set(applied)) >= 2, (path, applied)
+    remembered = {r["id"]: r["__source_lsn"]
+                  for r in spark.read.format("delta").load(ctx.paths.deletes).collect()}
+    assert remembered == {k: 5000 + 10 * k for k in range(4, 41, 8)}

@@ -2,11 +2,15 @@
 record's `reason` for the quarantine, null for a usable one), the usable ones as table rows,
 the latest per key (mode upsert), and written to the table exactly once (`apply_rows`). Ingest
 and replay share it, so a replayed message becomes the row ingest would have made.
+
+How usable records become rows and reach the table is a `TableWriter`, chosen per topic by
+`deltaferry.formats.writer_for`: `LatestPerKey` for every topic but a change-data-capture one
+(whose writer is `deltaferry.formats.debezium.changes.ChangeWriter`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from deltaferry.formats.json import CORRUPT
 from deltaferry.spark import table as delta_table
@@ -125,15 +129,6 @@ def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False)
     return latest_per_key(rows, keys) if keys else rows
 
 
-def table_rows(spark: SparkSession, path: str, parsed: DataFrame, keys: tuple[str, ...],
-               headers: bool = False) -> tuple[DataFrame, list[str]]:
-    """`usable_rows`, with the table at `path` grown first (column mapping where a name needs
-    it, new top-level columns, numeric widening); (rows, columns widened)."""
-    rows = usable_rows(parsed, keys, headers)
-    grow_table(spark, path, rows)
-    return rows, delta_table.widen_columns(spark, path, rows.schema)
-
-
 def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
     """Make the table at `path` ready for `rows`' columns: column mapping first where a
     field's name needs it, then the new top-level columns (nested ones arrive by MERGE)."""
@@ -154,3 +149,43 @@ def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str,
         return delta_table.append(spark, path, rows, tag, app_id, version)
     with delta_table.idempotent_writes(spark, app_id, version, tag):
         return delta_table.upsert(spark, path, rows, keys, only_newer=only_newer)
+
+
+class TableWriter(Protocol):
+    """How a topic's usable records become table rows (`rows`) and reach its table exactly
+    once (`apply`)."""
+
+    #: The names of the two phases in the batch's timing (`Phases`).
+    rows_phase: str
+    write_phase: str
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        """The table rows of `parsed`'s usable records (reason null), DELETED marking the ones
+        that delete their key's row."""
+        ...
+
+    def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
+              tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
+        """Write `rows` as Delta transaction (`app_id`, `version`); the counts of what changed
+        (the report's fields: inserted, updated, ...)."""
+        ...
+
+
+class LatestPerKey:
+    """The table writer of every topic but a change-data-capture one: the newest record per
+    key (`usable_rows`) MERGEd on the key columns, or every record appended where there are
+    none (mode append), by `apply_rows`."""
+
+    def __init__(self, path: str, keys: tuple[str, ...], headers: bool = False):
+        self.path = path
+        self.keys = keys
+        self.headers = headers
+        self.rows_phase = "latest per key" if keys else "table rows"
+        self.write_phase = "merge" if keys else "append"
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        return usable_rows(parsed, self.keys, self.headers)
+
+    def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
+              tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
+        return apply_rows(spark, self.path, rows, self.keys, app_id, version, only_newer, tag)

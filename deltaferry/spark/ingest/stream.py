@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from deltaferry import faults
 from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
-from deltaferry.formats import decoder_for, key_decoder_for
+from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
@@ -37,13 +37,12 @@ from deltaferry.spark.ingest.progress import (
     describe_progress,
 )
 from deltaferry.spark.ingest.rows import (
-    apply_rows,
+    TableWriter,
     count_unusable,
     grow_table,
     one_task_if_small,
     parse_within,
     read_stats,
-    usable_rows,
 )
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.state import TopicState, read_checkpoint
@@ -106,6 +105,8 @@ class BatchWriter:
         self.decoder = decoder
         self.report = report
         self.keys: KeyDecoder = keys or StringKeys()
+        #: How the usable records become rows and reach the table.
+        self.table: TableWriter = writer_for(topic, paths, self.keys)
         self._app_id: str | None = None
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
@@ -173,7 +174,6 @@ class BatchWriter:
         """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
         started = time.monotonic()
         batch = Phases()
-        keys = self.keys.columns
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         try:
             with batch("kafka read"):
@@ -184,9 +184,8 @@ class BatchWriter:
                 unusable = count_unusable(parsed)
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
-            with batch("latest per key" if keys else "table rows"):
-                rows = usable_rows(one_task_if_small(parsed, count), keys,
-                                   self.topic.keep_headers).persist()
+            with batch(self.table.rows_phase):
+                rows = self.table.rows(one_task_if_small(parsed, count)).persist()
                 rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
@@ -201,10 +200,9 @@ class BatchWriter:
                     task=self.task)
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id, self.task)
-            write_phase = "merge" if keys else "append"
+            write_phase = self.table.write_phase
             with batch(write_phase):
-                counts = apply_rows(self.spark, self.paths.table, rows, keys, app_id, batch_id,
-                                    tag=tag)
+                counts = self.table.apply(self.spark, rows, app_id, batch_id, tag=tag)
             written = time.time()
             batch.split(write_phase, "commit", self.commit_seconds(tag, written))
             faults.point("batch-written")  # Spark commits the checkpoint after we return

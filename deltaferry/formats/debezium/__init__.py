@@ -1,0 +1,399 @@
+"""`cdc: debezium`: topics whose values are Debezium change events, as Kafka Connect's
+JsonConverter writes them: with the schema wrapper (``{"schema": ..., "payload": {...}}``,
+``schemas.enable=true``) or without it (the payload alone). The payload is the envelope: the
+row before and after the change (``before``, ``after``), the ``source`` (the connector's
+position: ``lsn``, ``ts_ms``, ...) and the ``op``. The key is the source table's primary key
+(``{"id": 1001}``, wrapped the same way or not).
+
+Each event becomes `data`, the row (``after``; ``before`` for a delete) with the key's fields
+taken from the message key, `__key` (those fields: the table is keyed on them), and the source
+columns `__op`, `__source_lsn` and `__source_ts_ms`. Types: with the wrapper, from the events'
+own Connect schemas (`connect`: Debezium's timestamps, dates and decimals typed), read per
+micro-batch as the Avro decoder reads writer schemas; without it, by JSON inference over the
+rows, cached as for a JSON topic (the infer step stores ``struct<key, row>``).
+
+What cannot be applied goes to the quarantine with its reason (not JSON, no ``op``, an ``op``
+other than ``c r u d``, ``c r u`` without ``after``, a row that does not fit its schema, a key
+that is not an object of the key's fields, a key field null). A truncate (``op: t``) is
+quarantined too (`REASON_TRUNCATE`): deltaferry never empties a table on its own. The tombstone
+Debezium sends after a delete (a null value) changes nothing and is not quarantined.
+
+How the rows reach the table, in source order and exactly once: `changes`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deltaferry.config import TopicConfig
+from deltaferry.errors import NoSchemaError
+from deltaferry.formats.debezium import connect
+from deltaferry.formats.json import (
+    CORRUPT,
+    REASON_NOT_JSON,
+    REASON_NOT_OBJECT,
+    REASON_NOT_UTF8,
+    commit_schema,
+    infer_from_records,
+    infer_schema,
+    uncovered,
+)
+from deltaferry.reports import InferReport
+from deltaferry.schema.merge import merge_schemas
+from deltaferry.spark.decoding import REASON_NO_KEY, StringKeys
+from deltaferry.spark.kafka_source import with_raw_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from deltaferry.context import TopicContext
+    from deltaferry.schema.store import SchemaStore, SchemaVersion
+    from deltaferry.state import TopicState
+
+log = logging.getLogger(__name__)
+
+#: The source columns every cdc table has beside the row's fields (a row field of the same
+#: name is renamed ``payload_<name>``, as for any column deltaferry adds).
+OP = "__op"
+LSN = "__source_lsn"
+TS_MS = "__source_ts_ms"
+SOURCE_COLUMNS = (OP, LSN, TS_MS)
+#: The key's fields, a struct column of the decoded batch (not of the table).
+KEY = "__key"
+#: The ops applied: snapshot read, create, update, delete.
+OPS = ("r", "c", "u", "d")
+
+REASON_NO_OP = ("not a Debezium change event: the value has no op (or is an envelope of "
+                "another shape)")
+REASON_UNKNOWN_OP = "Debezium op {op!r} is not one of r, c, u, d (t: truncate)"
+REASON_TRUNCATE = ("truncate event (op t): the source table was truncated; deltaferry does not "
+                   "empty the Delta table on its own (delete its rows yourself if meant)")
+REASON_NO_AFTER = "Debezium op {op!r} without an after row"
+REASON_ROW = "the event's row does not fit its schema (a field has another type)"
+REASON_KEY = ("key is not a JSON object of the primary key's fields ({fields}), with or "
+              "without the schema wrapper")
+REASON_KEY_FIELD = "key field {field!r} is missing or null"
+REASON_NO_KEY_FIELDS = ("no key seen so far is a JSON object with fields, so there is no "
+                        "primary key to key the table on")
+
+#: The envelope as Spark reads it: both shapes, every part kept as its JSON text.
+ENVELOPE_DDL = ("`schema` STRING, payload STRUCT<op: STRING, before: STRING, after: STRING, "
+                "source: STRING>, op STRING, before STRING, after STRING, source STRING")
+#: A key, wrapped or not.
+KEY_DDL = "`schema` STRING, payload STRING"
+#: The cached schema of a schemaless cdc topic: the key's fields and the row's.
+KEY_PART, ROW_PART = "key", "row"
+
+
+def _is_null(column: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(column.isNull(), F.lit(True))
+
+
+def envelope(raw: DataFrame) -> DataFrame:
+    """`raw` plus the change event's parts, each its JSON text: `__op`, `__before`, `__after`,
+    `__source` (its position as `__source_lsn` and `__source_ts_ms`, null where absent or not
+    a number), `__image` (the row: after, or before for a delete), `__key_text` (the key's
+    payload) and `__envelope` (null, or with its corrupt-record field set, if the value is
+    not a JSON object of the envelope's shape: Spark's PERMISSIVE parsing keeps what it read
+    of a malformed value)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    envelope_type = StructType.fromDDL(ENVELOPE_DDL)
+    assert isinstance(envelope_type, StructType)  # a DDL of fields is a struct
+    schema = envelope_type.add(StructField(CORRUPT, StringType()))
+    env = F.from_json(F.col("raw_value"), schema,
+                      {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    key = F.from_json(F.col("kafka_key"), KEY_DDL)
+    wrapped = env.getField("schema").isNotNull() & env.getField("payload").isNotNull()
+    part = {name: F.when(wrapped, env.getField("payload").getField(name))
+            .otherwise(env.getField(name)) for name in ("op", "before", "after", "source")}
+    key_wrapped = key.getField("schema").isNotNull() & key.getField("payload").isNotNull()
+    source = part["source"]
+    return raw.withColumns({
+        "__envelope": env,
+        OP: part["op"],
+        "__before": part["before"],
+        "__after": part["after"],
+        LSN: F.get_json_object(source, "$.lsn").try_cast("bigint"),
+        TS_MS: F.get_json_object(source, "$.ts_ms").try_cast("bigint"),
+        "__image": F.when(part["op"] == "d", part["before"]).otherwise(part["after"]),
+        "__key_text": F.when(key_wrapped, key.getField("payload")).otherwise(F.col("kafka_key")),
+    })
+
+
+def inference_records(raw: DataFrame, topic: TopicConfig | None = None) -> DataFrame:
+    """What inference reads of a cdc topic's raw records: for each row image of each event
+    (after and before), ``{"key": <the key's payload>, "row": <the image>}`` as `raw_value`."""
+    from pyspark.sql import functions as F
+
+    events = envelope(raw.where(F.col("raw_value").isNotNull()))
+    # a key that is no object (quarantined by ingest) would turn the key's type into a string
+    key = F.when(F.ltrim(F.col("__key_text")).startswith("{"), F.col("__key_text"))
+
+    def record(image: str) -> Column:
+        return F.when(F.col(image).isNotNull() & F.ltrim(F.col(image)).startswith("{"),
+                      F.concat(F.lit('{"key":'), F.coalesce(key, F.lit("null")),
+                               F.lit(',"row":'), F.col(image), F.lit("}")))
+
+    return (events.select(F.explode(F.array(record("__after"), record("__before")))
+                          .alias("raw_value"))
+            .where(F.col("raw_value").isNotNull()))
+
+
+def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
+    """(row, key): the Connect schemas of the rows and of the keys of the change events in
+    `raw` that carry the schema wrapper, each merged over the events (None where no event,
+    or no key, carries one). A schema deltaferry cannot read is left out, said in the log."""
+    from pyspark.sql import functions as F
+
+    found = (raw.where(F.col("raw_value").isNotNull())
+             .select(F.get_json_object("raw_value", "$.schema").alias("v"),
+                     F.get_json_object("kafka_key", "$.schema").alias("k"))
+             .where(F.col("v").isNotNull() | F.col("k").isNotNull())
+             .distinct().collect())
+    values: list[dict] = []
+    keys: list[dict] = []
+    for row in found:
+        for text, into in ((row["v"], values), (row["k"], keys)):
+            if text is None:
+                continue
+            try:
+                schema = json.loads(text)
+                if isinstance(schema, dict):
+                    connect.table_type(schema)  # readable, or ConnectSchemaError
+                    into.append(schema)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("a change event's Connect schema cannot be read (%s); its events "
+                            "are read with the others' schema", exc)
+    row_schema = connect.row_schema(sorted(values, key=json.dumps))
+    return row_schema, connect.key_schema(sorted(keys, key=json.dumps))
+
+
+def _field(name: str, datatype: Any) -> dict:
+    return {"name": name, "type": datatype, "nullable": True, "metadata": {}}
+
+
+def typed_by_connect(raw: DataFrame, inferred: dict) -> dict:
+    """`inferred` (``struct<key, row>``) with the types the events' Connect schemas give
+    (`connect_schemas`), where they carry the wrapper; fields only inference saw are kept."""
+    row, key = connect_schemas(raw)
+    if row is None:
+        return inferred
+    fields = [_field(ROW_PART, connect.table_type(row))]
+    if key is not None:
+        fields.insert(0, _field(KEY_PART, connect.table_type(key)))
+    return merge_schemas({"type": "struct", "fields": fields}, inferred).schema
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one micro-batch's rows and keys are read: the Spark types (JSON form) the row
+    and the key are parsed as, the SQL that converts each parsed struct (at the column
+    ``__row`` or ``__keyv``) into the table's types, and the key's field names."""
+
+    row_parse: dict
+    row_sql: str
+    row_type: dict
+    key_parse: dict
+    key_sql: str
+    key_fields: tuple[str, ...]
+
+
+def _identity_sql(path: str, struct: dict) -> str:
+    """SQL of the struct at `path` with the fields of `struct` (the parsed one's, without
+    Spark's corrupt-record field)."""
+    parts = ", ".join(connect.sql_string(f["name"]) + ", " + path + "." + connect.quote(f["name"])
+                      for f in struct["fields"])
+    return f"named_struct({parts})" if parts else "NULL"
+
+
+def _part(schema: dict, name: str) -> dict:
+    for field in schema.get("fields") or []:
+        if field["name"] == name and isinstance(field["type"], dict):
+            return field["type"]
+    return {"type": "struct", "fields": []}
+
+
+def inferred_shape(schema: dict) -> Shape:
+    """The `Shape` of a schemaless topic from its cached ``struct<key, row>``."""
+    row, key = _part(schema, ROW_PART), _part(schema, KEY_PART)
+    return Shape(row, _identity_sql("`__row`", row), row, key, _identity_sql("`__keyv`", key),
+                 tuple(f["name"] for f in key["fields"]))
+
+
+def connect_shape(row: dict, key: dict | None, cached: dict) -> Shape:
+    """The `Shape` of a batch whose events carry Connect schemas: `row` (merged over the
+    batch) and `key` (None: the keys carry none, so the key's fields are the cached key's,
+    typed as the row's fields of the same names)."""
+    if key is None:
+        names = [f["name"] for f in _part(cached, KEY_PART)["fields"]]
+        by_name = {f["field"]: f for f in row.get("fields") or []}
+        key = {"type": "struct", "fields": [
+            by_name.get(n, {"type": "string", "optional": True, "field": n}) for n in names]}
+    return Shape(connect.parse_type(row), connect.conversion_sql("`__row`", row),
+                 connect.table_type(row), connect.parse_type(key),
+                 connect.conversion_sql("`__keyv`", key),
+                 tuple(f["field"] for f in key.get("fields") or []))
+
+
+def _with_corrupt(struct: dict):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType.fromJson(struct).add(StructField(CORRUPT, StringType()))
+
+
+def _struct_sql(sql: str, parsed: dict) -> Column:
+    """The column of `sql` (a struct's conversion), or a typed null struct where the parsed
+    struct has no field (no key or row seen yet has any): Spark has no empty named_struct."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    return F.expr(sql) if parsed.get("fields") else F.lit(None).cast(StructType())
+
+
+def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
+    """`events` (`envelope`'s columns) decoded with `shape`: `data` (the row in the table's
+    types, the key's fields from the message key), `__key` (those fields) and `problem` (why
+    the event cannot be applied, or null)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    parsed = events.withColumns({
+        "__row": F.from_json(F.col("__image"), _with_corrupt(shape.row_parse), options),
+        "__keyv": F.from_json(F.col("__key_text"), _with_corrupt(shape.key_parse), options),
+    }).withColumns({"__rowc": _struct_sql(shape.row_sql, shape.row_parse),
+                    "__keyc": _struct_sql(shape.key_sql, shape.key_parse)})
+    row_type = StructType.fromJson(shape.row_type)
+    row_names = row_type.fieldNames()
+    keys = shape.key_fields
+    fields = [(F.col("__keyc").getField(name).cast(row_type[name].dataType) if name in keys
+               else F.col("__rowc").getField(name)).alias(name) for name in row_names]
+    fields += [F.col("__keyc").getField(k).alias(k) for k in keys if k not in row_names]
+    data = F.struct(*fields) if fields else F.lit(None).cast(StructType())
+    parsed = parsed.withColumn("data", data)
+    key = F.struct(*[F.col("data").getField(k).alias(k) for k in keys]) if keys \
+        else F.lit(None).cast(StructType())
+    parsed = parsed.withColumn(KEY, key)
+
+    op, value = F.col(OP), F.col("raw_value")
+    row_bad = F.col("__image").isNotNull() & (
+        _is_null(F.col("__row")) | F.col(f"__row.{CORRUPT}").isNotNull())
+    key_bad = _is_null(F.col("__keyv")) | F.col(f"__keyv.{CORRUPT}").isNotNull() \
+        | ~F.ltrim(F.coalesce(F.col("__key_text"), F.lit(""))).startswith("{")
+    null_field = F.coalesce(*[F.when(F.col("data").getField(k).isNull(),
+                                     F.lit(REASON_KEY_FIELD.format(field=k))) for k in keys]) \
+        if keys else F.lit(REASON_NO_KEY_FIELDS)
+    problem = (
+        F.when(~F.is_valid_utf8(value), REASON_NOT_UTF8)
+        .when(_is_null(F.col("__envelope")) | F.col(f"__envelope.{CORRUPT}").isNotNull()
+              | op.isNull(),  # only these are parsed again, to say why (CASE WHEN is lazy)
+              F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
+              .when(~F.ltrim(value).startswith("{"), REASON_NOT_OBJECT)
+              .otherwise(REASON_NO_OP))
+        .when(op == "t", REASON_TRUNCATE)
+        .when(~op.isin(*OPS), F.format_string(REASON_UNKNOWN_OP.replace("{op!r}", "'%s'"), op))
+        .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
+        .when((op != "d") & F.col("__after").isNull(),
+              F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
+        .when(row_bad, REASON_ROW)
+        .when(key_bad, REASON_KEY.format(fields=", ".join(keys) or "none known"))
+        .otherwise(null_field)
+    )
+    return parsed.withColumn("problem", problem).drop(
+        "__envelope", "__before", "__after", "__image", "__key_text", "__row", "__keyv",
+        "__rowc", "__keyc")
+
+
+class DebeziumKeys(StringKeys):
+    """The key decoder of a cdc topic: the key as text (`StringKeys`), parsed by the decoder
+    (`decode_events`), which also says what a message without a key is: Debezium writes a
+    truncate event without one, and that event's reason says what it is."""
+
+    requires_key = False
+
+
+class DebeziumDecoder:
+    """The decoder of a `cdc: debezium` topic (deltaferry.spark.decoding's `Decoder`): each
+    change event's row, key and source position (`decode_events`), typed by the batch's
+    Connect schemas where its events carry them, else by the cached inferred schema (grown
+    first by offsets the infer step has not read, as for a JSON topic)."""
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
+        self.spark = spark
+        self.topic = topic
+        self.store = store
+        latest = store.latest()
+        if latest is None:
+            raise NoSchemaError(f"topic {topic.name!r}: no schema cached in {store.location}; "
+                                "run the infer step first")
+        self.schema_version = latest.version
+
+    def raw_columns(self, batch_df: DataFrame) -> Any:
+        return with_raw_columns(batch_df)
+
+    def current_schema(self, raw: DataFrame) -> SchemaVersion:
+        """The cached schema, grown by the rows of the batch's offsets inference has not
+        read."""
+        from pyspark.sql import functions as F
+
+        version = self.store.latest()
+        assert version is not None  # checked when the decoder was made; versions never vanish
+        fresh = inference_records(uncovered(raw, self.store.covered()))
+        if fresh.isEmpty():
+            return version
+        ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
+                .agg(F.max("kafka_offset")).collect()}
+        version, changed, changes = commit_schema(
+            self.store, infer_from_records(self.spark, fresh, version.schema), ends)
+        if changed:
+            log.info("schema grew during ingest: v%d (%s)", version.version, changes)
+        return version
+
+    def decode(self, raw: DataFrame) -> Any:
+        row, key = connect_schemas(raw)
+        if row is not None:
+            cached = self.store.latest()
+            assert cached is not None  # checked when the decoder was made
+            self.schema_version = cached.version
+            shape = connect_shape(row, key, cached.schema)
+        else:
+            version = self.current_schema(raw)
+            self.schema_version = version.version
+            shape = inferred_shape(version.schema)
+        return decode_events(envelope(raw), shape)
+
+
+class DebeziumFormat:
+    """`cdc: debezium` (JSON): the infer step reads the topic in Spark (the rows' fields, typed
+    by the events' Connect schemas where they carry them); no Schema Registry."""
+
+    infer_needs_spark = True
+    caches_schema = True
+
+    def uses_registry(self, topic: TopicConfig) -> bool:
+        return False
+
+    def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
+              state: TopicState | None = None) -> InferReport:
+        assert spark is not None  # infer_needs_spark
+        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer,
+                            offsets=state.offsets if state else None,
+                            records=inference_records, refine=typed_by_connect)
+
+    def decoder(self, spark: SparkSession, topic: TopicConfig,
+                store: SchemaStore) -> DebeziumDecoder:
+        return DebeziumDecoder(spark, topic, store)
+
+    def key_decoder(self, spark: SparkSession, topic: TopicConfig) -> DebeziumKeys:
+        """The key decoder of a cdc topic's messages."""
+        return DebeziumKeys(spark, topic)
+
+
+FORMAT = DebeziumFormat()

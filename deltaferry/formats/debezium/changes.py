@@ -1,0 +1,371 @@
+"""How a cdc topic's change events reach its table (history current): in source order, exactly
+once, deletes remembered.
+
+**Position.** Within a key, the event with the higher source position wins: the LSN
+(`__source_lsn`), then the source's commit time (`__source_ts_ms`), then, only where there is
+no LSN, the Kafka offset (`position_sql`). The table keeps the position of each row's event in
+those columns (and `kafka_offset`), so the MERGE compares each change with the row it would
+change: an older event arriving later (a redelivery after a connector restart, a replay) never
+rolls a row back. Two events with the same LSN are the same change delivered twice.
+
+**Stale events** are skipped and counted (the report's `stale`): an event older than, or the
+same as, an event of its key earlier in the batch, than the table's row of its key, or than the
+key's remembered delete.
+
+**Deletes remembered.** A delete removes the key's row; its position is kept in a small Delta
+table beside the topic's (`TopicPaths.deletes`, `_cdc_deletes`: the key's fields, the position,
+`__deleted_at`), so that an older event of the key arriving in a later run does not bring it
+back. A newer event of the key (the key inserted again) forgets it. A remembered delete is
+dropped `cdc_delete_retention_hours` after it was landed (168 by default): an event older than
+the delete arriving after that would bring the key back, as DLT's tombstone retention says.
+
+**Two changes of one key in one source transaction** have their own LSNs: the later one wins,
+the earlier one changes nothing (with history current no version is kept in between).
+
+**Exactly once.** Both tables are written inside the batch's Delta transaction (query id, batch
+id): the table first, then the remembered deletes, so a batch replayed after a crash is skipped
+by Delta in each table it reached, and applied in the one it did not.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from deltaferry.config import TopicConfig
+from deltaferry.formats.debezium import KEY, LSN, OP, SOURCE_COLUMNS, TS_MS
+from deltaferry.formats.json import CORRUPT
+from deltaferry.lock import ensure_held
+from deltaferry.paths import TopicPaths
+from deltaferry.spark import table as delta_table
+from deltaferry.spark.kafka_source import HEADERS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: When a delete was landed, in the remembered deletes' table (retention counts from it).
+DELETED_AT = "__deleted_at"
+#: The position columns the remembered deletes keep beside the key's fields.
+POSITION_COLUMNS = (LSN, TS_MS, "kafka_partition", "kafka_offset")
+
+
+def position_sql(alias: str | None = None) -> str:
+    """SQL of the source position of the row `alias` (none: the current row), comparable
+    with `>`: (LSN, source ts_ms, Kafka offset where there is no LSN), nulls lowest."""
+    p = f"{alias}." if alias else ""
+    return (f"named_struct('lsn', coalesce({p}`{LSN}`, -1L), 'ts_ms', coalesce({p}`{TS_MS}`, -1L), "
+            f"'offset', IF({p}`{LSN}` IS NULL, {p}`kafka_offset`, 0L))")
+
+
+def newer_sql(source: str = "s", target: str = "t") -> str:
+    """SQL: the row `source`'s position is higher than the row `target`'s."""
+    return f"{position_sql(source)} > {position_sql(target)}"
+
+
+def table_column(field: str, extra: tuple[str, ...] = ()) -> str:
+    """The table column of a row field: its own name, or ``payload_<name>`` where it would
+    collide (Delta names are case-insensitive) with a column deltaferry adds (Kafka's, the
+    source columns, the tombstone marker, `extra`)."""
+    reserved = {c.lower() for c in (*delta_table.METADATA_COLUMNS, *SOURCE_COLUMNS,
+                                    delta_table.DELETED, *extra)}
+    return f"payload_{field}" if field.lower() in reserved else field
+
+
+def _keys_match(keys: tuple[str, ...], left: str, right: str) -> Column:
+    from pyspark.sql import functions as F
+
+    q = delta_table.quote
+    return reduce(lambda a, b: a & b, [
+        F.col(f"{left}.{q(k)}").eqNullSafe(F.col(f"{right}.{q(k)}")) for k in keys])
+
+
+class ChangeWriter:
+    """The table writer (deltaferry.spark.ingest.rows' `TableWriter`) of a `cdc: debezium`
+    topic with history current: the newest change per key by source position, MERGEd only
+    where newer than the table's row and the key's remembered delete."""
+
+    rows_phase = "latest per key"
+    write_phase = "merge"
+
+    def __init__(self, topic: TopicConfig, paths: TopicPaths):
+        self.topic = topic
+        self.paths = paths
+        #: The table's key columns, from the last batch's key fields (`rows`).
+        self.keys: tuple[str, ...] = ()
+        #: Events of the last batch older than an earlier event of their key in it.
+        self.stale_in_batch = 0
+
+    def events(self, parsed: DataFrame) -> DataFrame:
+        """The usable changes of `parsed` as table rows: Kafka's columns (`kafka_key` the
+        key's fields as JSON), the row's fields, the source columns and DELETED for a delete,
+        with their `__position`, leaving out tombstones and the batch's own stale events (older
+        than, or the same as, an earlier event of their key), which it counts. Sets `keys`."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        key_type = parsed.schema[KEY].dataType
+        data_type = parsed.schema["data"].dataType
+        assert isinstance(key_type, StructType) and isinstance(data_type, StructType)
+        headers = (HEADERS,) if self.topic.keep_headers else ()
+        names = [f for f in data_type.fieldNames() if f != CORRUPT]
+        column = {f: table_column(f, headers) for f in names}
+        self.keys = tuple(column[k] for k in key_type.fieldNames())
+        usable = parsed.where(F.col("reason").isNull() & F.col("raw_value").isNotNull())
+        rows = usable.select(
+            F.to_json(F.col(KEY)).alias("kafka_key"), "kafka_partition", "kafka_offset",
+            "kafka_timestamp", *headers,
+            *[F.col("data").getField(f).alias(column[f]) for f in names],
+            *SOURCE_COLUMNS, (F.col(OP) == "d").alias(delta_table.DELETED),
+        ).withColumn("__position", F.expr(position_sql()))
+        if not self.keys:
+            self.stale_in_batch = 0
+            return rows
+        q = delta_table.quote
+        order = Window.partitionBy(*[F.col(q(k)) for k in self.keys]) \
+            .orderBy("kafka_partition", "kafka_offset") \
+            .rowsBetween(Window.unboundedPreceding, -1)
+        earlier = F.max("__position").over(order)
+        flagged = rows.withColumn(
+            "__stale", F.coalesce(earlier >= F.col("__position"), F.lit(False)))
+        self.stale_in_batch = flagged.where("__stale").count()
+        return flagged.where(~F.col("__stale")).drop("__stale")
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        """The newest usable change per key of `parsed` (by source position), as table rows
+        (`events`, without their position)."""
+        from pyspark.sql import functions as F
+
+        events = self.events(parsed)
+        if not self.keys:
+            return events.drop("__position")
+        q = delta_table.quote
+        record = F.struct(*[F.col(q(c)) for c in events.columns if c != "__position"])
+        return (events.groupBy(*[F.col(q(k)) for k in self.keys])
+                .agg(F.max_by(record, F.col("__position")).alias("r"))
+                .select("r.*"))
+
+    def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
+              tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
+        """MERGE `rows` (`rows`' output) into the table where newer than the key's row and
+        its remembered delete, then remember the deletes, as Delta transaction (`app_id`,
+        `version`) in both tables; inserted/updated/deleted (zeros if Delta skipped the MERGE
+        as applied already) and `stale`. `only_newer` changes nothing: a change is only ever
+        applied where newer."""
+        from pyspark.sql import functions as F
+
+        if not self.keys:
+            return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+        tag = tag or delta_table.commit_tag(app_id, version)
+        # materialised: Delta's MERGE recaches plans that read its table, which would classify
+        # the changes just applied as stale before the remembered deletes are merged
+        classified = self.classify(spark, rows).localCheckpoint()
+        try:
+            stale = classified.where(F.col("__stale")).count()
+            fresh = classified.where(~F.col("__stale")).drop("__stale")
+            remember = self.ensure_deletes_table(spark, fresh)  # not inside the transaction
+            with delta_table.idempotent_writes(spark, app_id, version, tag):
+                counts = delta_table.upsert(spark, self.paths.table, fresh, self.keys,
+                                            newer=newer_sql())
+                if remember:
+                    self.remember_deletes(spark, fresh)
+        finally:
+            classified.unpersist()  # its checkpointed blocks
+        return {**counts, "stale": stale + self.stale_in_batch}
+
+    def retention_sql(self) -> str:
+        """SQL: the remembered delete `t` is older than the topic's retention."""
+        seconds = int(self.topic.cdc_delete_retention_hours * 3600)
+        return (f"t.{delta_table.quote(DELETED_AT)} < "
+                f"timestampadd(SECOND, -{seconds}, current_timestamp())")
+
+    def _remembered(self, spark: SparkSession) -> DataFrame | None:
+        """The remembered deletes within the retention, or None while there is no such
+        table."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        if not DeltaTable.isDeltaTable(spark, self.paths.deletes):
+            return None
+        return (spark.read.format("delta").load(self.paths.deletes).alias("t")
+                .where(~F.expr(self.retention_sql())))
+
+    def current_rows(self, spark: SparkSession) -> DataFrame:
+        """The table's rows a change is compared with: every row (one per key)."""
+        return spark.read.format("delta").load(self.paths.table)
+
+    def classify(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
+        """`rows` with `__stale`: not newer than the table's row of its key or than the key's
+        remembered delete."""
+        from pyspark.sql import functions as F
+
+        q = delta_table.quote
+        wanted = [*[q(k) for k in self.keys], q(LSN), q(TS_MS), "kafka_offset"]
+        stale = F.lit(False)
+        joined = rows.alias("s")
+        for alias, frame in (("t", self.current_rows(spark)), ("m", self._remembered(spark))):
+            if frame is None or not all(k in frame.columns for k in self.keys):
+                continue
+            side = frame.select(*wanted, F.lit(True).alias("__present")).alias(alias)
+            joined = joined.join(side, _keys_match(self.keys, "s", alias), "left")
+            stale = stale | (F.coalesce(F.col(f"{alias}.__present"), F.lit(False))
+                             & ~F.expr(newer_sql("s", alias)))
+        return joined.select("s.*", F.coalesce(stale, F.lit(False)).alias("__stale"))
+
+    def ensure_deletes_table(self, spark: SparkSession, fresh: DataFrame) -> bool:
+        """Whether the remembered deletes are to be merged with `fresh` (the changes to apply):
+        their table exists, or is created now because `fresh` holds a delete. Created before the
+        batch's transaction: a creation carrying its id would make Delta skip the MERGE."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructField, StructType, TimestampType
+
+        path = self.paths.deletes
+        if DeltaTable.isDeltaTable(spark, path):
+            return True
+        if fresh.where(F.col(delta_table.DELETED)).isEmpty():
+            return False
+        types = {f.name: f for f in fresh.schema.fields}
+        columns = StructType([*[types[k] for k in self.keys],
+                              *[types[c] for c in POSITION_COLUMNS],
+                              StructField(DELETED_AT, TimestampType())])
+        ensure_held(path, f"creating the table {path}")
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(columns).execute()
+        return True
+
+    def remember_deletes(self, spark: SparkSession, fresh: DataFrame) -> None:
+        """Remember the deletes of `fresh` (the applied changes) with their positions, forget
+        the keys a newer change brought back, and drop what is older than the retention
+        (whether or not `fresh` has an event of its key)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        q, path, deleted = delta_table.quote, self.paths.deletes, delta_table.DELETED
+        source = fresh.select(*[q(k) for k in self.keys], *[q(c) for c in POSITION_COLUMNS],
+                              deleted, F.current_timestamp().alias(DELETED_AT))
+        kept: dict[str, str | Column] = {
+            q(c): F.col(f"s.{q(c)}") for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)}
+        newer = F.expr(newer_sql())
+        ensure_held(path, f"the MERGE into {path}")
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(source.alias("s"), delta_table.merge_condition(self.keys))
+         .whenMatchedUpdate(condition=F.col(f"s.{deleted}") & newer, set=kept)
+         .whenMatchedDelete(condition=~F.col(f"s.{deleted}") & newer)
+         .whenMatchedDelete(condition=F.expr(self.retention_sql()))
+         .whenNotMatchedInsert(condition=F.col(f"s.{deleted}"), values=kept)
+         .whenNotMatchedBySourceDelete(condition=F.expr(self.retention_sql()))
+         .execute())
+
+
+#: history scd2: when the source event that made a version happened (its ``source.ts_ms``),
+#: and when the one that replaced or deleted it did (null while the version is current).
+START_AT, END_AT = "__start_at", "__end_at"
+#: The extra columns of the MERGE source of `HistoryWriter`.
+ACTION, CLOSE_AT = "__action", "__close_at"
+
+
+class HistoryWriter(ChangeWriter):
+    """The table writer of a `cdc: debezium` topic with history scd2: every version of each
+    key, `START_AT` to `END_AT`. Each change newer than the key's current version (and its
+    remembered delete) closes that version at its own time and, unless it is a delete, adds a
+    version; the changes of one key in one source transaction (one `__source_ts_ms`) make one
+    version, the last one's, and a version that would end when it starts is replaced instead
+    (no zero-length version). Stale events add nothing (`ChangeWriter`)."""
+
+    def rows(self, parsed: DataFrame) -> DataFrame:
+        """Every usable change of `parsed` but the earlier ones of a transaction, as table rows
+        with `START_AT` and `END_AT` (the next change's time, null for the last one)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        events = self.events(parsed).withColumn(START_AT, F.coalesce(
+            F.timestamp_millis(F.col(TS_MS)), F.col("kafka_timestamp")))
+        if not self.keys:
+            return events.withColumn(END_AT, F.lit(None).cast("timestamp")).drop("__position")
+        key = [F.col(delta_table.quote(k)) for k in self.keys]
+        last = F.max("__position").over(Window.partitionBy(*key, F.col(START_AT)))
+        following = Window.partitionBy(*key).orderBy("__position")
+        return (events.withColumn("__last", last)  # a window is not allowed in a filter
+                .where(F.col("__position") == F.col("__last"))
+                .withColumn(END_AT, F.lead(START_AT).over(following))
+                .drop("__position", "__last"))
+
+    def current_rows(self, spark: SparkSession) -> DataFrame:
+        """The current versions (`END_AT` null): what a change is compared with."""
+        from pyspark.sql import functions as F
+
+        return super().current_rows(spark).where(F.col(END_AT).isNull())
+
+    def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
+              tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
+        """Close the current version of each key with a newer change and add the changes'
+        versions (one MERGE), then remember the deletes, as Delta transaction (`app_id`,
+        `version`); the counts: inserted (versions added), updated (versions closed), deleted
+        (versions replaced, see the class) and stale."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        if not self.keys:
+            return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+        tag = tag or delta_table.commit_tag(app_id, version)
+        q = delta_table.quote
+        # materialised: Delta's MERGE recaches plans that read its table, which would classify
+        # the changes just applied as stale before the remembered deletes are merged
+        classified = self.classify(spark, rows).localCheckpoint()
+        try:
+            stale = classified.where(F.col("__stale")).count()
+            fresh = classified.where(~F.col("__stale")).drop("__stale")
+            key = [F.col(q(k)) for k in self.keys]
+            order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
+            first = fresh.withColumn("__n", F.row_number().over(order)).where("__n = 1")
+            closes = first.select(*key, F.col(START_AT).alias(CLOSE_AT),
+                                  F.lit("close").alias(ACTION))
+            columns = [c for c in rows.columns if c != delta_table.DELETED]
+            inserts = fresh.where(~F.col(delta_table.DELETED)).select(
+                *[q(c) for c in columns], F.lit("insert").alias(ACTION))
+            source = inserts.unionByName(closes, allowMissingColumns=True)
+            record = F.struct(*[F.col(q(c)) for c in fresh.columns])
+            latest = (fresh.groupBy(*key)
+                      .agg(F.max_by(record, F.expr(position_sql())).alias("r")).select("r.*"))
+            remember = self.ensure_deletes_table(spark, latest)  # not inside the transaction
+            with delta_table.idempotent_writes(spark, app_id, version, tag):
+                counts = self.merge_versions(spark, source, columns)
+                if remember:
+                    self.remember_deletes(spark, latest)
+        finally:
+            classified.unpersist()  # its checkpointed blocks
+        return {**counts, "stale": stale + self.stale_in_batch}
+
+    def merge_versions(self, spark: SparkSession, source: DataFrame,
+                       columns: list[str]) -> dict[str, int]:
+        """The MERGE of `apply`: a ``close`` row of `source` matches its key's current version
+        and ends it at `CLOSE_AT` (or deletes it if it started then); an ``insert`` row is a
+        new version. Inserted/updated/deleted version counts (zeros if Delta skipped it)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        q, path = delta_table.quote, self.paths.table
+        condition = (f"{delta_table.merge_condition(self.keys)} AND t.{q(END_AT)} IS NULL "
+                     f"AND s.{ACTION} = 'close'")
+        values: dict[str, str | Column] = {q(c): F.col(f"s.{q(c)}") for c in columns}
+        ensure_held(path, f"the MERGE into {path}")
+        result = (
+            DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition=F.expr(f"t.{q(START_AT)} >= s.{CLOSE_AT}"))
+            .whenMatchedUpdate(set={q(END_AT): F.col(f"s.{CLOSE_AT}")})
+            .whenNotMatchedInsert(condition=F.expr(f"s.{ACTION} = 'insert'"), values=values)
+            .execute()
+        ).collect()
+        return delta_table.merge_counts(result)
+
+
+def writer(topic: TopicConfig, paths: TopicPaths) -> ChangeWriter:
+    """The table writer of a cdc topic's history: `ChangeWriter` (current) or
+    `HistoryWriter` (scd2)."""
+    from deltaferry.config import History
+
+    return HistoryWriter(topic, paths) if topic.history == History.SCD2 \
+        else ChangeWriter(topic, paths)
