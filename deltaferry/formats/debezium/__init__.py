@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import TopicConfig
-from deltaferry.errors import NoSchemaError
 from deltaferry.formats.debezium import connect
 from deltaferry.formats.json import (
     CORRUPT,
     REASON_NOT_JSON,
     REASON_NOT_OBJECT,
     REASON_NOT_UTF8,
+    JsonDecoder,
     commit_schema,
     infer_from_records,
     infer_schema,
@@ -44,7 +44,6 @@ from deltaferry.formats.json import (
 from deltaferry.reports import InferReport
 from deltaferry.schema.merge import merge_schemas
 from deltaferry.spark.decoding import REASON_NO_KEY, StringKeys
-from deltaferry.spark.kafka_source import with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -319,24 +318,12 @@ class DebeziumKeys(StringKeys):
     requires_key = False
 
 
-class DebeziumDecoder:
+class DebeziumDecoder(JsonDecoder):
     """The decoder of a `cdc: debezium` topic (deltaferry.spark.decoding's `Decoder`): each
     change event's row, key and source position (`decode_events`), typed by the batch's
     Connect schemas where its events carry them, else by the cached inferred schema (grown
-    first by offsets the infer step has not read, as for a JSON topic)."""
-
-    def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
-        self.spark = spark
-        self.topic = topic
-        self.store = store
-        latest = store.latest()
-        if latest is None:
-            raise NoSchemaError(f"topic {topic.name!r}: no schema cached in {store.location}; "
-                                "run the infer step first")
-        self.schema_version = latest.version
-
-    def raw_columns(self, batch_df: DataFrame) -> Any:
-        return with_raw_columns(batch_df)
+    first by offsets the infer step has not read, as for a JSON topic, whose
+    decoder gives it the schema store and its raw columns)."""
 
     def current_schema(self, raw: DataFrame) -> SchemaVersion:
         """The cached schema, grown by the rows of the batch's offsets inference has not
