@@ -78,7 +78,7 @@ docs: setup
 # The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
 test-integration: setup
 	scripts/ensure-browser.sh
-	$(BIN)/pytest tests/integration -q -m integration
+	$(BIN)/pytest tests/integration -q -m integration --durations=25
 
 demo: setup
 	$(BIN)/python -m deltaferry_dev.demo
