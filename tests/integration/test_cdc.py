@@ -17,8 +17,7 @@ import pytest
 
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
-
-from .debezium_events import (
+from deltaferry_dev.debezium_events import (
     BASE_TS_MS,
     Customer,
     Event,
@@ -28,6 +27,7 @@ from .debezium_events import (
     messages,
     value_text,
 )
+
 from .readers import assert_readers_agree
 from .test_pipeline import context
 

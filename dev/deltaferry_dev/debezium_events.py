@@ -3,6 +3,8 @@
 created_at timestamp, birth_date date, updated_at timestamptz), through Kafka Connect's
 JsonConverter with ``schemas.enable=true`` (`wrapped`) and without it; and the state a table
 must hold after them (`expected_rows`), by the rule: within a key the higher (LSN, ts_ms) wins.
+
+`make demo` (`deltaferry_dev.demo`) and the integration tests both write these events.
 """
 
 from __future__ import annotations
@@ -161,3 +163,4 @@ def expected_rows(events: list) -> dict[int, Event]:
         if current is None or (event.lsn, event.ts_ms) > (current.lsn, current.ts_ms):
             best[event.key] = event
     return {k: e for k, e in best.items() if e.op != "d"}
+
