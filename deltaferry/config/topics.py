@@ -398,8 +398,9 @@ class TopicConfig:
         lambda v: v is None or v in CDC_KINDS,
         f"must be {' | '.join(CDC_KINDS)} or null (values as they are)")] = option(
         None, "debezium: each value is a Debezium change event (JSON, with or without the "
-        "schema wrapper); the table holds the rows of the source table, keyed on the message "
-        "key's fields, changed in source order (see Change data capture)")
+        "schema wrapper; Avro through the Schema Registry with format avro); the table holds "
+        "the rows of the source table, keyed on the message key's fields, changed in source "
+        "order (see Change data capture)")
     history: Annotated[str, _supported("history", HISTORIES)] = option(
         "current", "cdc topics: current (one row per primary key, deletes remove it) | scd2 "
         "(every version of each key, from __start_at to __end_at; null while current)")
@@ -573,16 +574,18 @@ def _check_cdc(topic: TopicConfig, where: str) -> None:
             raise ConfigError(where, f"history {topic.history} is for change-data-capture "
                               "topics: add cdc: debezium, or leave history out")
         return
-    if topic.format != Format.JSON:
-        raise ConfigError(where, f"cdc {topic.cdc} reads JSON change events (Kafka Connect's "
-                          f"JsonConverter); format {topic.format} is not yet supported with it")
+    if topic.format not in (Format.JSON, Format.AVRO):
+        raise ConfigError(where, f"cdc {topic.cdc} reads change events as Kafka Connect's "
+                          "JsonConverter (format json) or Debezium's AvroConverter (format "
+                          f"avro) writes them; format {topic.format} is not supported with it")
     if topic.appends or topic.merge_key:
         what = "mode append" if topic.appends else "merge_key"
         raise ConfigError(where, f"cdc {topic.cdc} keys the table on the message key's "
                           f"fields and applies each change in source order; {what} does not "
                           "go with it: leave it out")
-    if topic.key_format != KeyFormat.STRING:
-        raise ConfigError(where, f"cdc {topic.cdc} reads the key as JSON; leave key_format out")
+    if topic.format == Format.JSON and topic.key_format != KeyFormat.STRING:
+        raise ConfigError(where, f"cdc {topic.cdc} with format json reads the key as JSON; "
+                          "leave key_format out")
     if topic.json.schema_hints or topic.json.schema_hints_file:
         raise ConfigError(where, f"schema hints are not yet supported with cdc {topic.cdc} "
                           "(with the schema wrapper, the change events' schema gives the "

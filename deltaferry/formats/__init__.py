@@ -5,8 +5,9 @@ A format module holds `FORMAT`, a `TopicFormat`: its infer step, its decoder (th
 deltaferry.spark.decoding `Decoder` protocol) and whether its writer schemas come from the
 Schema Registry (the pre-flight). A new format is one new module and one entry in `MODULES`.
 Key formats are chosen the same way, from `KEY_DECODERS`. A change-data-capture topic (`cdc:`)
-is read by the module of its envelope (`CDC_MODULES`: `debezium`) whatever its format, which
-also gives the table writer that applies its changes in source order (`writer_for`).
+is read by the module of its envelope in its format (`CDC_FORMAT_MODULES`: `debezium`,
+`debezium.avro`); its envelope's module (`CDC_MODULES`) also gives the table writer that
+applies its changes in source order (`writer_for`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,16 @@ MODULES: dict[Format, str] = {
     Format.AVRO: "deltaferry.formats.avro",
     Format.PROTOBUF: "deltaferry.formats.protobuf",
 }
-#: The module of each change-data-capture envelope (`cdc:`), which reads such a topic instead
-#: of its format's module.
+#: The module of each change-data-capture envelope (`cdc:`), whose `changes` module writes
+#: such a topic's table.
 CDC_MODULES: dict[Cdc, str] = {
     Cdc.DEBEZIUM: "deltaferry.formats.debezium",
+}
+#: The module that reads each change-data-capture envelope in each format, instead of the
+#: format's module.
+CDC_FORMAT_MODULES: dict[tuple[Cdc, Format], str] = {
+    (Cdc.DEBEZIUM, Format.JSON): "deltaferry.formats.debezium",
+    (Cdc.DEBEZIUM, Format.AVRO): "deltaferry.formats.debezium.avro",
 }
 #: The key decoder class of each key format, imported likewise.
 KEY_DECODERS: dict[KeyFormat, str] = {
@@ -73,7 +80,8 @@ KEY_DECODERS: dict[KeyFormat, str] = {
 def format_of(topic: TopicConfig) -> TopicFormat:
     """The format of `topic` (its module's FORMAT): its cdc envelope's if it has one."""
     if topic.cdc:
-        return importlib.import_module(CDC_MODULES[Cdc(topic.cdc)]).FORMAT
+        return importlib.import_module(
+            CDC_FORMAT_MODULES[Cdc(topic.cdc), Format(topic.format)]).FORMAT
     return importlib.import_module(MODULES[Format(topic.format)]).FORMAT
 
 
@@ -100,8 +108,9 @@ def key_decoder_for(spark: SparkSession, topic: TopicConfig) -> KeyDecoder:
     from deltaferry.spark.decoding import AppendKeys, PayloadKeys
 
     if topic.cdc:
-        return importlib.import_module(CDC_MODULES[Cdc(topic.cdc)]).FORMAT.key_decoder(spark,
-                                                                                    topic)
+        return importlib.import_module(
+            CDC_FORMAT_MODULES[Cdc(topic.cdc), Format(topic.format)]).FORMAT.key_decoder(
+                spark, topic)
     if topic.appends:
         return AppendKeys(spark, topic)
     if topic.merge_key:

@@ -1,4 +1,4 @@
-"""`make demo`: the local stack, sample events on two demo topics, their DAGs run through a running
+"""`make demo`: the local stack, sample events on the demo topics, their DAGs run through a running
 Airflow's scheduler (and a run triggered through its REST API), the resulting tables.
 
 * ``demo_events``: JSON, schema inferred with the hints of ``schemas/demo_events.yaml``
@@ -8,6 +8,10 @@ Airflow's scheduler (and a run triggered through its REST API), the resulting ta
   so the Schema Registry holds two versions and one run lands both in one table.
 * ``demo_orders``: protobuf bodies of ``schemas/shop/order.proto`` (no registry): nested,
   repeated, map, enum and Timestamp fields, an update, and a body that does not decode.
+
+* ``demo_customers``: Debezium change events (`deltaferry_dev.debezium_events`: a Postgres
+  table's snapshot, updates, an insert, a delete with its tombstone, a redelivered old update),
+  ``cdc: debezium`` with ``history: scd2``: every version of each customer, one run.
 
 ``demo_events``' entry sets ``max_quarantined_ratio: 0.05``, so its two bad messages fire an
 alert: the demo starts a local webhook (`deltaferry_dev.receiver`), points the ``demo_alerts``
@@ -33,6 +37,7 @@ from deltaferry.kafka import create_topic, produce
 DEMO_TOPIC = "demo_events"
 AVRO_TOPIC = "demo_payments"
 PROTO_TOPIC = "demo_orders"
+CDC_TOPIC = "demo_customers"
 #: The Airflow connection ``demo_events`` notifies (its entry in topics.yaml).
 ALERTS_CONN_ID = "demo_alerts"
 
@@ -111,6 +116,39 @@ def sample_orders(n: int = 6, seed: int = 5):
     yield "order-99", b"\xff\xfe not protobuf"  # goes to the quarantine table
 
 
+def sample_changes() -> list:
+    """The change events of a Postgres table of customers (`debezium_events.Event`), each a
+    minute after the last: a snapshot of 1001 to 1004, updates (1001 twice), the insert of
+    1005, the delete of 1003, and the first update of 1001 again (redelivered after a
+    connector restart: stale, it adds no version)."""
+    from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer
+
+    minute = 60_000
+    snapshot = [Event("r", i, 1000, BASE_TS_MS, 500, after=customer(i), snapshot="true")
+                for i in range(1001, 1005)]
+    first_update = Event("u", 1001, 2000, BASE_TS_MS + minute, 501, before=customer(1001),
+                         after=customer(1001, 1))
+    return [
+        *snapshot,
+        first_update,
+        Event("c", 1005, 2100, BASE_TS_MS + 2 * minute, 502, after=customer(1005)),
+        Event("u", 1002, 2200, BASE_TS_MS + 3 * minute, 503, before=customer(1002),
+              after=customer(1002, 1)),
+        Event("d", 1003, 2300, BASE_TS_MS + 4 * minute, 504, before=customer(1003)),
+        Event("u", 1001, 2400, BASE_TS_MS + 5 * minute, 505, before=customer(1001, 1),
+              after=customer(1001, 2)),
+        first_update,
+    ]
+
+
+def sample_customers() -> list[tuple]:
+    """(key, value) of `sample_changes` as Debezium writes them through the JsonConverter
+    with ``schemas.enable=true`` (a delete followed by its tombstone)."""
+    from deltaferry_dev.debezium_events import messages
+
+    return messages(sample_changes(), wrapped=True)
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -126,7 +164,7 @@ def main() -> int:
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
     bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
     registry_url = os.environ["DELTAFERRY_SCHEMA_REGISTRY_URL"]
-    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
+    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC):
         if create_topic(bootstrap, topic, partitions=3) and own_warehouse:
             start_over(services.LOCAL_WAREHOUSE / topic)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
@@ -135,15 +173,20 @@ def main() -> int:
     say(f"produced {count} Avro payments on {AVRO_TOPIC!r} (schema registry {registry_url})")
     count = produce(bootstrap, PROTO_TOPIC, sample_orders())
     say(f"produced {count} protobuf orders on {PROTO_TOPIC!r} (schema: schemas/shop/order.proto)")
+    count = produce(bootstrap, CDC_TOPIC, sample_customers())
+    say(f"produced {count} Debezium change events on {CDC_TOPIC!r} (cdc: debezium, history: "
+        "scd2)")
 
     airflow = services.up(env=os.environ, say=say)
     with WebhookReceiver() as webhook:
         airflow.client().set_connection(ALERTS_CONN_ID, webhook.connection())
         say(f"Airflow connection {ALERTS_CONN_ID!r}: a local webhook at {webhook.url} (the "
             f"demo's notify target: {DEMO_TOPIC}'s alerts and task failures go there)")
-        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC):
+        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC):
             dag_id = f"ingest_{topic}"
-            runs = run_through_scheduler(airflow.client(), dag_id, tell=say)
+            # the cdc topic's one run shows it all: a second would find nothing new
+            runs = run_through_scheduler(airflow.client(), dag_id, tell=say,
+                                         manual=topic != CDC_TOPIC)
             if any(run["state"] != "success" for run in runs):
                 say(f"a DAG run failed; its task logs are in the UI at "
                     f"{airflow.url}/dags/{dag_id}")
@@ -181,7 +224,7 @@ def print_alerts(webhook) -> None:
 
 
 def print_tables() -> None:
-    """Print both demo topics' Delta tables and the JSON topic's quarantine."""
+    """Print the demo topics' Delta tables and the JSON topic's quarantine."""
     from deltaferry.pipeline import TopicContext
     from deltaferry.quarantine import SHOWN
     from deltaferry.spark.session import get_spark
@@ -205,6 +248,22 @@ def print_tables() -> None:
     (spark.read.format("delta").load(proto.paths.table).orderBy("id")
      .select("id", "customer", "quantity", "amount_cents", "status", "created", "attributes",
              "geo", "lines").show(truncate=False))
+    print_history(spark)
+
+
+def print_history(spark) -> None:
+    """Print the cdc topic's SCD2 table: every version of each customer, oldest first."""
+    from pyspark.sql import functions as F
+
+    from deltaferry.pipeline import TopicContext
+
+    cdc = TopicContext.load(CDC_TOPIC)
+    print(f"Delta table {cdc.paths.table} (cdc: debezium, history: scd2; 1003 deleted, the "
+          "redelivered update of 1001 skipped as stale):")
+    (spark.read.format("delta").load(cdc.paths.table).orderBy("id", "__start_at")
+     .select("id", "email", "balance", "__op", "__start_at", "__end_at",
+             F.col("__end_at").isNull().alias("current"))
+     .show(truncate=False))
 
 
 def print_versions(registry_url: str) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
-
-from .debezium_events import (
+from deltaferry_dev.debezium_events import (
     BASE_TS_MS,
     Customer,
     Event,
@@ -28,6 +28,7 @@ from .debezium_events import (
     messages,
     value_text,
 )
+
 from .readers import assert_readers_agree
 from .test_pipeline import context
 
@@ -91,12 +92,17 @@ def second_run() -> list:
 
 
 def third_run() -> list:
-    """Another run: the deleted 1002 inserted again, and the old delete of 1003 (older than
-    its insert) and the old insert of 1005 (older than its delete) redelivered."""
+    """Another run: the deleted 1002 inserted again, the old delete of 1003 (older than its
+    insert) and the old insert of 1005 (older than its delete) redelivered, and 1004's primary
+    key changed to 1006, as Debezium writes it: a delete of the old key (with its tombstone)
+    and a create of the new one, both at the update's position."""
+    moved = replace(customer(1004, 3), id=1006)
     return [
         Event("c", 1002, 4000, BASE_TS_MS + 200, 600, after=customer(1002, 7)),
         Event("d", 1003, 2300, BASE_TS_MS + 40, 504, before=customer(1003)),
         Event("c", 1005, 2000, BASE_TS_MS + 10, 501, after=customer(1005)),
+        Event("d", 1004, 4100, BASE_TS_MS + 210, 601, before=customer(1004, 3)),
+        Event("c", 1006, 4100, BASE_TS_MS + 210, 601, after=moved),
     ]
 
 
@@ -194,11 +200,12 @@ def test_debezium_changes_land_in_source_order_across_runs(
     report = ingest(spark, ctx)
     events += third
     assert_table(spark, ctx, events, wrapped)
-    assert (report.stale, report.inserted, report.updated, report.deleted) == (2, 1, 0, 0), \
+    # 1002 back and 1006 new; 1004 deleted (its key changed) and remembered
+    assert (report.stale, report.inserted, report.updated, report.deleted) == (2, 2, 0, 1), \
         report.summary()
     deletes = {r["id"]: r["__source_lsn"] for r in
                spark.read.format("delta").load(ctx.paths.deletes).collect()}
-    assert deletes == {1005: 3100}
+    assert deletes == {1005: 3100, 1004: 4100}
 
     # a run with nothing new changes nothing
     before = spark.read.format("delta").load(ctx.paths.table).collect()
@@ -340,7 +347,78 @@ def test_history_scd2_keeps_every_version_across_runs(
         assert_history(spark, ctx, events, wrapped)
         counts.append((report.inserted, report.updated, report.deleted, report.stale))
     # run 1: 7 versions (the two updates of 1001's transaction make one), none in the table to
-    # end, 1 stale; run 2: 1004's update, 1004's and 1005's versions ended; run 3: 1002 back
-    assert counts == [(7, 0, 0, 1), (1, 2, 0, 2), (1, 0, 0, 2)], counts
+    # end, 1 stale; run 2: 1004's update, 1004's and 1005's versions ended; run 3: 1002 back,
+    # 1004's key changed to 1006 (1004's version ended, 1006's started at the same time)
+    assert counts == [(7, 0, 0, 1), (1, 2, 0, 2), (2, 1, 0, 2)], counts
     current = spark.read.format("delta").load(ctx.paths.table).where("__end_at IS NULL")
-    assert sorted(r["id"] for r in current.collect()) == [1001, 1002, 1003, 1004]
+    assert sorted(r["id"] for r in current.collect()) == [1001, 1002, 1003, 1006]
+
+
+def test_avro_change_events_land_as_the_json_ones_do(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    """Debezium's AvroConverter through the registry (`format: avro`): a snapshot, an update,
+    a delete and its tombstone, a truncate, redelivered old events; the table read back with
+    delta-rs holds each live key's newest row, Debezium's time types as timestamps and
+    dates, the decimal as a decimal."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from deltaferry.lake import open_table
+    from deltaferry_dev.debezium_events import (
+        AVRO_KEY_SCHEMA,
+        AVRO_VALUE_SCHEMA,
+        avro_key,
+        avro_value,
+    )
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("pg.inventory.avro", partitions=2)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", format="avro")
+    snapshot = [Event("r", i, 1000, BASE_TS_MS, 500, after=customer(i)) for i in (1, 2, 3)]
+    update = Event("u", 1, 2000, BASE_TS_MS + 10, 501, before=customer(1),
+                   after=customer(1, 1))
+    events = [*snapshot, update,
+              Event("d", 2, 2100, BASE_TS_MS + 20, 502, before=customer(2)),
+              Event("t", 0, 2200, BASE_TS_MS + 30, 503),
+              update, snapshot[1]]  # redelivered: the update, 2's snapshot (older than its delete)
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    keys = AvroSerializer(client, json.dumps(AVRO_KEY_SCHEMA))
+    values = AvroSerializer(client, json.dumps(AVRO_VALUE_SCHEMA))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for event in events:
+        key = None if event.op == "t" else keys(
+            avro_key(event.key), SerializationContext(topic, MessageField.KEY))
+        value = values(avro_value(event), SerializationContext(topic, MessageField.VALUE))
+        producer.produce(topic, key=key, value=value)
+        if event.op == "d":
+            producer.produce(topic, key=key, value=None)  # the tombstone
+    assert producer.flush(30) == 0
+
+    run_step("infer", ctx, spark)
+    report = ingest(spark, ctx)
+    assert (report.inserted, report.stale, report.quarantined) == (2, 2, 1), report.summary()
+    reasons = [r["reason"] for r in spark.read.format("delta").load(ctx.paths.quarantine)
+               .collect()]
+    assert len(reasons) == 1 and reasons[0].startswith("truncate event (op t)"), reasons
+    names = ["id", "name", "email", "balance", "created_at", "birth_date", "updated_at",
+             "__op", "__source_lsn", "__source_ts_ms", "kafka_key"]
+    rows = sorted(open_table(ctx.paths.table).to_pyarrow_table(columns=names).to_pylist(),
+                  key=lambda r: r["id"])
+    expected = expected_rows(events)
+    assert [r["id"] for r in rows] == sorted(expected) == [1, 3]
+    for row in rows:
+        event = expected[row["id"]]
+        assert event.after is not None
+        want = typed(event.after, wrapped=True)
+        # delta-rs reads a Spark timestamp as UTC-zoned; the expected values are naive UTC
+        got = {k: row[k].astimezone(UTC).replace(tzinfo=None)
+               if isinstance(row[k], datetime) and row[k].tzinfo else row[k] for k in want}
+        assert got == want, (got, want)
+        assert (row["__op"], row["__source_lsn"], row["__source_ts_ms"]) == \
+            (event.op, event.lsn, event.ts_ms)
+        assert json.loads(row["kafka_key"]) == {"id": row["id"]}
+    deletes = [(r["id"], r["__source_lsn"]) for r in
+               spark.read.format("delta").load(ctx.paths.deletes).collect()]
+    assert deletes == [(2, 2100)]

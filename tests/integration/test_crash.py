@@ -26,9 +26,9 @@ import pytest
 from deltaferry.faults import MARK_VAR, POINT_VAR, POINTS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
+from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer
+from deltaferry_dev.debezium_events import messages as debezium_messages
 
-from .debezium_events import BASE_TS_MS, Event, customer
-from .debezium_events import messages as debezium_messages
 from .readers import assert_deletion_vectors, merge_metrics
 from .test_cli import CLI
 from .test_pipeline import assert_table_is_latest_state, context

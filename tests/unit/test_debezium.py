@@ -185,11 +185,28 @@ def test_cdc_options_load():
     assert parse_topics({"topics": [{"name": "x"}]}, "t.yaml").topics[0].cdc is None
 
 
+def test_an_avro_cdc_topic_is_read_by_the_avro_converters_format_through_the_registry():
+    from deltaferry.formats import format_of, uses_registry
+    from deltaferry.formats.debezium.avro import DebeziumAvroFormat
+
+    parsed = parse_topics({"topics": [
+        {"name": "pg.a", "cdc": "debezium", "format": "avro", "history": "scd2"},
+        {"name": "pg.k", "cdc": "debezium", "format": "avro", "key_format": "avro"}]}, "t.yaml")
+    assert parsed.errors == [] and len(parsed.topics) == 2
+    topic = parsed.topics[0]
+    assert isinstance(format_of(topic), DebeziumAvroFormat) and uses_registry(topic)
+    assert not format_of(topic).infer_needs_spark
+    json_topic = TopicConfig(name="pg.j", cdc="debezium")
+    assert not isinstance(format_of(json_topic), DebeziumAvroFormat)
+    assert not uses_registry(json_topic)
+
+
 @pytest.mark.parametrize("entry, fragment", [
     ("cdc='maxwell'", "cdc: must be debezium or null"),
     ("cdc='debezium', history='scd3'", "'scd3' is not a supported history"),
     ("history='scd2'", "history scd2 is for change-data-capture topics"),
-    ("cdc='debezium', format='avro'", "format avro is not yet supported"),
+    ("cdc='debezium', format='protobuf'", "format protobuf is not supported"),
+    ("cdc='debezium', key_format='avro'", "key_format avro needs format avro"),
     ("cdc='debezium', mode='append'", "mode append does not go with it"),
     ("cdc='debezium', merge_key=['id']", "merge_key does not go with it"),
     ("cdc='debezium', json={'schema_hints': {'a': 'long'}}", "schema hints are not yet"),
@@ -207,3 +224,26 @@ def test_stale_events_are_counted_in_the_summary():
     report = IngestReport("pg.c", stale=4)
     assert "4 stale skipped" in report.summary()
     assert IngestReport.parse(report.as_dict()).stale == 4
+
+
+def test_an_avro_envelopes_row_converts_debeziums_time_types_and_nothing_else():
+    from deltaferry.formats.debezium import connect
+    from deltaferry.formats.debezium.avro import envelope_row, has_field
+    from deltaferry_dev.debezium_events import AVRO_VALUE_SCHEMA
+
+    row = envelope_row(AVRO_VALUE_SCHEMA)
+    assert row is not None
+    by_name = {f["field"]: f for f in row["fields"]}
+    assert list(by_name) == ["id", "name", "email", "balance", "created_at", "birth_date",
+                             "updated_at"]
+    assert by_name["balance"] == {"type": "bytes", "field": "balance"}  # spark-avro's decimal
+    assert by_name["created_at"]["name"] == "io.debezium.time.MicroTimestamp"
+    sql = connect.conversion_sql("`r`", row)
+    assert "timestamp_micros(`r`.`created_at`)" in sql
+    assert "date_from_unix_date(`r`.`birth_date`)" in sql
+    assert "try_to_timestamp(`r`.`updated_at`)" in sql
+    assert "`r`.`balance`" in sql and "conv(" not in sql
+    assert has_field(AVRO_VALUE_SCHEMA, "source", "lsn")
+    assert not has_field(AVRO_VALUE_SCHEMA, "source", "commit_lsn")
+    assert envelope_row({"type": "record", "name": "Payment", "fields": [
+        {"name": "op", "type": "string"}]}) is None

@@ -599,6 +599,23 @@ def test_topics_page_links_and_shows_the_last_run_that_did_work(warehouse):
     assert 'class="has-problem"' in text and "the quarantine grew by 2" in text
 
 
+def test_the_topics_page_says_how_many_stale_change_events_the_last_run_skipped(warehouse):
+    """A cdc topic's ingest report counts the stale events it skipped: the written cell says
+    so beside the counts, and says nothing of them when there were none."""
+    _, env = warehouse
+    with open(env["DELTAFERRY_TOPICS"], "w") as out:
+        out.write(f"topics:\n  - name: {TOPIC}\n    cdc: debezium\n")
+
+    def written(report: dict) -> str:
+        run = LastRun("manual__1", "success", "2026-11-25 10:00:00 UTC", report,
+                      ended="2026-11-25 10:00:00 UTC")
+        text = client_for(env, runs=lambda ids: {f"ingest_{TOPIC}": run}).get("/").text
+        return re.findall(r'<td class="work-written">([^<]*)', text)[0]
+
+    assert written({**WORK, "stale": 3}) == "4 inserted, 2 updated, 1 deleted, 3 stale skipped"
+    assert written({**WORK, "stale": 0}) == "4 inserted, 2 updated, 1 deleted"
+
+
 def test_every_commit_names_the_airflow_run_and_task_that_made_it(tmp_path):
     from deltalake import CommitProperties, write_deltalake
 

@@ -18,7 +18,9 @@ that is not an object of the key's fields, a key field null). A truncate (``op: 
 quarantined too (`REASON_TRUNCATE`): deltaferry never empties a table on its own. The tombstone
 Debezium sends after a delete (a null value) changes nothing and is not quarantined.
 
-How the rows reach the table, in source order and exactly once: `changes`.
+How the rows reach the table, in source order and exactly once: `changes`. Change events
+written by Debezium's AvroConverter (`format: avro`): `avro`, which turns them into the same
+columns.
 """
 
 from __future__ import annotations
@@ -384,3 +386,4 @@ class DebeziumFormat:
 
 
 FORMAT = DebeziumFormat()
+

@@ -164,11 +164,12 @@ class AirflowClient:
         return found["asset_events"]
 
 
-def run_through_scheduler(client, dag_id: str, tell=print) -> list[dict]:
+def run_through_scheduler(client, dag_id: str, tell=print, manual: bool = True) -> list[dict]:
     """Run the DAG as a user does, printing each task's state and result as it happens:
     unpause it (a paused DAG's first unpause makes the scheduler start the latest hourly
     interval's run at once: follow it), then trigger a manual run through the REST API and
-    follow it. The finished runs, in order."""
+    follow it (unless not `manual` and the scheduler's run was followed). The finished runs,
+    in order."""
     wait_until(lambda: client.dag(dag_id), 180, what=f"the dag-processor to parse {dag_id}")
     finished = []
     if client.dag(dag_id)["is_paused"]:
@@ -177,6 +178,8 @@ def run_through_scheduler(client, dag_id: str, tell=print) -> list[dict]:
         run = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
                          what=f"the scheduler to start a run of {dag_id}")[0]
         finished.append(follow(client, dag_id, run["dag_run_id"], tell))
+        if not manual:
+            return finished
     run = client.trigger(dag_id)
     tell(f"triggered a manual run of {dag_id} through Airflow's REST API")
     finished.append(follow(client, dag_id, run["dag_run_id"], tell))

@@ -3,6 +3,13 @@
 created_at timestamp, birth_date date, updated_at timestamptz), through Kafka Connect's
 JsonConverter with ``schemas.enable=true`` (`wrapped`) and without it; and the state a table
 must hold after them (`expected_rows`), by the rule: within a key the higher (LSN, ts_ms) wins.
+
+The same events as Debezium's AvroConverter writes them through a Schema Registry:
+`AVRO_VALUE_SCHEMA` and `AVRO_KEY_SCHEMA` (as the converter derives them from the Connect
+schemas: Debezium's time types plain numbers or text named by ``connect.name``, the decimal a
+``decimal`` logical type), `avro_value` and `avro_key`.
+
+`make demo` (`deltaferry_dev.demo`) and the integration tests both write these events.
 """
 
 from __future__ import annotations
@@ -161,3 +168,87 @@ def expected_rows(events: list) -> dict[int, Event]:
         if current is None or (event.lsn, event.ts_ms) > (current.lsn, current.ts_ms):
             best[event.key] = event
     return {k: e for k, e in best.items() if e.op != "d"}
+
+
+def _avro_time(kind: str, connect_name: str) -> list:
+    return ["null", {"type": kind, "connect.version": 1, "connect.name": connect_name}]
+
+
+AVRO_ROW_SCHEMA = {
+    "type": "record", "name": "Value", "namespace": TOPIC_PREFIX,
+    "connect.name": f"{TOPIC_PREFIX}.Value",
+    "fields": [
+        {"name": "id", "type": {"type": "int", "connect.default": 0}, "default": 0},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {"name": "email", "type": ["null", "string"], "default": None},
+        {"name": "balance", "type": ["null", {
+            "type": "bytes", "scale": 2, "precision": 10, "connect.version": 1,
+            "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+            "connect.name": "org.apache.kafka.connect.data.Decimal",
+            "logicalType": "decimal"}], "default": None},
+        {"name": "created_at", "type": _avro_time("long", "io.debezium.time.MicroTimestamp"),
+         "default": None},
+        {"name": "birth_date", "type": _avro_time("int", "io.debezium.time.Date"),
+         "default": None},
+        {"name": "updated_at", "type": _avro_time("string", "io.debezium.time.ZonedTimestamp"),
+         "default": None},
+    ]}
+AVRO_SOURCE_SCHEMA = {
+    "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+    "connect.name": "io.debezium.connector.postgresql.Source",
+    "fields": [
+        {"name": "version", "type": "string"}, {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"}, {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": [{"type": "string", "connect.version": 1,
+                                       "connect.parameters": {
+                                           "allowed": "true,last,false,incremental"},
+                                       "connect.default": "false",
+                                       "connect.name": "io.debezium.data.Enum"}, "null"],
+         "default": "false"},
+        {"name": "db", "type": "string"},
+        {"name": "sequence", "type": ["null", "string"], "default": None},
+        {"name": "schema", "type": "string"}, {"name": "table", "type": "string"},
+        {"name": "txId", "type": ["null", "long"], "default": None},
+        {"name": "lsn", "type": ["null", "long"], "default": None},
+        {"name": "xmin", "type": ["null", "long"], "default": None},
+    ]}
+AVRO_VALUE_SCHEMA = {
+    "type": "record", "name": "Envelope", "namespace": TOPIC_PREFIX,
+    "connect.version": 2, "connect.name": f"{TOPIC_PREFIX}.Envelope",
+    "fields": [
+        {"name": "before", "type": ["null", AVRO_ROW_SCHEMA], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": AVRO_SOURCE_SCHEMA},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        {"name": "transaction", "type": ["null", {
+            "type": "record", "name": "block", "namespace": "event",
+            "connect.version": 1, "connect.name": "event.block",
+            "fields": [{"name": "id", "type": "string"},
+                       {"name": "total_order", "type": "long"},
+                       {"name": "data_collection_order", "type": "long"}]}],
+         "default": None},
+    ]}
+AVRO_KEY_SCHEMA = {
+    "type": "record", "name": "Key", "namespace": TOPIC_PREFIX,
+    "connect.name": f"{TOPIC_PREFIX}.Key",
+    "fields": [{"name": "id", "type": {"type": "int", "connect.default": 0}, "default": 0}]}
+
+
+def _avro_row(row: Customer | None) -> dict | None:
+    if row is None:
+        return None
+    return {**row.payload(), "balance": row.balance}  # fastavro encodes a Decimal's bytes
+
+
+def avro_value(event: Event) -> dict:
+    """The event as Debezium's AvroConverter writes it (a dict of `AVRO_VALUE_SCHEMA`)."""
+    payload = event.payload()
+    source = {k: v for k, v in payload["source"].items() if k not in ("ts_us", "ts_ns")}
+    return {"before": _avro_row(event.before), "after": _avro_row(event.after),
+            "source": source, "op": event.op, "ts_ms": payload["ts_ms"], "transaction": None}
+
+
+def avro_key(id_: int) -> dict:
+    """The key of customer `id_` (a dict of `AVRO_KEY_SCHEMA`)."""
+    return {"id": id_}
