@@ -9,8 +9,9 @@ Registry's ``DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE``; unset, each client trusts t
 
 The Java client cannot read a PKCS#8 key encrypted with PBES2 (what OpenSSL and `cryptography`
 write by default), so its keystore is a PKCS#12 file made from the certificate and key,
-encrypted with the key's password, in a folder only this user reads (`private_dir`). S3A trusts
-the JVM's default truststore only, so the object store's CA becomes a PKCS#12 truststore there,
+encrypted with a password derived from the key, in a folder only this user reads
+(`private_dir`). S3A trusts the JVM's default truststore only, so the object store's CA
+becomes a PKCS#12 truststore there,
 named by ``-Djavax.net.ssl.trustStore`` (`jvm_truststore_options`): it replaces the JDK's own
 CAs in that JVM, as AWS_CA_BUNDLE replaces boto3's.
 
@@ -116,8 +117,9 @@ def _private_key(pem: bytes, password: str | None):
 
 def java_keystore(cert_file: str, key_file: str, password: str | None) -> tuple[str, str]:
     """(path, password) of a PKCS#12 keystore holding the client certificate chain of
-    `cert_file` and the key of `key_file`, encrypted with `password` (for a key without one:
-    a password derived from the key, which only its holder can compute). Written to
+    `cert_file` and the key of `key_file` (decrypted with `password`), encrypted with a
+    password derived from the key and its password: only their holder can compute it, and it
+    is ASCII (Java and OpenSSL encode other PKCS#12 passwords differently). Written to
     `private_dir`, named by a digest of its inputs; the key is never written unencrypted."""
     stamp = (cert_file, key_file, password, *(_mtime(p) for p in (cert_file, key_file)))
     if stamp not in _keystores:
@@ -143,7 +145,8 @@ def _make_keystore(cert_file: str, key_file: str, password: str | None) -> tuple
     key_pem = _read(key_file, f"ssl.key.location in {KAFKA_SOURCE}")
     chain = _certificates(cert_pem, f"ssl.certificate.location in {KAFKA_SOURCE}")
     key = _private_key(key_pem, password)
-    secret = password or hashlib.sha256(b"deltaferry-keystore\0" + key_pem).hexdigest()
+    secret = hashlib.sha256(b"deltaferry-keystore\0" + key_pem + b"\0"
+                            + (password or "").encode()).hexdigest()
     encryption = (serialization.PrivateFormat.PKCS12.encryption_builder()
                   .kdf_rounds(50_000)
                   .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)

@@ -142,22 +142,23 @@ def kafka_client(pki: Pki, cert=None, protocol="SSL") -> dict[str, str]:
 
 # --- one set of settings, each client's form -----------------------------------------------
 
-def test_java_client_gets_the_ca_inline_and_a_pkcs12_keystore_encrypted_with_the_key_password(
-        pki):
+def test_java_client_gets_the_ca_inline_and_an_encrypted_pkcs12_keystore(pki):
     cert = pki.issue("client", password=KEY_PASSWORD)
     java = java_client_options(kafka_client(pki, cert))
     assert java["security.protocol"] == "SSL"
     assert java["ssl.truststore.type"] == "PEM"
     assert java["ssl.truststore.certificates"] == pki.ca_file.read_text()
     assert java["ssl.keystore.type"] == "PKCS12"
-    assert java["ssl.keystore.password"] == java["ssl.key.password"] == KEY_PASSWORD
+    secret = java["ssl.keystore.password"]
+    assert java["ssl.key.password"] == secret != KEY_PASSWORD  # never the user's password
+    assert secret.isascii() and len(secret) == 64  # Java and OpenSSL agree on ASCII only
     assert not {"ssl.ca.location", "ssl.certificate.location", "ssl.key.location"} & set(java)
     keystore = Path(java["ssl.keystore.location"])
     assert stat.S_IMODE(keystore.stat().st_mode) == 0o600
     assert stat.S_IMODE(keystore.parent.stat().st_mode) == 0o700
     with pytest.raises(ValueError):  # the key is never on disk unencrypted
         pkcs12.load_key_and_certificates(keystore.read_bytes(), None)
-    key, leaf, _ = pkcs12.load_key_and_certificates(keystore.read_bytes(), KEY_PASSWORD.encode())
+    key, leaf, _ = pkcs12.load_key_and_certificates(keystore.read_bytes(), secret.encode())
     assert key is not None
     assert leaf == x509.load_pem_x509_certificate(Path(cert[0]).read_bytes())
 
