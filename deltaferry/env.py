@@ -92,8 +92,8 @@ POOL = _v("DELTAFERRY_POOL", "the Airflow pool that bounds the Spark drivers", "
 S3_ENDPOINT = _v("DELTAFERRY_S3_ENDPOINT", "an S3-compatible server (MinIO, SeaweedFS)",
                  "http(s) URL", default_doc="AWS S3")
 S3_CA_BUNDLE = _v("DELTAFERRY_S3_CA_BUNDLE", "the CA certificates (PEM) an https S3 endpoint's "
-                  "certificate is checked against, for boto3, delta-rs and Spark's S3A (whose "
-                  "JVM then trusts only these)", "path",
+                  "certificate is checked against, by boto3, delta-rs and Spark's S3A (whose "
+                  "JVMs trust them and the system's CAs)", "path",
                   default_doc="AWS_CA_BUNDLE, else the system's CAs")
 AWS_CA_BUNDLE = _v("AWS_CA_BUNDLE", "the AWS SDKs' own CA bundle variable: used for S3 when "
                    "DELTAFERRY_S3_CA_BUNDLE is unset", "path",

@@ -11,9 +11,8 @@ The Java client cannot read a PKCS#8 key encrypted with PBES2 (what OpenSSL and 
 write by default), so its keystore is a PKCS#12 file made from the certificate and key,
 encrypted with a password derived from the key, in a folder only this user reads
 (`private_dir`). S3A trusts the JVM's default truststore only, so the object store's CA
-becomes a PKCS#12 truststore there,
-named by ``-Djavax.net.ssl.trustStore`` (`jvm_truststore_options`): it replaces the JDK's own
-CAs in that JVM, as AWS_CA_BUNDLE replaces boto3's.
+and the system's become a PKCS#12 truststore there, named by ``-Djavax.net.ssl.trustStore``
+(`jvm_truststore_options`).
 
 `check_endpoint` opens one TLS connection with Python's `ssl` and turns a refused certificate
 into one line naming the endpoint and the setting to fix (`TlsError`).
@@ -23,10 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import ssl
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,23 +158,66 @@ def _make_keystore(cert_file: str, key_file: str, password: str | None) -> tuple
     return str(_write_private(f"keystore-{digest[:24]}.p12", data)), secret
 
 
+def system_ca_pem() -> bytes:
+    """The system's CA certificates (PEM) as OpenSSL finds them, else certifi's; b"" if
+    neither is there."""
+    for path in (ssl.get_default_verify_paths().cafile, _certifi()):
+        if path and os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return handle.read()
+    return b""
+
+
+def _certifi() -> str | None:
+    try:
+        import certifi
+    except ImportError:
+        return None
+    return str(certifi.where())
+
+
 def java_truststore(ca_file: str, setting: str) -> str:
     """The path of a PKCS#12 truststore (no password: it holds certificates only) with the
-    CAs of the PEM bundle `ca_file`, in `private_dir`, named by a digest of the bundle."""
-    from cryptography.hazmat.primitives import serialization
+    CAs of the PEM bundle `ca_file` and the system's (`system_ca_pem`), in `private_dir`, named
+    by a digest of both. The system's are kept because the JVM's default truststore serves
+    every client of the JVM (a Kafka source without ssl.ca.location too), not only S3A."""
+    from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
-    pem = _read(ca_file, setting)
-    certs = [pkcs12.PKCS12Certificate(cert, f"ca{i}".encode())
-             for i, cert in enumerate(_certificates(pem, setting))]
+    pem, system = _read(ca_file, setting), system_ca_pem()
+    found = _certificates(pem, setting)
+    if system:
+        found += x509_certificates(system)
+    unique = list({cert.fingerprint(hashes.SHA256()): cert for cert in found}.values())
+    certs = [pkcs12.PKCS12Certificate(cert, f"ca{i}".encode()) for i, cert in enumerate(unique)]
     data = pkcs12.serialize_java_truststore(certs, serialization.NoEncryption())
-    name = f"truststore-{hashlib.sha256(pem).hexdigest()[:24]}.p12"
+    name = f"truststore-{hashlib.sha256(pem + system).hexdigest()[:24]}.p12"
     return str(_write_private(name, data))
 
 
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL)
+
+
+def x509_certificates(pem: bytes) -> list:
+    """The certificates of a PEM bundle that parse, each on its own: a system bundle may hold
+    one that `cryptography` deprecates (a non-positive serial number) or refuses."""
+    from cryptography import x509
+
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for block in _PEM_CERTIFICATE.findall(pem):
+            try:
+                found.append(x509.load_pem_x509_certificate(block))
+            except ValueError:
+                continue
+    return found
+
+
 def jvm_truststore_options(ca_file: str | None, setting: str) -> str:
-    """JVM options that make `ca_file` (a PEM bundle) the JVM's default truststore (what S3A
-    trusts); "" when `ca_file` is None."""
+    """JVM options that make `ca_file` (a PEM bundle, with the system's CAs) the JVM's default
+    truststore (what S3A trusts); "" when `ca_file` is None."""
     if not ca_file:
         return ""
     path = java_truststore(ca_file, setting)
@@ -384,15 +428,17 @@ def split_host_port(address: str, default_port: int) -> tuple[str, int]:
 def check_kafka(bootstrap: str, options: Mapping[str, str] | None, probe_s: float = 0.5
                 ) -> None:
     """Check every broker of `bootstrap` with `check_endpoint` when `options` use TLS
-    (security.protocol SSL or SASL_SSL); the SSL protocol (mutual TLS) is probed for a
-    refused client certificate. Nothing when no TLS is used."""
+    (security.protocol SSL or SASL_SSL); with the SSL protocol (mutual TLS) the first broker is
+    probed for a refused client certificate (the client's, the same for every broker). Nothing
+    when no TLS is used."""
     tls = kafka_client_tls(options or {})
     if tls is None:
         return
     mutual = (options or {}).get("security.protocol", "").upper() == "SSL"
-    for broker in bootstrap.split(","):
+    for position, broker in enumerate(bootstrap.split(",")):
         host, port = split_host_port(broker, 9093)
-        check_endpoint("kafka", host, port, tls, probe_s=probe_s if mutual else 0.0)
+        probe = probe_s if mutual and position == 0 else 0.0
+        check_endpoint("kafka", host, port, tls, probe_s=probe)
 
 
 def check_url(service: str, url: str, ca_file: str | None, ca_setting: str) -> None:

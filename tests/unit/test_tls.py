@@ -10,6 +10,7 @@ import socket
 import ssl
 import stat
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -257,8 +258,12 @@ def test_s3_ca_bundle_reaches_boto3_delta_rs_and_the_spark_jvms(pki, tmp_path):
     store = conf["spark.executor.extraJavaOptions"].split("-Djavax.net.ssl.trustStore=")[1]
     store = Path(store.split()[0])
     assert stat.S_IMODE(store.stat().st_mode) == 0o600
-    loaded = pkcs12.load_pkcs12(store.read_bytes(), None)
-    assert [c.certificate for c in loaded.additional_certs] == [pki.cert]
+    with warnings.catch_warnings():  # a system CA with a serial cryptography deprecates
+        warnings.simplefilter("ignore")
+        trusted = [c.certificate for c in pkcs12.load_pkcs12(store.read_bytes(), None)
+                   .additional_certs]
+    assert trusted[0] == pki.cert  # the bundle, then the system's CAs (the JVM's other clients)
+    assert len(trusted) == 1 + len(tls.x509_certificates(tls.system_ca_pem()))
     assert "trustStore" not in builder_settings(
         "local[2]", False, env={**env, "DELTAFERRY_S3_ENDPOINT": "http://localhost:8333"}
     ).get("spark.executor.extraJavaOptions", "")
