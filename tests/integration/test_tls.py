@@ -20,7 +20,7 @@ import pytest
 
 from deltaferry.kafka import create_topic, produce
 
-from .test_secrets import CLI, SCRAM, CommandLines, assert_nothing_leaked
+from .test_secrets import CLI, CREDENTIAL_VARS, SCRAM, CommandLines, assert_nothing_leaked
 
 pytestmark = pytest.mark.integration
 
@@ -98,8 +98,13 @@ def run_cli(topic: str, tmp_path: Path, topic_yaml: str = "", **env: str
 
 
 def secrets(env: dict[str, str]) -> dict[str, str]:
-    return {name: env[name] for name in ("AWS_SECRET_ACCESS_KEY", "DELTAFERRY_KAFKA_SASL_PASSWORD",
-                                         "DELTAFERRY_TLS_CLIENT_KEY_PASSWORD")}
+    """The secrets by name, and the client key's text: none may appear anywhere."""
+    found = {name: env[name] for name in ("AWS_SECRET_ACCESS_KEY",
+                                          "DELTAFERRY_KAFKA_SASL_PASSWORD",
+                                          "DELTAFERRY_TLS_CLIENT_KEY_PASSWORD")}
+    key = Path(env["DELTAFERRY_TLS_CLIENT_KEY_FILE"]).read_text().strip().splitlines()
+    found["the client key's text"] = key[1]  # its first line of base64
+    return found
 
 
 def mutual_tls_options(env: dict[str, str]) -> dict[str, str]:
@@ -193,3 +198,46 @@ def test_a_refused_certificate_stops_the_run_before_spark_in_one_line(tls_env, s
     assert line.startswith(f"deltaferry: error: kafka {bootstrap}: {says}"), line
     assert time.monotonic() - started < 20
     assert not lines.spark_drivers_of(topic)
+
+
+def test_airflow_task_through_mutual_tls_from_connections(tls_env, https_warehouse, tmp_path,
+                                                          tmp_path_factory, monkeypatch, capfd):
+    """The DAG's ingest task as the operator runs it (spark-submit), the brokers and their TLS
+    from the Kafka connection, S3 from the AWS connection: the table lands and no secret is on
+    a command line or in the task's log."""
+    from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
+    from deltaferry.spark import warm as warm_drivers
+
+    topic = f"tls-airflow-{uuid.uuid4().hex[:8]}"
+    create_topic(tls_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=2)
+    messages = [(f"k{i % 3}", {"n": i}) for i in range(12)]
+    produce(tls_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, messages)
+    for name in CREDENTIAL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": tls_env["DELTAFERRY_KAFKA_SSL_BOOTSTRAP"],
+        **mutual_tls_options(tls_env)}}))
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": tls_env["AWS_ACCESS_KEY_ID"],
+        "password": tls_env["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": tls_env["DELTAFERRY_S3_HTTPS_ENDPOINT"]}}))
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", https_warehouse)
+    monkeypatch.setenv("DELTAFERRY_SPARK_MASTER", "local[2]")
+    monkeypatch.setenv(warm_drivers.ENABLED_VAR, "off")
+    monkeypatch.chdir(tmp_path)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n")
+    with CommandLines() as lines:
+        reports = [DeltaferrySparkSubmitOperator(task_id=step, topic=topic, step=step,
+                                                 topics_file=str(topics)).execute({"params": {}})
+                   for step in ("infer", "ingest")]
+    assert reports[1]["messages_read"] == 12, reports
+    captured = capfd.readouterr()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, tls_env[name])
+    monkeypatch.setenv("DELTAFERRY_S3_ENDPOINT", tls_env["DELTAFERRY_S3_HTTPS_ENDPOINT"])
+    assert rows(https_warehouse, topic, ["kafka_key", "n"]) == {
+        key: (value["n"],) for key, value in messages[-3:]}
+    assert_nothing_leaked(secrets(tls_env), lines, topic,
+                          {"the task's log": captured.out + captured.err}, https_warehouse,
+                          tmp_path_factory.getbasetemp())

@@ -382,3 +382,25 @@ def test_an_expired_registry_certificate_stops_the_registry_check(pki):
                                          ca_bundle=str(pki.ca_file)))
     assert str(caught.value).startswith(
         f"schema registry localhost:{s.port}: the server's certificate has expired")
+
+
+def test_no_key_password_or_key_reaches_spark_settings_or_a_child_command_line(pki):
+    """Spark settings can become a driver's --conf arguments; the key's password and key stay
+    in the environment (DELTAFERRY_KAFKA_OPTIONS) and the reader options set through py4j."""
+    from deltaferry.airflow.connections import KafkaAccess
+    from deltaferry.airflow.operators import spark_conf
+
+    cert = pki.issue("client", password=KEY_PASSWORD)
+    options = kafka_client(pki, cert)
+    env = {"DELTAFERRY_KAFKA_OPTIONS": json.dumps(options),
+           "DELTAFERRY_S3_ENDPOINT": "https://localhost:8443",
+           "DELTAFERRY_S3_CA_BUNDLE": str(pki.ca_file)}
+    java = java_client_options(options)
+    key_text = Path(cert[1]).read_text()
+    secrets = (KEY_PASSWORD, java["ssl.keystore.password"], key_text)
+    for conf in (builder_settings("local[2]", False, env=env), spark_conf("local[2]", env=env)):
+        text = json.dumps(conf)
+        assert not [s for s in secrets if s in text]
+    access = KafkaAccess("localhost:9093", options)
+    assert KEY_PASSWORD in access.secrets()  # masked in task logs
+    assert access.child_env()["DELTAFERRY_KAFKA_OPTIONS"] == json.dumps(options)  # environment
