@@ -298,6 +298,8 @@ class ClientTls:
     #: Whether the client gives a certificate in a form this check cannot present (PKCS#12,
     #: inline): then a server asking for one is not told apart from one that refused it.
     opaque_cert: bool = False
+    #: Whether the server's name is checked (off only where the user turned it off).
+    check_hostname: bool = True
 
     def context(self) -> ssl.SSLContext:
         """An SSLContext verifying the server and its hostname against the CA (else the
@@ -322,6 +324,7 @@ class ClientTls:
                 raise ConfigError(self.cert_setting, f"cannot load the client certificate "
                                   f"{self.cert_file} and key {self.key_file}: {_reason(exc)} "
                                   "(check the files and the key's password)") from None
+        context.check_hostname = self.check_hostname
         return context
 
 
@@ -336,17 +339,21 @@ def _reason(exc: BaseException) -> str:
 
 def kafka_client_tls(options: Mapping[str, str]) -> ClientTls | None:
     """The TLS of Kafka client `options` (either client's names), None when the security
-    protocol uses no TLS or the trust store is one Python cannot read (JKS, PKCS#12)."""
+    protocol uses no TLS, the trust store is one Python cannot read (JKS, PKCS#12) or the
+    user turned certificate verification off."""
     if options.get("security.protocol", "PLAINTEXT").upper() not in TLS_PROTOCOLS:
         return None
     rd = librdkafka_ssl_options(options)
     if options.get("ssl.truststore.location") and "ssl.ca.location" not in rd:
         return None
+    if str(options.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        return None  # the user turned verification off: nothing to check
     opaque = bool(rd.get("ssl.keystore.location") or rd.get("ssl.certificate.pem"))
     return ClientTls(rd.get("ssl.ca.location"), rd.get("ssl.ca.pem"),
                      rd.get("ssl.certificate.location"), rd.get("ssl.key.location"),
                      rd.get("ssl.key.password"), f"ssl.ca.location in {KAFKA_SOURCE}",
-                     f"ssl.certificate.location and ssl.key.location in {KAFKA_SOURCE}", opaque)
+                     f"ssl.certificate.location and ssl.key.location in {KAFKA_SOURCE}", opaque,
+                     rd.get("ssl.endpoint.identification.algorithm", "https") != "none")
 
 
 def _explain(exc: ssl.SSLError, host: str, tls: ClientTls) -> str:

@@ -404,3 +404,11 @@ def test_no_key_password_or_key_reaches_spark_settings_or_a_child_command_line(p
     access = KafkaAccess("localhost:9093", options)
     assert KEY_PASSWORD in access.secrets()  # masked in task logs
     assert access.child_env()["DELTAFERRY_KAFKA_OPTIONS"] == json.dumps(options)  # environment
+
+
+def test_verification_the_user_turned_off_is_not_checked(pki):
+    with TlsServer(pki.issue("elsewhere", hosts=("not-this-host.example",))) as s:
+        tls.check_kafka(f"localhost:{s.port}", {
+            **kafka_client(pki), "ssl.endpoint.identification.algorithm": "none"})
+        tls.check_kafka(f"localhost:{s.port}", {
+            "security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})
