@@ -15,6 +15,14 @@ Two client listeners: ``PLAINTEXT`` (no authentication, ``DELTAFERRY_KAFKA_BOOTS
 is created once the broker answers, through the Admin API over the PLAINTEXT listener (never on
 a command line: ``StorageTool format --add-scram`` would put the password on one), with a
 password generated at every start; it is kept only in the stack's owner-only state file.
+
+Two TLS listeners on ``localhost`` (the certificates of `deltaferry_dev.stack.tls`, which
+`launch` makes for the whole stack, since the broker starts first): ``SASL_SSL`` (the same SCRAM
+user over TLS, ``DELTAFERRY_KAFKA_SASL_SSL_BOOTSTRAP``) and ``SSL`` (mutual TLS: a client
+certificate signed by the stack's CA is required, ``DELTAFERRY_KAFKA_SSL_BOOTSTRAP``; its
+principal is ``User:CN=deltaferry-client``). The broker reads its key and certificates as PEM
+(``ssl.keystore.type=PEM``, KIP-651): ``keystore.pem`` holds its key, PKCS#8 encrypted like the
+client's, with a password only server.properties (owner-only) holds.
 """
 
 from __future__ import annotations
@@ -27,12 +35,13 @@ import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from deltaferry.errors import StackError
 from deltaferry.jvm import jars_in
+from deltaferry_dev.stack import tls
 from deltaferry_dev.stack.process import (
     ManagedProcess,
     Service,
@@ -40,6 +49,7 @@ from deltaferry_dev.stack.process import (
     port_accepts,
     start_detached,
     wait_ready,
+    write_private,
 )
 
 NAME = "kafka"
@@ -53,6 +63,10 @@ SASL_BOOTSTRAP_VAR = "DELTAFERRY_KAFKA_SASL_BOOTSTRAP"
 SASL_MECHANISM_VAR = "DELTAFERRY_KAFKA_SASL_MECHANISM"
 SASL_USERNAME_VAR = "DELTAFERRY_KAFKA_SASL_USERNAME"
 SASL_PASSWORD_VAR = "DELTAFERRY_KAFKA_SASL_PASSWORD"
+SASL_SSL_BOOTSTRAP_VAR = "DELTAFERRY_KAFKA_SASL_SSL_BOOTSTRAP"
+SSL_BOOTSTRAP_VAR = "DELTAFERRY_KAFKA_SSL_BOOTSTRAP"
+#: The host of the TLS listeners: the name their certificate is for (it has 127.0.0.1 too).
+TLS_HOST = "localhost"
 SASL_MECHANISM = "SCRAM-SHA-512"
 SASL_USERNAME = "deltaferry"
 #: Kafka's default (and minimum) SCRAM iteration count.
@@ -96,26 +110,63 @@ def sasl_listener_lines() -> list[str]:
     ]
 
 
+def tls_listener_lines(keystore: Path, truststore: Path, key_password: str) -> list[str]:
+    """server.properties lines of the TLS listeners: the broker's PEM key and chain, the CA it
+    trusts, SCRAM on SASL_SSL, client certificates required on SSL."""
+    return [
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={keystore}",
+        f"ssl.key.password={key_password}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={truststore}",
+        f"listener.name.sasl_ssl.sasl.enabled.mechanisms={SASL_MECHANISM}",
+        f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.ssl.ssl.client.auth=required",
+    ]
+
+
+@dataclass(frozen=True)
+class TlsListeners:
+    """The broker's TLS listeners: their ports and the PEM files and password they use."""
+
+    sasl_ssl_port: int
+    ssl_port: int
+    keystore: Path
+    truststore: Path
+    key_password: str
+
+
 def broker_properties(broker_port: int, controller_port: int, log_dir: Path, host: str = HOST,
-                      sasl_port: int | None = None) -> str:
+                      sasl_port: int | None = None, tls_listeners: TlsListeners | None = None
+                      ) -> str:
     """server.properties of a single-node KRaft broker+controller on `host` (with a SCRAM
-    listener on `sasl_port` when given)."""
+    listener on `sasl_port` when given, and the TLS listeners on TLS_HOST when given)."""
     client = [f"PLAINTEXT://{host}:{broker_port}"]
     protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
     if sasl_port is not None:
         client.append(f"SASL://{host}:{sasl_port}")
         protocols.append("SASL:SASL_PLAINTEXT")
+    bound, advertised = list(client), list(client)
+    if tls_listeners is not None:
+        for name, port in (("SASL_SSL", tls_listeners.sasl_ssl_port),
+                           ("SSL", tls_listeners.ssl_port)):
+            bound.append(f"{name}://{host}:{port}")  # loopback only, as the others
+            advertised.append(f"{name}://{TLS_HOST}:{port}")
+            protocols.append(f"{name}:{name}")
     lines = [
         "# Written by `deltaferry stack up`: one KRaft node, broker and controller in one JVM.",
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.bootstrap.servers={host}:{controller_port}",
-        f"listeners={','.join(client)},CONTROLLER://{host}:{controller_port}",
-        f"advertised.listeners={','.join(client)}",
+        f"listeners={','.join(bound)},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners={','.join(advertised)}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
         f"listener.security.protocol.map={','.join(protocols)}",
         *(sasl_listener_lines() if sasl_port is not None else []),
+        *(tls_listener_lines(tls_listeners.keystore, tls_listeners.truststore,
+                             tls_listeners.key_password) if tls_listeners is not None else []),
         f"log.dirs={log_dir}",
         "num.partitions=1",
         "offsets.topic.replication.factor=1",
@@ -127,7 +178,7 @@ def broker_properties(broker_port: int, controller_port: int, log_dir: Path, hos
         "auto.create.topics.enable=false",
         # ACLs are enforced, so a client can meet a real authorization failure: the PLAINTEXT
         # and controller listeners' principal (ANONYMOUS) may do anything, and so may the SASL
-        # user on every resource no ACL names.
+        # user and the mutual-TLS client (User:CN=...) on every resource no ACL names.
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users=User:ANONYMOUS",
         "allow.everyone.if.no.acl.found=true",
@@ -212,6 +263,41 @@ def sasl_client_config(username: str, password: str) -> dict[str, str]:
             "sasl.username": username, "sasl.password": password}
 
 
+def sasl_ssl_client_config(username: str, password: str, ca_file: str) -> dict[str, str]:
+    """librdkafka settings of a client of the SASL_SSL listener (SCRAM over TLS, the server's
+    certificate checked against `ca_file`, host name included)."""
+    return {**sasl_client_config(username, password), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": ca_file, "ssl.endpoint.identification.algorithm": "https"}
+
+
+def mtls_client_config(ca_file: str, cert_file: str, key_file: str, key_password: str
+                       ) -> dict[str, str]:
+    """librdkafka settings of a client of the SSL listener (mutual TLS)."""
+    return {"security.protocol": "SSL", "ssl.ca.location": ca_file,
+            "ssl.endpoint.identification.algorithm": "https",
+            "ssl.certificate.location": cert_file, "ssl.key.location": key_file,
+            "ssl.key.password": key_password}
+
+
+def tls_clients(env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """bootstrap -> librdkafka settings of the broker's two TLS listeners, from the stack's
+    assignments `env`."""
+    return {
+        env[SASL_SSL_BOOTSTRAP_VAR]: sasl_ssl_client_config(
+            env[SASL_USERNAME_VAR], env[SASL_PASSWORD_VAR], env[tls.CA_FILE_VAR]),
+        env[SSL_BOOTSTRAP_VAR]: mtls_client_config(
+            env[tls.CA_FILE_VAR], env[tls.CLIENT_CERT_FILE_VAR], env[tls.CLIENT_KEY_FILE_VAR],
+            env[tls.CLIENT_KEY_PASSWORD_VAR]),
+    }
+
+
+def write_keystore(path: Path, issued: tls.Issued, password: str) -> None:
+    """The broker's PEM keystore (owner-only): its key, PKCS#8 encrypted with `password` as the
+    client's is (so the broker proves Java reads that format), then its certificate chain."""
+    key = tls.encrypt_pkcs8(issued.key, password)
+    write_private(path, key.decode() + issued.cert_file.read_text())
+
+
 def broker_answers(bootstrap: str, cluster_id: str, timeout: float = 2.0,
                    client: dict[str, str] | None = None) -> bool:
     """True if the broker at `bootstrap` returns metadata for cluster `cluster_id` (to a client
@@ -241,10 +327,16 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     folder = home(stack_dir)
     shutil.rmtree(data_dir(stack_dir), ignore_errors=True)  # always start clean
     (folder / "logs").mkdir(parents=True, exist_ok=True)
-    broker_port, sasl_port, controller_port = free_ports(3, HOST)
+    broker_port, sasl_port, controller_port, sasl_ssl_port, ssl_port = free_ports(5, HOST)
+    material = tls.make_stack_tls(stack_dir)  # the whole stack's: the broker starts first
+    keystore_password = new_password()
+    write_keystore(folder / "keystore.pem", material.server, keystore_password)
+    listeners = TlsListeners(sasl_ssl_port, ssl_port, folder / "keystore.pem",
+                             material.ca.cert_file, keystore_password)
     properties = folder / "server.properties"
-    properties.write_text(broker_properties(broker_port, controller_port, data_dir(stack_dir),
-                                            sasl_port=sasl_port))
+    write_private(properties, broker_properties(  # it holds the keystore's password
+        broker_port, controller_port, data_dir(stack_dir), sasl_port=sasl_port,
+        tls_listeners=listeners))
     log4j = folder / "log4j2.properties"
     log4j.write_text(LOG4J2_PROPERTIES)
     print(f"starting {TITLE} on {HOST}:{broker_port} ...", file=sys.stderr)
@@ -256,15 +348,19 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         title=TITLE,
         process=proc,
         host=HOST,
-        ports={"broker": broker_port, "sasl": sasl_port, "controller": controller_port},
+        ports={"broker": broker_port, "sasl": sasl_port, "controller": controller_port,
+               "sasl_ssl": sasl_ssl_port, "ssl": ssl_port},
         assignments={
             BOOTSTRAP_VAR: f"{HOST}:{broker_port}",
             SASL_BOOTSTRAP_VAR: f"{HOST}:{sasl_port}",
             SASL_MECHANISM_VAR: SASL_MECHANISM,
             SASL_USERNAME_VAR: SASL_USERNAME,
             SASL_PASSWORD_VAR: new_password(),
+            SASL_SSL_BOOTSTRAP_VAR: f"{TLS_HOST}:{sasl_ssl_port}",
+            SSL_BOOTSTRAP_VAR: f"{TLS_HOST}:{ssl_port}",
+            **material.assignments(),
         },
-        paths=[str(data_dir(stack_dir)), str(folder / "logs")],
+        paths=[str(data_dir(stack_dir)), str(folder / "logs"), str(material.folder)],
         extra={"cluster_id": cluster_id},
     )
 
@@ -324,8 +420,15 @@ def sasl_answers(service: Service) -> bool:
     return broker_answers(env[SASL_BOOTSTRAP_VAR], service.extra["cluster_id"], client=client)
 
 
+def tls_answers(service: Service) -> bool:
+    """True if the TLS listeners serve metadata: SCRAM over TLS, and mutual TLS with the
+    stack's client certificate (each checking the broker's certificate against the CA)."""
+    return all(broker_answers(bootstrap, service.extra["cluster_id"], client=client)
+               for bootstrap, client in tls_clients(service.assignments).items())
+
+
 def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
-    """Wait until the broker serves metadata requests on both listeners (the SCRAM user created);
+    """Wait until the broker serves metadata requests on every listener (the SCRAM user created);
     seconds taken. StackError (with the log tail, the process stopped) if it exits or the
     deadline passes."""
     bootstrap = service.assignments[BOOTSTRAP_VAR]
@@ -340,7 +443,7 @@ def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float
             return False
         user_created = user_created or create_scram_user(
             bootstrap, env[SASL_USERNAME_VAR], env[SASL_PASSWORD_VAR])
-        return user_created and sasl_answers(service)
+        return user_created and sasl_answers(service) and tls_answers(service)
 
     seconds = wait_ready(
         service.process,
