@@ -375,12 +375,15 @@ def _explain(exc: ssl.SSLError, host: str, tls: ClientTls) -> str:
                     f"for {host}")
         return f"the server's certificate was refused: {exc.verify_message}"
     reason = (exc.reason or "").upper()
-    if "CERTIFICATE_REQUIRED" in reason or (
-            "HANDSHAKE_FAILURE" in reason and not tls.cert_file and not tls.opaque_cert):
+    refused = ("BAD_CERTIFICATE", "UNKNOWN_CA", "CERTIFICATE_UNKNOWN", "CERTIFICATE_EXPIRED",
+               "CERTIFICATE_REVOKED", "ACCESS_DENIED", "DECRYPT_ERROR")
+    presented = bool(tls.cert_file or tls.opaque_cert)
+    # A Java server (Kafka) answers a missing certificate with bad_certificate, OpenSSL with
+    # certificate_required; both mean "send one" when the client sent none.
+    if "CERTIFICATE_REQUIRED" in reason or (not presented and any(
+            word in reason for word in ("HANDSHAKE_FAILURE", *refused))):
         return f"the server requires a client certificate: set {tls.cert_setting}"
-    if any(word in reason for word in ("BAD_CERTIFICATE", "UNKNOWN_CA", "CERTIFICATE_UNKNOWN",
-                                       "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED",
-                                       "ACCESS_DENIED", "DECRYPT_ERROR")):
+    if any(word in reason for word in refused):
         return (f"the server refused the client certificate ({_reason(exc)}): check that "
                 f"{tls.cert_setting} name a current certificate signed by a CA the server trusts")
     if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER_FAILURE" in reason \

@@ -412,3 +412,18 @@ def test_verification_the_user_turned_off_is_not_checked(pki):
             **kafka_client(pki), "ssl.endpoint.identification.algorithm": "none"})
         tls.check_kafka(f"localhost:{s.port}", {
             "security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})
+
+
+@pytest.mark.parametrize("reason", ["SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+                                    "SSLV3_ALERT_HANDSHAKE_FAILURE"])
+def test_a_missing_client_certificate_is_said_in_a_java_servers_words_too(reason):
+    """Kafka's broker (Java) refuses a client that sent no certificate with bad_certificate."""
+    refused = ssl.SSLError(1, reason.lower())
+    refused.reason = reason
+    without = tls.ClientTls(ca_file="/ca.pem", cert_setting="ssl.certificate.location")
+    assert tls._explain(refused, "localhost", without) == (
+        "the server requires a client certificate: set ssl.certificate.location")
+    with_cert = tls.ClientTls(ca_file="/ca.pem", cert_file="/c.pem", key_file="/c.key")
+    if reason == "SSLV3_ALERT_BAD_CERTIFICATE":
+        assert tls._explain(refused, "localhost", with_cert).startswith(
+            "the server refused the client certificate")
