@@ -39,6 +39,8 @@ def https_warehouse(tls_env, monkeypatch) -> str:
     DELTAFERRY_S3_CA_BUNDLE (exported, as a user would)."""
     from deltaferry.storage import S3Settings
 
+    if "DELTAFERRY_S3_HTTPS_ENDPOINT" not in tls_env:
+        pytest.skip("the stack's S3 server has no HTTPS endpoint")
     monkeypatch.setenv("DELTAFERRY_S3_ENDPOINT", tls_env["DELTAFERRY_S3_HTTPS_ENDPOINT"])
     monkeypatch.setenv("DELTAFERRY_S3_CA_BUNDLE", tls_env["DELTAFERRY_TLS_CA_FILE"])
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -149,6 +151,8 @@ def test_avro_through_mutual_tls_with_the_registry_on_https(tls_env, https_wareh
                                                             tmp_path_factory):
     from deltaferry.producer import DynamicSchemaProducer
 
+    if "DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL" not in tls_env:
+        pytest.skip("the stack's registry has no HTTPS port")
     topic = f"tls-avro-{uuid.uuid4().hex[:8]}"
     create_topic(tls_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=1)
     producer = DynamicSchemaProducer({"bootstrap.servers": tls_env["DELTAFERRY_KAFKA_BOOTSTRAP"]},
