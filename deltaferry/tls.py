@@ -233,11 +233,14 @@ def java_ssl_options(options: Mapping[str, str]) -> dict[str, str]:
     out = {k: v for k, v in options.items() if k not in _LIBRDKAFKA_ONLY}
     ca_file, ca_pem = out.pop("ssl.ca.location", None), out.pop("ssl.ca.pem", None)
     if ca_file or ca_pem:
-        pem = _read(ca_file, f"ssl.ca.location in {KAFKA_SOURCE}").decode() if ca_file \
-            else str(ca_pem)
-        _certificates(pem.encode(), f"ssl.ca.location in {KAFKA_SOURCE}")
-        out["ssl.truststore.type"] = "PEM"
-        out["ssl.truststore.certificates"] = pem
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        pem = _read(ca_file, f"ssl.ca.location in {KAFKA_SOURCE}") if ca_file \
+            else str(ca_pem).encode()
+        certs = _certificates(pem, f"ssl.ca.location in {KAFKA_SOURCE}")
+        out["ssl.truststore.type"] = "PEM"  # the certificates only: no text between them
+        out["ssl.truststore.certificates"] = "".join(
+            cert.public_bytes(Encoding.PEM).decode() for cert in certs)
         out.pop("ssl.truststore.location", None)
     cert, key = out.pop("ssl.certificate.location", None), out.pop("ssl.key.location", None)
     if out.pop("ssl.certificate.pem", None) or out.pop("ssl.key.pem", None):

@@ -149,6 +149,9 @@ def test_java_client_gets_the_ca_inline_and_an_encrypted_pkcs12_keystore(pki):
     assert java["security.protocol"] == "SSL"
     assert java["ssl.truststore.type"] == "PEM"
     assert java["ssl.truststore.certificates"] == pki.ca_file.read_text()
+    pki.ca_file.write_text("# a bundle with words\n" + pki.ca_file.read_text() + "\ntail\n")
+    assert java_client_options(kafka_client(pki))["ssl.truststore.certificates"] == \
+        java["ssl.truststore.certificates"]  # the certificates only
     assert java["ssl.keystore.type"] == "PKCS12"
     secret = java["ssl.keystore.password"]
     assert java["ssl.key.password"] == secret != KEY_PASSWORD  # never the user's password
