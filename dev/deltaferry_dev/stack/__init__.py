@@ -19,9 +19,13 @@ own folder. `up` prints nothing but progress on stderr; its result is the ordere
 assignments (``DELTAFERRY_KAFKA_BOOTSTRAP=127.0.0.1:PORT``, the SASL listener's
 ``DELTAFERRY_KAFKA_SASL_BOOTSTRAP``, ``_MECHANISM``, ``_USERNAME``, ``_PASSWORD``,
 ``DELTAFERRY_S3_ENDPOINT=...``, ``AWS_ACCESS_KEY_ID=...``, ``AWS_SECRET_ACCESS_KEY=...``,
-``DELTAFERRY_SCHEMA_REGISTRY_URL=http://127.0.0.1:PORT/apis/ccompat/v7``) the CLI
-prints on stdout. The state file holds the S3 secret and the SASL password, so it is readable by
-its owner only.
+``DELTAFERRY_SCHEMA_REGISTRY_URL=http://127.0.0.1:PORT/apis/ccompat/v7``, and the TLS
+endpoints and files: ``DELTAFERRY_KAFKA_SASL_SSL_BOOTSTRAP``, ``DELTAFERRY_KAFKA_SSL_BOOTSTRAP``,
+``DELTAFERRY_TLS_CA_FILE``, ``_CLIENT_CERT_FILE``, ``_CLIENT_KEY_FILE``,
+``_CLIENT_KEY_PASSWORD``, ``DELTAFERRY_S3_HTTPS_ENDPOINT``,
+``DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL``) the CLI prints on stdout. The certificates are in
+``<stack dir>/tls/`` (`deltaferry_dev.stack.tls`). The state file holds the S3 secret, the SASL
+password and the client key's password, so it is readable by its owner only.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 
 from deltaferry.errors import StackError
 from deltaferry_dev import REPO_ROOT
-from deltaferry_dev.stack import kafka, registry, s3, spark
+from deltaferry_dev.stack import kafka, registry, s3, spark, tls
 from deltaferry_dev.stack.process import Service, is_alive, port_accepts, stop, write_private
 
 __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
@@ -211,6 +215,7 @@ def down(stack_dir: Path | None = None) -> list[str]:
             state_path(folder).unlink(missing_ok=True)
             for module in SERVICES + CLUSTER:  # leftovers of a run whose state was lost
                 shutil.rmtree(module.data_dir(folder), ignore_errors=True)
+            shutil.rmtree(tls.tls_dir(folder), ignore_errors=True)
             return [f"stack: not running (no state in {folder})"]
         return _stop_all(folder, services)
 

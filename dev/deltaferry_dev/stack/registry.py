@@ -14,12 +14,17 @@ Apicurio's default in-memory H2, so that a registry stopped and started again in
 (``deltaferry stack stop registry`` / ``stack start registry``, `relaunch`) still knows every
 schema and its id, as a production registry does after a restart: the messages in the topics
 name those ids. `stack down` deletes it, as it deletes the broker's topics.
+
+It answers HTTPS too, on a port of its own, with the stack's server certificate
+(`deltaferry_dev.stack.tls`: Quarkus reads the PEM files, ``quarkus.http.ssl.certificate.*``):
+``DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL=https://localhost:PORT/apis/ccompat/v7``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import sys
 import urllib.request
 from dataclasses import replace
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from deltaferry.errors import SetupError, StackError
 from deltaferry.jvm import deps_dir
+from deltaferry_dev.stack import tls
 from deltaferry_dev.stack.kafka import java_executable
 from deltaferry_dev.stack.process import (
     ManagedProcess,
@@ -45,6 +51,9 @@ READY_DEADLINE_S = 120.0
 JVM_OPTIONS = ("-Xmx384m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Djava.awt.headless=true")
 URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_URL"
+HTTPS_URL_VAR = "DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL"
+#: The host of the HTTPS URL: the name its certificate is for.
+TLS_HOST = "localhost"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 #: `stack down` deletes the database anyway: a short grace, then SIGKILL.
 STOP_GRACE_S = 10.0
@@ -73,12 +82,20 @@ def database_url(stack_dir: Path) -> str:
     return f"jdbc:h2:file:{home(stack_dir) / 'data' / 'registry'}"
 
 
-def registry_command(java: str, jar: Path, port: int, host: str = HOST) -> list[str]:
-    """The JVM command line of the registry: HTTP on host:port only (the database's URL is in
-    its environment, `start_registry`)."""
+def registry_command(java: str, jar: Path, port: int, host: str = HOST,
+                     https_port: int | None = None, tls_files: tuple[Path, Path] | None = None
+                     ) -> list[str]:
+    """The JVM command line of the registry: HTTP on host:port, and HTTPS on host:https_port
+    with the PEM certificate chain and key `tls_files` when both are given (the database's URL
+    is in its environment, `start_registry`)."""
+    https = []
+    if https_port is not None and tls_files is not None:
+        https = [f"-Dquarkus.http.ssl-port={https_port}",
+                 f"-Dquarkus.http.ssl.certificate.files={tls_files[0]}",
+                 f"-Dquarkus.http.ssl.certificate.key-files={tls_files[1]}"]
     return [
         java, *JVM_OPTIONS,
-        f"-Dquarkus.http.host={host}", f"-Dquarkus.http.port={port}",
+        f"-Dquarkus.http.host={host}", f"-Dquarkus.http.port={port}", *https,
         "-Dquarkus.log.level=WARN", "-Dquarkus.log.category.\"io.apicurio\".level=WARN",
         "-jar", str(jar),
     ]
@@ -89,10 +106,13 @@ def registry_url(port: int, host: str = HOST) -> str:
     return f"http://{host}:{port}{CCOMPAT_PATH}"
 
 
-def answers(url: str, timeout: float = 2.0) -> bool:
-    """True if the registry's Confluent API lists subjects (HTTP 200)."""
+def answers(url: str, timeout: float = 2.0, ca_file: str | None = None) -> bool:
+    """True if the registry's Confluent API lists subjects (HTTP 200); over HTTPS, trusting
+    `ca_file`."""
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
     try:
-        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout) as response:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout,
+                                    context=context) as response:
             return response.status == 200
     except OSError:
         return False
@@ -106,24 +126,31 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     folder = home(stack_dir)
     shutil.rmtree(folder / "data", ignore_errors=True)  # always start clean
     folder.mkdir(parents=True, exist_ok=True)
-    (port,) = free_ports(1, HOST)
-    print(f"starting {TITLE} on {HOST}:{port} ...", file=sys.stderr)
-    proc = start_registry(stack_dir, port)
+    port, https_port = free_ports(2, HOST)
+    print(f"starting {TITLE} on {HOST}:{port} and {TLS_HOST}:{https_port} ...", file=sys.stderr)
+    proc = start_registry(stack_dir, port, https_port)
     return Service(
-        name=NAME, title=TITLE, process=proc, host=HOST, ports={"http": port},
-        assignments={URL_VAR: registry_url(port)}, paths=[str(folder)],
-        extra={"stop_grace_s": str(STOP_GRACE_S)},
+        name=NAME, title=TITLE, process=proc, host=HOST, ports={"http": port, "https": https_port},
+        assignments={URL_VAR: registry_url(port),
+                     HTTPS_URL_VAR: f"https://{TLS_HOST}:{https_port}{CCOMPAT_PATH}"},
+        paths=[str(folder)],
+        extra={"stop_grace_s": str(STOP_GRACE_S),
+               "ca_file": str(tls.tls_dir(stack_dir) / "ca.pem")},
     )
 
 
-def start_registry(stack_dir: Path, port: int, append: bool = False) -> ManagedProcess:
-    """Start the registry JVM on `port` with its database in `stack_dir`; its output into
-    registry.log (after the earlier output if `append`). The JDBC URL travels in the child's
-    environment, as Apicurio documents it."""
+def start_registry(stack_dir: Path, port: int, https_port: int | None = None,
+                   append: bool = False) -> ManagedProcess:
+    """Start the registry JVM on `port` (and HTTPS on `https_port`, with the stack's server
+    certificate) with its database in `stack_dir`; its output into registry.log (after the
+    earlier output if `append`). The JDBC URL travels in the child's environment, as Apicurio
+    documents it."""
     folder = home(stack_dir)
     env = {**os.environ, DATASOURCE_VAR: database_url(stack_dir)}
-    return start_detached(registry_command(java_executable(), app_jar(), port),
-                          folder / "registry.log", cwd=folder, env=env, append=append)
+    certs = tls.tls_dir(stack_dir)
+    command = registry_command(java_executable(), app_jar(), port, https_port=https_port,
+                               tls_files=(certs / "server.pem", certs / "server.key"))
+    return start_detached(command, folder / "registry.log", cwd=folder, env=env, append=append)
 
 
 def relaunch(stack_dir: Path, service: Service) -> Service:
@@ -136,13 +163,17 @@ def relaunch(stack_dir: Path, service: Service) -> Service:
                          f"{home(stack_dir) / 'data'}; `deltaferry stack up` starts a new stack")
     print(f"starting {TITLE} again on {service.assignments[URL_VAR]} ...", file=sys.stderr)
     return replace(service, process=start_registry(stack_dir, service.ports["http"],
-                                                   append=True))
+                                                   service.ports.get("https"), append=True))
 
 
 def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
-    """Wait until the registry answers on its Confluent API; seconds taken."""
+    """Wait until the registry answers on its Confluent API, over HTTP and HTTPS; seconds
+    taken."""
     url = service.assignments[URL_VAR]
-    seconds = wait_ready(service.process, lambda: answers(url),
+    https, ca_file = service.assignments.get(HTTPS_URL_VAR), service.extra.get("ca_file")
+    seconds = wait_ready(service.process,
+                         lambda: answers(url) and (https is None or ca_file is None
+                                                   or answers(https, ca_file=ca_file)),
                          what=f"the {TITLE} ({url}, pid {service.process.pid})",
                          deadline_s=deadline_s)
     print(f"{TITLE} ready in {seconds:.1f} s", file=sys.stderr)

@@ -7,6 +7,10 @@ removed by `stack down`) and ``server.log``. Every port is picked free on 127.0.
 is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
 `relaunch` starts a stopped server again on the same ``data/``, identity and ports
 (``deltaferry stack stop s3`` / ``stack start s3``): buckets and objects stay.
+
+The same gateway answers HTTPS on a port of its own (``DELTAFERRY_S3_HTTPS_ENDPOINT``,
+``https://localhost:PORT``: the same buckets and credentials) with the stack's server
+certificate (`deltaferry_dev.stack.tls`, made by the broker's `launch`, which starts first).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deltaferry.errors import StackError
+from deltaferry_dev.stack import tls
 from deltaferry_dev.stack.process import (
     ManagedProcess,
     Service,
@@ -36,11 +41,14 @@ TITLE = "S3 server (SeaweedFS)"
 HOST = "127.0.0.1"
 READY_DEADLINE_S = 60.0
 ENDPOINT_VAR = "DELTAFERRY_S3_ENDPOINT"
+HTTPS_ENDPOINT_VAR = "DELTAFERRY_S3_HTTPS_ENDPOINT"
+#: The host of the HTTPS endpoint: the name its certificate is for.
+TLS_HOST = "localhost"
 KEY_VAR = "AWS_ACCESS_KEY_ID"
 SECRET_VAR = "AWS_SECRET_ACCESS_KEY"
 #: The port names `weed server` is given, in the order free_ports returns them.
 PORT_NAMES = ("s3", "master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc",
-              "s3_grpc")
+              "s3_grpc", "s3_https")
 #: `stack down` deletes the data anyway, and the filer's graceful stop waits 15 s for its
 #: clients; a short grace, then SIGKILL.
 STOP_GRACE_S = 3.0
@@ -98,8 +106,14 @@ def identity_config(access_key: str, secret_key: str) -> dict:
 
 
 def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
-                   host: str = HOST) -> list[str]:
-    """The `weed server` command line (no secret on it: the identity is in `config`)."""
+                   host: str = HOST, tls_files: tuple[Path, Path] | None = None) -> list[str]:
+    """The `weed server` command line (no secret on it: the identity is in `config`), with an
+    HTTPS port for the S3 gateway if `ports` has ``s3_https`` and `tls_files` (certificate chain,
+    key) are given."""
+    https = []
+    if tls_files is not None and "s3_https" in ports:
+        https = [f"-s3.port.https={ports['s3_https']}", f"-s3.cert.file={tls_files[0]}",
+                 f"-s3.key.file={tls_files[1]}"]
     return [
         weed, "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
         f"-master.port={ports['master']}", f"-master.port.grpc={ports['master_grpc']}",
@@ -108,7 +122,7 @@ def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
         "-volume.max=100", "-volume.preStopSeconds=0",
         "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
         "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
-        "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
+        "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", *https,
     ]
 
 
@@ -123,7 +137,8 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
     ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
     endpoint = f"http://{HOST}:{ports['s3']}"
-    print(f"starting {TITLE} on {endpoint} ...", file=sys.stderr)
+    print(f"starting {TITLE} on {endpoint} and https://{TLS_HOST}:{ports['s3_https']} ...",
+          file=sys.stderr)
     proc = start_server(stack_dir, ports)
     return Service(
         name=NAME,
@@ -131,9 +146,11 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
         process=proc,
         host=HOST,
         ports=ports,
-        assignments={ENDPOINT_VAR: endpoint, KEY_VAR: access_key, SECRET_VAR: secret_key},
+        assignments={ENDPOINT_VAR: endpoint, KEY_VAR: access_key, SECRET_VAR: secret_key,
+                     HTTPS_ENDPOINT_VAR: f"https://{TLS_HOST}:{ports['s3_https']}"},
         paths=[str(data_dir(stack_dir)), str(identity_dir(stack_dir))],
-        extra={"stop_grace_s": str(STOP_GRACE_S)},
+        extra={"stop_grace_s": str(STOP_GRACE_S),
+               "ca_file": str(tls.tls_dir(stack_dir) / "ca.pem")},
     )
 
 
@@ -142,7 +159,9 @@ def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False
     """Start `weed server` on the data and identity of `stack_dir` and `ports`; its output into
     server.log (after the earlier output if `append`)."""
     config = identity_dir(stack_dir) / "s3.json"
-    command = server_command(weed_executable(), ports, data_dir(stack_dir), config)
+    folder = tls.tls_dir(stack_dir)
+    command = server_command(weed_executable(), ports, data_dir(stack_dir), config,
+                             tls_files=(folder / "server.pem", folder / "server.key"))
     # the identity is the config file's alone: `weed` would add one more from AWS_* variables
     env = {k: v for k, v in os.environ.items() if k not in AWS_ENV_VARS}
     return start_detached(command, home(stack_dir) / "server.log", cwd=home(stack_dir),
@@ -183,13 +202,32 @@ def s3_answers(service: Service) -> bool:
     return True
 
 
+def https_answers(url: str, ca_file: str, timeout: float = 2.0) -> bool:
+    """True if `url` answers HTTP over TLS with a certificate `ca_file` vouches for (its host
+    name checked); any HTTP status counts (an S3 gateway refuses an unsigned request)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_file)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered, over TLS
+    except OSError:
+        return False
+
+
 def await_ready(service: Service, deadline_s: float = READY_DEADLINE_S) -> float:
-    """Wait until the S3 gateway stores objects; seconds taken. StackError (with the log tail,
-    the process stopped) if it exits or the deadline passes."""
+    """Wait until the S3 gateway stores objects and answers on HTTPS; seconds taken. StackError
+    (with the log tail, the process stopped) if it exits or the deadline passes."""
     endpoint = service.assignments[ENDPOINT_VAR]
+    https, ca_file = service.assignments.get(HTTPS_ENDPOINT_VAR), service.extra.get("ca_file")
     seconds = wait_ready(
         service.process,
-        lambda: port_accepts(service.host, service.ports["s3"], 0.5) and s3_answers(service),
+        lambda: (port_accepts(service.host, service.ports["s3"], 0.5) and s3_answers(service)
+                 and (https is None or ca_file is None or https_answers(https, ca_file))),
         what=f"the {TITLE} ({endpoint}, pid {service.process.pid})",
         deadline_s=deadline_s,
     )
