@@ -73,6 +73,11 @@ def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/")] + [p.strip("/") for p in parts])
 
 
+def ca_bundle_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """DELTAFERRY_S3_CA_BUNDLE, else AWS_CA_BUNDLE; None when neither is set."""
+    return envvars.S3_CA_BUNDLE.value(env) or envvars.AWS_CA_BUNDLE.value(env) or None
+
+
 @dataclass(frozen=True)
 class S3Settings:
     """Endpoint, credentials and region of an S3-compatible store (the secret is never shown)."""
@@ -100,9 +105,7 @@ class S3Settings:
         retries = envvars.S3_RETRIES.value(env)
         if not retries.isdigit():
             raise ConfigError(RETRIES_VAR, f"must be a whole number >= 0, got {retries!r}")
-        ca_bundle = (envvars.S3_CA_BUNDLE.value(env) or envvars.AWS_CA_BUNDLE.value(env)
-                     or None)
-        return cls(endpoint, access, secret, region, int(retries), ca_bundle)
+        return cls(endpoint, access, secret, region, int(retries), ca_bundle_from_env(env))
 
     @property
     def ca_setting(self) -> str:

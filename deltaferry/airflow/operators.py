@@ -258,7 +258,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         from deltaferry.spark.session import spark_jars_csv
         from deltaferry.spark.shipping import is_local, package_zip
 
-        self.conf = spark_conf(master, self.conf)
+        self.conf = spark_conf(master, self.conf, env)  # the job's env: its S3 endpoint
         self.jars = self.jars or spark_jars_csv()
         if not is_local(master):  # the executors import the driver's deltaferry (UDFs)
             self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))

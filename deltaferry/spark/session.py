@@ -115,12 +115,12 @@ def s3_trust_options(env: Mapping[str, str] | None = None) -> str:
     """JVM options under which S3A trusts the S3 CA bundle (DELTAFERRY_S3_CA_BUNDLE, else
     AWS_CA_BUNDLE) of an https endpoint, "" without one: S3A trusts the JVM's default
     truststore only (`deltaferry.tls.jvm_truststore_options`)."""
+    from deltaferry.storage import ca_bundle_from_env
     from deltaferry.tls import jvm_truststore_options
 
-    settings = S3Settings.from_env(env)
-    if not (settings.endpoint or "").startswith("https://"):
+    if not envvars.S3_ENDPOINT.value(env).startswith("https://"):
         return ""
-    return jvm_truststore_options(settings.ca_bundle, settings.ca_setting)
+    return jvm_truststore_options(ca_bundle_from_env(env), envvars.S3_CA_BUNDLE.name)
 
 
 def with_java_options(conf: Mapping[str, str], options: str) -> dict[str, str]:
