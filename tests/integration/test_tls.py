@@ -1,7 +1,8 @@
 """Encrypted end to end, on the stack's TLS listeners: a JSON topic through SASL_SSL and an Avro
 topic through mutual TLS, the warehouse on HTTPS S3 and the registry on HTTPS, each by
-`deltaferry run`, read back with delta-rs; every refused certificate fails before Spark in
-its one line; no secret on any process's command line meanwhile."""
+`deltaferry run` (and the mutual TLS one by an Airflow task from connections), read back with
+delta-rs, the UI's watermarks read through TLS too; every refused certificate fails before
+Spark in its one line; no secret on any process's command line meanwhile."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deltaferry.kafka import create_topic, produce
+from deltaferry.ui.topics import fleet_offsets
 
 from .test_secrets import CLI, CREDENTIAL_VARS, SCRAM, CommandLines, assert_nothing_leaked
 
@@ -142,6 +144,9 @@ def test_json_through_sasl_ssl_to_https_s3(tls_env, https_warehouse, tmp_path, t
     assert done.returncode == 0, done.stderr[-4000:]
     assert rows(https_warehouse, topic, ["kafka_key", "n"]) == {
         key: (value["n"],) for key, value in messages}
+    ui_env = {"DELTAFERRY_KAFKA_BOOTSTRAP": tls_env["DELTAFERRY_KAFKA_SASL_SSL_BOOTSTRAP"],
+              "DELTAFERRY_KAFKA_OPTIONS": json.dumps(options)}
+    assert fleet_offsets([topic], ui_env)[topic].message_count == 30  # the UI's watermarks
     assert_nothing_leaked(secrets(tls_env), lines, topic,
                           {"stdout": done.stdout, "stderr": done.stderr}, https_warehouse,
                           tmp_path_factory.getbasetemp())
