@@ -54,7 +54,7 @@ def test_names_usages_and_validity(material):
     assert sans(server) == ["localhost", "127.0.0.1"]
     assert ipaddress.ip_address("127.0.0.1") in server.extensions.get_extension_for_class(
         x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)
-    assert client.subject.rfc4514_string().startswith("CN=deltaferry-client")
+    assert client.subject.rfc4514_string() == "CN=deltaferry-client"  # User:CN=deltaferry-client
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     for cert in (server, client):
         assert cert.issuer == ca.subject
@@ -177,3 +177,21 @@ def test_broker_properties_with_tls_listeners(tmp_path):
     assert props["listener.name.ssl.ssl.client.auth"] == "required"
     assert props["listener.name.sasl_ssl.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["inter.broker.listener.name"] == "PLAINTEXT"
+
+
+def test_the_s3_server_and_the_registry_serve_https_with_the_stack_certificate(tmp_path):
+    from deltaferry_dev.stack import registry, s3
+
+    files = (tmp_path / "server.pem", tmp_path / "server.key")
+    ports = dict(zip(s3.PORT_NAMES, range(20000, 20000 + len(s3.PORT_NAMES)), strict=True))
+    command = s3.server_command("weed", ports, tmp_path / "data", tmp_path / "s3.json",
+                                tls_files=files)
+    assert f"-s3.port={ports['s3']}" in command  # plain HTTP stays
+    assert command[-3:] == [f"-s3.port.https={ports['s3_https']}",
+                            f"-s3.cert.file={files[0]}", f"-s3.key.file={files[1]}"]
+    command = registry.registry_command("java", tmp_path / "app.jar", 18080, https_port=18443,
+                                        tls_files=files)
+    assert "-Dquarkus.http.port=18080" in command and "-Dquarkus.http.ssl-port=18443" in command
+    assert f"-Dquarkus.http.ssl.certificate.files={files[0]}" in command
+    assert f"-Dquarkus.http.ssl.certificate.key-files={files[1]}" in command
+    assert not any("ssl" in arg for arg in registry.registry_command("java", tmp_path, 1))

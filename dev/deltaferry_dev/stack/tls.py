@@ -108,8 +108,8 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "deltaferry local stack"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    """A subject of the common name alone (the broker's principal: ``User:CN=<name>``)."""
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 #: pbeWithSHAAnd3-KeyTripleDES-CBC (1.2.840.113549.1.12.1.3), DER-encoded.
