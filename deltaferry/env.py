@@ -91,6 +91,13 @@ POOL = _v("DELTAFERRY_POOL", "the Airflow pool that bounds the Spark drivers", "
 # --- object storage ---------------------------------------------------------------------------
 S3_ENDPOINT = _v("DELTAFERRY_S3_ENDPOINT", "an S3-compatible server (MinIO, SeaweedFS)",
                  "http(s) URL", default_doc="AWS S3")
+S3_CA_BUNDLE = _v("DELTAFERRY_S3_CA_BUNDLE", "the CA certificates (PEM) an https S3 endpoint's "
+                  "certificate is checked against, by boto3, delta-rs and Spark's S3A (whose "
+                  "JVMs trust them and the system's CAs)", "path",
+                  default_doc="AWS_CA_BUNDLE, else the system's CAs")
+AWS_CA_BUNDLE = _v("AWS_CA_BUNDLE", "the AWS SDKs' own CA bundle variable: used for S3 when "
+                   "DELTAFERRY_S3_CA_BUNDLE is unset", "path",
+                   default_doc="the system's CAs")
 S3_RETRIES = _v("DELTAFERRY_S3_RETRIES", "retries of a failed S3 request", "whole number",
                 default="3")
 AWS_ACCESS_KEY_ID = _v("AWS_ACCESS_KEY_ID", "the S3 access key (with AWS_SECRET_ACCESS_KEY)",
@@ -104,6 +111,9 @@ AWS_DEFAULT_REGION = _v("AWS_DEFAULT_REGION", "the S3 region when AWS_REGION is 
 SCHEMA_REGISTRY_URL = _v("DELTAFERRY_SCHEMA_REGISTRY_URL", "the Schema Registry of avro and "
                          "protobuf topics (its Confluent-compatible API)", "http(s) URL",
                          default_doc="none: required for avro and registry protobuf topics")
+SCHEMA_REGISTRY_CA_BUNDLE = _v("DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE", "the CA "
+                               "certificates (PEM) an https registry's certificate is checked "
+                               "against", "path", default_doc="the system's CAs")
 SCHEMA_REGISTRY_USER = _v("DELTAFERRY_SCHEMA_REGISTRY_USER", "the registry's basic-auth user",
                           "text")
 SCHEMA_REGISTRY_PASSWORD = _v("DELTAFERRY_SCHEMA_REGISTRY_PASSWORD", "the registry's "

@@ -105,3 +105,15 @@ class AlertError(DeltaferryError):
     def __init__(self, lines: list[str]):
         self.lines = lines
         super().__init__("; ".join(lines))
+
+
+class TlsError(DeltaferryError):
+    """A TLS connection was refused: the server's certificate (expired, untrusted, issued for
+    another host) or the client's (missing, unknown to the server). Says the service, the
+    endpoint and the setting to fix."""
+
+    def __init__(self, service: str, endpoint: str, problem: str):
+        self.service = service
+        self.endpoint = endpoint
+        self.problem = problem
+        super().__init__(f"{service} {endpoint}: {problem}")

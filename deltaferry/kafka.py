@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as KafkaErrorCode
 
 from deltaferry.errors import ConfigError, KafkaError
+from deltaferry.tls import KAFKA_SOURCE, check_kafka, java_ssl_options, librdkafka_ssl_options
 
 log = logging.getLogger(__name__)
 #: librdkafka repeats every connection failure; the KafkaError raised here says it once.
@@ -51,12 +52,13 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 #: Where client options come from, for messages that must not echo them.
-OPTIONS_SOURCE = "DELTAFERRY_KAFKA_OPTIONS (or the Airflow Kafka connection)"
+OPTIONS_SOURCE = KAFKA_SOURCE
 
 
 def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
     """The Java-client properties Spark uses, as confluent-kafka (librdkafka) understands them:
-    security protocol, SASL mechanism and the credentials of a sasl.jaas.config; ssl.* as is."""
+    security protocol, SASL mechanism and the credentials of a sasl.jaas.config; TLS
+    properties as `deltaferry.tls.librdkafka_ssl_options` gives them."""
     out = {}
     for key, value in (options or {}).items():
         if key == "sasl.jaas.config":
@@ -64,9 +66,10 @@ def librdkafka_options(options: dict[str, str] | None) -> dict[str, str]:
                 out[f"sasl.{name}"] = re.sub(r"\\(.)", r"\1", found)
         elif key in _LIBRDKAFKA_NAMES:
             out[_LIBRDKAFKA_NAMES[key]] = value
-        elif key in ("security.protocol", "sasl.mechanisms", "sasl.username", "sasl.password") \
-                or key.startswith("ssl."):
+        elif key in ("security.protocol", "sasl.mechanisms", "sasl.username", "sasl.password",
+                     "enable.ssl.certificate.verification"):
             out[key] = value
+    out.update(librdkafka_ssl_options(options or {}))
     return out
 
 
@@ -88,7 +91,9 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
 def java_client_options(options: dict[str, str] | None) -> dict[str, str]:
     """Client properties as Spark's Kafka source (the Java client) takes them: librdkafka's
     ``sasl.mechanisms``, ``sasl.username`` and ``sasl.password`` (the apache-kafka provider's
-    form) become ``sasl.mechanism`` and a ``sasl.jaas.config``; everything else stays as is."""
+    form) become ``sasl.mechanism`` and a ``sasl.jaas.config``; librdkafka's TLS files become
+    Java's truststore and keystore (`deltaferry.tls.java_ssl_options`); everything else stays
+    as is."""
     options = dict(options or {})
     if "sasl.mechanisms" in options:
         options.setdefault("sasl.mechanism", options.pop("sasl.mechanisms"))
@@ -98,7 +103,7 @@ def java_client_options(options: dict[str, str] | None) -> dict[str, str]:
             raise ConfigError(OPTIONS_SOURCE, "a SASL login needs sasl.username, sasl.password "
                               "and sasl.mechanism together")
         options["sasl.jaas.config"] = jaas_config(options["sasl.mechanism"], username, password)
-    return options
+    return java_ssl_options(options)
 
 
 def _client_config(bootstrap: str, options: dict[str, str] | None, errors: list | None = None
@@ -154,7 +159,9 @@ def _metadata(consumer, topic: str | None, bootstrap: str, timeout: float, error
 def topic_offsets(
     bootstrap: str, topic: str, options: dict[str, str] | None = None, timeout: float = 15.0
 ) -> TopicOffsets:
-    """The low/high watermarks of every partition of `topic`; KafkaError says what is wrong."""
+    """The low/high watermarks of every partition of `topic`; KafkaError says what is wrong,
+    TlsError what is wrong with a TLS connection (`deltaferry.tls.check_kafka`)."""
+    check_kafka(bootstrap, options)
     errors: list = []
     consumer = Consumer(_client_config(bootstrap, options, errors))
     try:
@@ -337,6 +344,7 @@ def topics_offsets(bootstrap: str, topics: list[str], options: dict[str, str] | 
     that cannot be reached (or refuses the login) raises KafkaError."""
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
+    check_kafka(bootstrap, options)  # TlsError: a refused certificate, in one line
     errors: list = []
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000,
                               "logger": _client_log, "error_cb": errors.append,

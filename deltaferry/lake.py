@@ -6,9 +6,17 @@ Local folders as they are; ``s3://`` / ``s3a://`` URIs with the warehouse's S3 s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from deltaferry.storage import S3Settings, is_s3
+
+#: delta-rs trusts the CAs of the file named by SSL_CERT_FILE when it builds a table's HTTP
+#: client (no storage option names a CA); the variable is set only while one is built.
+_CA_VARIABLE = "SSL_CERT_FILE"
+_ca_lock = threading.Lock()
 
 
 def delta_rs_uri(uri: str) -> str:
@@ -32,15 +40,37 @@ def storage_options(uri: str, env: Mapping[str, str] | None = None) -> dict[str,
     return options
 
 
+@contextmanager
+def trusting(uri: str, env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """While inside, delta-rs clients built for `uri` trust the S3 CA bundle
+    (DELTAFERRY_S3_CA_BUNDLE, else AWS_CA_BUNDLE) when there is one; one build at a time."""
+    bundle = S3Settings.from_env(env).ca_bundle if is_s3(uri) else None
+    if not bundle:
+        yield
+        return
+    with _ca_lock:
+        before = os.environ.get(_CA_VARIABLE)
+        os.environ[_CA_VARIABLE] = bundle
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(_CA_VARIABLE, None)
+            else:
+                os.environ[_CA_VARIABLE] = before
+
+
 def is_delta_table(uri: str, env: Mapping[str, str] | None = None) -> bool:
     """True if a Delta table exists at `uri`."""
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(delta_rs_uri(uri), storage_options(uri, env))
+    with trusting(uri, env):
+        return DeltaTable.is_deltatable(delta_rs_uri(uri), storage_options(uri, env))
 
 
 def open_table(uri: str, env: Mapping[str, str] | None = None):
     """The delta-rs DeltaTable at `uri` (its latest version)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(delta_rs_uri(uri), storage_options=storage_options(uri, env))
+    with trusting(uri, env):
+        return DeltaTable(delta_rs_uri(uri), storage_options=storage_options(uri, env))

@@ -5,6 +5,8 @@
   ``http://127.0.0.1:PORT/apis/ccompat/v7``).
 * ``DELTAFERRY_SCHEMA_REGISTRY_USER`` / ``DELTAFERRY_SCHEMA_REGISTRY_PASSWORD``: optional basic
   auth. They travel in the environment only; messages name the URL without credentials.
+* ``DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE``: the CAs (PEM) an https registry is checked against
+  (default: the system's CAs).
 
 Subject name strategies (confluent's names): ``topic_name`` (``<topic>-value``, the default),
 ``record_name`` (``<record full name>``) and ``topic_record_name`` (``<topic>-<record>``).
@@ -28,6 +30,7 @@ CHECK_RETRIES = 1
 URL_VAR = envvars.SCHEMA_REGISTRY_URL.name
 USER_VAR = envvars.SCHEMA_REGISTRY_USER.name
 PASSWORD_VAR = envvars.SCHEMA_REGISTRY_PASSWORD.name
+CA_BUNDLE_VAR = envvars.SCHEMA_REGISTRY_CA_BUNDLE.name
 
 
 def _quiet_authlib() -> None:
@@ -85,10 +88,12 @@ class RegistrySettings:
     url: str
     user: str | None = None
     password: str | None = None
+    ca_bundle: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RegistrySettings:
-        """Read DELTAFERRY_SCHEMA_REGISTRY_URL (+ _USER and _PASSWORD); ConfigError if unset."""
+        """Read DELTAFERRY_SCHEMA_REGISTRY_URL (+ _USER, _PASSWORD and _CA_BUNDLE); ConfigError
+        if unset."""
         url = envvars.SCHEMA_REGISTRY_URL.value(env)
         if not url:
             raise ConfigError(
@@ -100,7 +105,8 @@ class RegistrySettings:
         password = envvars.SCHEMA_REGISTRY_PASSWORD.raw(env) or None
         if bool(user) != bool(password):
             raise ConfigError(USER_VAR, f"set both {USER_VAR} and {PASSWORD_VAR}, or neither")
-        return cls(url.rstrip("/"), user, password)
+        ca_bundle = envvars.SCHEMA_REGISTRY_CA_BUNDLE.value(env) or None
+        return cls(url.rstrip("/"), user, password, ca_bundle)
 
     @property
     def safe_url(self) -> str:
@@ -112,6 +118,8 @@ class RegistrySettings:
         conf = {"url": self.url}
         if self.user:
             conf["basic.auth.user.info"] = f"{self.user}:{self.password}"
+        if self.ca_bundle:
+            conf["ssl.ca.location"] = self.ca_bundle
         return conf
 
     def child_env(self) -> dict[str, str]:
@@ -119,6 +127,8 @@ class RegistrySettings:
         env = {URL_VAR: self.url}
         if self.user:
             env[USER_VAR], env[PASSWORD_VAR] = self.user, self.password or ""
+        if self.ca_bundle:
+            env[CA_BUNDLE_VAR] = self.ca_bundle
         return env
 
     def client(self):
@@ -147,10 +157,15 @@ def subject_name(topic: str, strategy: str = "topic_name", record: str | None = 
 
 
 def check_reachable(settings: RegistrySettings) -> None:
-    """Raise RegistryError (the URL without credentials) unless the registry lists its subjects:
-    what a run checks before Spark starts."""
+    """Raise RegistryError (the URL without credentials) unless the registry lists its subjects,
+    TlsError if an https registry's certificate is refused: what a run checks before Spark
+    starts."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from deltaferry.tls import check_url
+
+    check_url("schema registry", settings.url, settings.ca_bundle, CA_BUNDLE_VAR)
 
     quiet_http_clients()
     client = SchemaRegistryClient({**settings.client_conf(), "timeout": CHECK_TIMEOUT_S,

@@ -236,14 +236,17 @@ def first_schema(ctx: TopicContext, spark, stop: threading.Event,
 
 def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None = None
               ) -> None:
-    """Say warehouse and registry problems (missing bucket, bad credentials, unreachable S3
-    endpoint or Schema Registry) of running the steps `todo` before a JVM is started, each
-    checked once: the registry only when a step reads the topic. Raises DeltaferryError."""
+    """Say warehouse, broker and registry problems (missing bucket, bad credentials, unreachable
+    S3 endpoint or Schema Registry, a TLS certificate refused by either side) of running the
+    steps `todo` before a JVM is started, each checked once: the brokers' TLS and the registry
+    only when a step reads the topic. Raises DeltaferryError (TlsError for TLS)."""
     from deltaferry.formats import check_topic_registry
     from deltaferry.storage import check_warehouse
+    from deltaferry.tls import check_kafka
 
     check_warehouse(ctx.settings.warehouse)
     if any(single.reads_topic for step in todo for single in step.singles()):
+        check_kafka(ctx.settings.kafka_bootstrap, ctx.settings.kafka_options)
         check_topic_registry(ctx.topic, env)
 
 

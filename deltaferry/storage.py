@@ -11,6 +11,9 @@ S3 settings come from the environment, validated once into `S3Settings`:
   which local servers need.
 * ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``: unset means the AWS SDKs' default chain.
 * ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``): default ``us-east-1``.
+* ``DELTAFERRY_S3_CA_BUNDLE`` (else ``AWS_CA_BUNDLE``): the CAs (PEM) an https endpoint is
+  checked against, by boto3 (``verify``), delta-rs and Spark's S3A (a JVM truststore made from
+  them, `deltaferry.tls.jvm_truststore_options`); unset means the system's CAs.
 * ``DELTAFERRY_S3_RETRIES``: how often Spark's S3A retries a request that failed (a server that
   does not answer), default 3: an S3 outage then fails a run's step within about 15 s, and
   Airflow's retries with back-off take over. Hadoop's own defaults wait about 5 minutes per
@@ -70,6 +73,11 @@ def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/")] + [p.strip("/") for p in parts])
 
 
+def ca_bundle_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """DELTAFERRY_S3_CA_BUNDLE, else AWS_CA_BUNDLE; None when neither is set."""
+    return envvars.S3_CA_BUNDLE.value(env) or envvars.AWS_CA_BUNDLE.value(env) or None
+
+
 @dataclass(frozen=True)
 class S3Settings:
     """Endpoint, credentials and region of an S3-compatible store (the secret is never shown)."""
@@ -79,11 +87,12 @@ class S3Settings:
     secret_key: str | None = field(default=None, repr=False)
     region: str = DEFAULT_REGION
     retries: int = DEFAULT_RETRIES
+    ca_bundle: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
-        """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and
-        DELTAFERRY_S3_RETRIES."""
+        """Read DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+        DELTAFERRY_S3_RETRIES and DELTAFERRY_S3_CA_BUNDLE (else AWS_CA_BUNDLE)."""
         endpoint = envvars.S3_ENDPOINT.value(env).rstrip("/") or None
         if endpoint and not endpoint.startswith(("http://", "https://")):
             raise ConfigError(ENDPOINT_VAR, f"{endpoint!r} is not an http:// or https:// URL")
@@ -96,7 +105,12 @@ class S3Settings:
         retries = envvars.S3_RETRIES.value(env)
         if not retries.isdigit():
             raise ConfigError(RETRIES_VAR, f"must be a whole number >= 0, got {retries!r}")
-        return cls(endpoint, access, secret, region, int(retries))
+        return cls(endpoint, access, secret, region, int(retries), ca_bundle_from_env(env))
+
+    @property
+    def ca_setting(self) -> str:
+        """The variable that names the CA bundle (for messages)."""
+        return envvars.S3_CA_BUNDLE.name
 
     def client(self):
         """A boto3 S3 client for these settings (path-style addressing for custom endpoints)."""
@@ -116,6 +130,7 @@ class S3Settings:
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
             config=config,
+            verify=self.ca_bundle,
         )
 
 
@@ -295,14 +310,19 @@ def describe_s3_failure(exc: BaseException) -> str:
 def check_warehouse(uri: str, env: Mapping[str, str] | None = None) -> None:
     """Fail early, naming `uri` and the cause, if the warehouse cannot be used.
 
-    For S3: the endpoint answers, the credentials are accepted and the bucket exists (one
-    ListObjectsV2 of at most one key under the prefix). A local folder needs no check: it is
+    For S3: an https endpoint's certificate is accepted (TlsError otherwise), the endpoint
+    answers, the credentials are accepted and the bucket exists (one ListObjectsV2 of at most
+    one key under the prefix). A local folder needs no check: it is
     created on first write.
     """
     if not is_s3(uri):
         return
+    from deltaferry.tls import check_url
+
     settings = S3Settings.from_env(env)
     bucket, key = split_s3_uri(uri)
+    if settings.endpoint:  # a refused certificate in one line (TlsError), before boto3's words
+        check_url("s3", settings.endpoint, settings.ca_bundle, settings.ca_setting)
     try:
         settings.client().list_objects_v2(Bucket=bucket, Prefix=f"{key}/" if key else "",
                                           MaxKeys=1)

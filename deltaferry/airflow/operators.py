@@ -111,14 +111,23 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
     (as `get_spark` applies in-process), then DELTAFERRY_SPARK_CONF; `user_conf` (the
     operator's `conf`) wins."""
     from deltaferry.jvm import driver_java_options, driver_memory
-    from deltaferry.spark.session import BATCH_CONF, LOCAL_DEFAULTS, QUIET_CONF, extra_spark_conf
+    from deltaferry.spark.session import (
+        BATCH_CONF,
+        LOCAL_DEFAULTS,
+        QUIET_CONF,
+        REDACTION_CONF,
+        extra_spark_conf,
+        s3_trust_options,
+        with_java_options,
+    )
 
     env = os.environ if env is None else env
     conf: dict[str, Any] = {"spark.log.level": envvars.SPARK_LOG_LEVEL.value(env),
-                            **QUIET_CONF, **BATCH_CONF}
+                            **QUIET_CONF, **BATCH_CONF, **REDACTION_CONF}
     java_options = driver_java_options(env)
     if java_options:  # the driver runs here (client mode), on any master
         conf["spark.driver.extraJavaOptions"] = java_options
+    conf = with_java_options(conf, s3_trust_options(env))  # S3A trusts the S3 CA bundle
     if master.startswith("local"):
         conf.update(LOCAL_DEFAULTS)
         conf["spark.driver.memory"] = driver_memory(env)
@@ -249,7 +258,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         from deltaferry.spark.session import spark_jars_csv
         from deltaferry.spark.shipping import is_local, package_zip
 
-        self.conf = spark_conf(master, self.conf)
+        self.conf = spark_conf(master, self.conf, env)  # the job's env: its S3 endpoint
         self.jars = self.jars or spark_jars_csv()
         if not is_local(master):  # the executors import the driver's deltaferry (UDFs)
             self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))

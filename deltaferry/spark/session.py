@@ -111,13 +111,42 @@ def configure_s3a(spark: SparkSession, env: Mapping[str, str] | None = None) -> 
         hadoop.set(key, value)
 
 
+def s3_trust_options(env: Mapping[str, str] | None = None) -> str:
+    """JVM options under which S3A trusts the S3 CA bundle (DELTAFERRY_S3_CA_BUNDLE, else
+    AWS_CA_BUNDLE) of an https endpoint, "" without one: S3A trusts the JVM's default
+    truststore only (`deltaferry.tls.jvm_truststore_options`)."""
+    from deltaferry.storage import ca_bundle_from_env
+    from deltaferry.tls import jvm_truststore_options
+
+    if not envvars.S3_ENDPOINT.value(env).startswith("https://"):
+        return ""
+    return jvm_truststore_options(ca_bundle_from_env(env), envvars.S3_CA_BUNDLE.name)
+
+
+def with_java_options(conf: Mapping[str, str], options: str) -> dict[str, str]:
+    """`conf` with `options` appended to the driver's and the executors' extraJavaOptions."""
+    out = dict(conf)
+    if options:
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            out[key] = f"{out.get(key, '')} {options}".strip()
+    return out
+
+
+#: Spark redacts the values of data source options and settings whose name or value matches
+#: these (besides its defaults): the Kafka source's inline keys and key store passwords.
+REDACTION_CONF = {
+    "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|keystore|jaas",
+    "spark.sql.redaction.options.regex": r"(?i)url|keystore|jaas|PRIVATE KEY",
+}
+
+
 def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] | None = None,
                      env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings a new session is built with (the master aside). When PySpark launches
     the driver JVM itself they become ``--conf`` arguments of its command line: no credential is
     among them (`configure_s3a` sets those once the JVM runs)."""
     env = os.environ if env is None else env
-    settings = {**COMMON_CONF, **QUIET_CONF, **s3a_spark_conf(env)}
+    settings = {**COMMON_CONF, **QUIET_CONF, **REDACTION_CONF, **s3a_spark_conf(env)}
     if not submitted:
         settings["spark.jars"] = spark_jars_csv()
         settings["spark.driver.memory"] = driver_memory(env)
@@ -126,6 +155,7 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
             settings["spark.driver.extraJavaOptions"] = java_options
         if (master or "").startswith("local"):
             settings.update(LOCAL_DEFAULTS)
+        settings = with_java_options(settings, s3_trust_options(env))
     return {**settings, **extra_spark_conf(env), **(conf or {})}
 
 

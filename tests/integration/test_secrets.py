@@ -67,9 +67,11 @@ class CommandLines:
 
 
 def secrets_of(stack_env: dict[str, str]) -> dict[str, str]:
-    """The stack's secrets by name."""
+    """The stack's secrets by name (the TLS client key's password where the stack has TLS:
+    tests/integration/test_tls.py samples the TLS paths with the same `CommandLines`)."""
     return {name: stack_env[name]
-            for name in ("AWS_SECRET_ACCESS_KEY", "DELTAFERRY_KAFKA_SASL_PASSWORD")}
+            for name in ("AWS_SECRET_ACCESS_KEY", "DELTAFERRY_KAFKA_SASL_PASSWORD",
+                         "DELTAFERRY_TLS_CLIENT_KEY_PASSWORD") if name in stack_env}
 
 
 def assert_secret_free(secrets: dict[str, str], where: str, text: str) -> None:
