@@ -14,12 +14,14 @@ plain objects and the operator passes `connection_or_none`.
   its command line.
 * Object storage: the AWS connection named by ``DELTAFERRY_AWS_CONN_ID`` (default
   ``aws_default``), in the amazon provider's form (login = access key id, password = secret
-  key, extra ``endpoint_url`` and ``region_name``), becomes ``AWS_ACCESS_KEY_ID``,
-  ``AWS_SECRET_ACCESS_KEY``, ``DELTAFERRY_S3_ENDPOINT`` and ``AWS_REGION`` of the job; without
+  key, extra ``endpoint_url``, ``region_name`` and ``verify``, the path of a CA bundle for an
+  https endpoint), becomes ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+  ``DELTAFERRY_S3_ENDPOINT``, ``AWS_REGION`` and ``DELTAFERRY_S3_CA_BUNDLE`` of the job; without
   it the job reads those variables from the environment as they are.
 * Schema Registry (avro topics): the connection named by ``DELTAFERRY_SCHEMA_REGISTRY_CONN_ID``
-  (default ``schema_registry_default``): extra ``url`` (or host[:port]), login/password for basic
-  auth; it becomes ``DELTAFERRY_SCHEMA_REGISTRY_URL`` (+ ``_USER``/``_PASSWORD``) of the job.
+  (default ``schema_registry_default``): extra ``url`` (or host[:port]) and ``ca_bundle`` (the
+  CA of an https registry), login/password for basic auth; it becomes
+  ``DELTAFERRY_SCHEMA_REGISTRY_URL`` (+ ``_USER``/``_PASSWORD``/``_CA_BUNDLE``) of the job.
   Without it the job reads those variables from the environment as they are.
 """
 
@@ -190,6 +192,8 @@ def storage_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Stor
         result[envvars.S3_ENDPOINT.name] = str(endpoint)
     if extra.get("region_name"):
         result[envvars.AWS_REGION.name] = str(extra["region_name"])
+    if isinstance(extra.get("verify"), str) and extra["verify"]:  # the amazon provider's CA path
+        result[envvars.S3_CA_BUNDLE.name] = extra["verify"]
     return StorageAccess(result, source=where)
 
 
@@ -201,12 +205,14 @@ def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Reg
     if conn is None:
         return RegistryAccess()
     where = f"Airflow connection {conn_id!r}"
-    url = str(_extra(conn, where).get("url") or "").strip()
+    extra = _extra(conn, where)
+    url = str(extra.get("url") or "").strip()
     if not url and conn.host:
         host = conn.host if "://" in conn.host else f"http://{conn.host}"
         url = f"{host}:{conn.port}" if conn.port else host
     if not url:
         raise ConfigError(where, "has neither 'url' in its extra nor a host")
     login, password = _credentials(conn, where, "login and password for basic auth")
-    settings = RegistrySettings(url.rstrip("/"), login, password)
+    ca_bundle = str(extra.get("ca_bundle") or "").strip() or None
+    settings = RegistrySettings(url.rstrip("/"), login, password, ca_bundle)
     return RegistryAccess(settings.child_env(), source=where)

@@ -1,6 +1,8 @@
 """An avro topic end to end through a real Airflow, as users run it: the project's launcher
-starts the api-server, scheduler, dag-processor and triggerer; the tasks find the real Schema
-Registry through the Airflow connection `schema_registry_default` (not the environment); the
+starts the api-server, scheduler, dag-processor and triggerer; the tasks find the brokers and
+the real Schema Registry through Airflow connections only, encrypted: `kafka_default` on the
+stack's mutual-TLS listener (CA, client certificate, encrypted key and its password),
+`schema_registry_default` on the registry's HTTPS port with the stack's CA; the
 scheduler runs the DAG on messages of two registry versions (DynamicSchemaProducer), a badly
 framed message and a tombstone; a run triggered after a third version appeared brings in its
 field. The table is checked with Spark and delta-rs; the infer task's XCom is the registry's
@@ -23,14 +25,16 @@ from deltaferry_dev.stack.process import free_ports
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run
+from .test_tls import mutual_tls_options
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_factory):
-    """A running local Airflow whose topics file holds one avro topic (no retries), the registry
-    given only as the Airflow connection schema_registry_default."""
+    """A running local Airflow whose topics file holds one avro topic (no retries), Kafka and
+    the registry given only as the Airflow connections kafka_default (mutual TLS) and
+    schema_registry_default (HTTPS)."""
     folder = tmp_path_factory.mktemp("airflow-avro")
     topic = f"avro-airflow-{uuid.uuid4().hex[:10]}"
     proto_topic = f"proto-airflow-{uuid.uuid4().hex[:10]}"
@@ -43,13 +47,18 @@ def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_facto
     warehouse = folder / "warehouse"
     (port,) = free_ports(1)
     env = {k: v for k, v in {**os.environ, **stack_env}.items()
-           if not k.startswith("DELTAFERRY_SCHEMA_REGISTRY")}
+           if not k.startswith(("DELTAFERRY_SCHEMA_REGISTRY", "DELTAFERRY_KAFKA",
+                                "DELTAFERRY_TLS"))}
     env.update({
-        "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap, "DELTAFERRY_TOPICS": str(topics_file),
+        "DELTAFERRY_TOPICS": str(topics_file),
         "DELTAFERRY_WAREHOUSE": str(warehouse), "DELTAFERRY_SPARK_MASTER": "local[2]",
         "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps(
-            {"conn_type": "http", "extra": {"url": schema_registry_url}}),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {
+            "bootstrap.servers": stack_env["DELTAFERRY_KAFKA_SSL_BOOTSTRAP"],
+            **mutual_tls_options(stack_env)}}),
+        "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps({"conn_type": "http", "extra": {
+            "url": stack_env["DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL"],
+            "ca_bundle": stack_env["DELTAFERRY_TLS_CA_FILE"]}}),
     })
     running = services.up(folder / "home", env=env)
     try:

@@ -259,6 +259,18 @@ def test_storage_from_an_aws_connection_in_the_amazon_providers_form():
     assert env["AWS_ACCESS_KEY_ID"] == "AKIA1" and env["DELTAFERRY_S3_ENDPOINT"].endswith("8333")
 
 
+def test_an_aws_connections_verify_path_is_the_jobs_s3_ca_bundle():
+    aws = SimpleNamespace(host=None, port=None, login=None, password=None,
+                          extra_dejson={"endpoint_url": "https://s3.corp:8443",
+                                        "verify": "/etc/corp/ca.pem"})
+    assert c.storage_access(lookup_of(aws_default=aws), env={}).env == {
+        "DELTAFERRY_S3_ENDPOINT": "https://s3.corp:8443",
+        "DELTAFERRY_S3_CA_BUNDLE": "/etc/corp/ca.pem"}
+    aws.extra_dejson["verify"] = True  # the amazon provider's boolean: the system's CAs
+    assert "DELTAFERRY_S3_CA_BUNDLE" not in c.storage_access(lookup_of(aws_default=aws),
+                                                             env={}).env
+
+
 def test_storage_without_connection_leaves_the_environment_alone():
     assert c.storage_access(lookup_of(), env={}).env == {}
     half = SimpleNamespace(login="AKIA1", password=None, extra_dejson={})

@@ -74,6 +74,11 @@ def test_registry_connection_becomes_job_environment_and_its_password_is_masked(
     hostonly = SimpleNamespace(host="reg", port=8081, login=None, password=None, extra_dejson={})
     assert c.registry_access(lambda cid: hostonly, env={}).env == {
         "DELTAFERRY_SCHEMA_REGISTRY_URL": "http://reg:8081"}
+    https = SimpleNamespace(host=None, port=None, login=None, password=None, extra_dejson={
+        "url": "https://reg:8443/apis/ccompat/v7", "ca_bundle": "/etc/corp/ca.pem"})
+    assert c.registry_access(lambda cid: https, env={}).env == {
+        "DELTAFERRY_SCHEMA_REGISTRY_URL": "https://reg:8443/apis/ccompat/v7",
+        "DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE": "/etc/corp/ca.pem"}
 
 
 def test_operator_passes_the_registry_in_the_environment_not_argv(tmp_path, monkeypatch):
