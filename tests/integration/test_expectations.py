@@ -1,7 +1,8 @@
 """Expectations on the real broker and Spark: a JSON topic's warn, quarantine and fail rules
 over runs of one topic (the counts in the report and its summary line, the quarantine's reason
 read back by delta-rs, a failing batch leaving the table, the quarantine and the checkpoint's
-commits as they were, the run after the rule is fixed); rules Spark cannot evaluate stopping
+commits as they were, the run after the rule is fixed, replays that keep what a rule refuses
+and land it once the rule is gone); rules Spark cannot evaluate stopping
 the run before anything is written; a cdc topic's rule checked on the after image, its deletes
 not checked."""
 
@@ -11,8 +12,9 @@ import pytest
 
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
-from deltaferry.pipeline import run_step
+from deltaferry.pipeline import run_step, topic_lock
 from deltaferry.spark.expectations import ExpectationFailedError, ExpectationRuleError
+from deltaferry.spark.replay import replay_quarantine
 from deltaferry.state import read_checkpoint
 from deltaferry.storage import join, storage_for
 from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer, messages
@@ -34,6 +36,11 @@ def send(bootstrap: str, topic: str, messages_) -> None:
 
 def by_offset(path: str) -> dict[int, dict]:
     return {r["kafka_offset"]: r for r in open_table(path).to_pyarrow_table().to_pylist()}
+
+
+def replay(spark, ctx, reason: str):
+    with topic_lock(ctx, "replay").hold():
+        return replay_quarantine(spark, ctx, reason)
 
 
 def commits(ctx) -> list[str]:
@@ -99,6 +106,15 @@ def test_warn_quarantine_and_fail_over_runs_of_a_json_topic(
     assert by_offset(ctx.paths.quarantine)[6]["reason"] == \
         "expectation no_test_customer failed: customer_id <> 'test'"
     assert {r["kafka_key"] for r in by_offset(ctx.paths.table).values()} == {"a", "c", "d", "g"}
+
+    # a replay keeps what the rules still refuse; once a rule is gone, its messages land
+    replayed = replay(spark, ctx, "expectation")
+    assert (replayed.read, replayed.landed, replayed.still_failing) == (2, 0, 2)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap,
+                  expectations={"no_test_customer": fixed["no_test_customer"]})
+    replayed = replay(spark, ctx, "expectation amount_not_negative")
+    assert (replayed.read, replayed.landed, replayed.still_failing) == (1, 1, 0)
+    assert by_offset(ctx.paths.table)[1]["amount"] == -1
 
 
 def test_a_rule_spark_cannot_evaluate_stops_the_run_before_anything_is_written(
