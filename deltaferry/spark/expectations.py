@@ -99,7 +99,10 @@ class Checker:
         """Parse each rule with `spark`'s SQL parser (no schema, no job):
         `ExpectationRuleError` for one that does not parse, so a broken rule fails the run
         before any batch is planned. (`F.expr` parses only when its column is resolved.)"""
-        parser = spark._jsparkSession.sessionState().sqlParser()
+        session = getattr(spark, "_jsparkSession", None)
+        if session is None:  # not a classic session: each batch's `resolve` still parses
+            return
+        parser = session.sessionState().sqlParser()
         for expectation in self.expectations:
             try:
                 parser.parseExpression(expectation.rule)
