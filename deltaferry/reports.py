@@ -167,6 +167,23 @@ def describe_counts(mode: str, counts: Mapping[str, Any]) -> str:
     return said + (f", {counts['stale']} stale skipped" if counts.get("stale") else "")
 
 
+#: How the report says what an expectation's action did to the records that failed it.
+EXPECTATION_VERBS = {"warn": "landed with a warning", "quarantine": "quarantined",
+                     "fail": "failing the run"}
+
+
+def describe_expectations(expectations: Mapping[str, Mapping[str, Any]]) -> str:
+    """``, expectations: amount_not_negative 3 quarantined, has_customer 1 landed with a
+    warning`` (every expectation, 0 included); empty for a topic without any."""
+    if not expectations:
+        return ""
+    said = ", ".join(
+        f"{name} {int(e.get('failed', 0))} "
+        f"{EXPECTATION_VERBS.get(str(e.get('action')), str(e.get('action')))}"
+        for name, e in expectations.items())
+    return f", expectations: {said}"
+
+
 def describe_phases(phases: Mapping[str, float]) -> str:
     """``kafka read 3.1 s, decode 1.2 s, ...`` in the order the phases happen."""
     return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
@@ -189,6 +206,10 @@ class IngestReport(Report):
     #: the remembered deletes or earlier in the batch): redeliveries and replays.
     stale: int = 0
     quarantined: int = 0
+    #: Per expectation of the topic: its action and the records that failed it
+    #: (``{"amount_not_negative": {"action": "quarantine", "failed": 3}}``); those of a
+    #: quarantine expectation are in `quarantined` too.
+    expectations: dict[str, dict] = field(default_factory=dict)
     schema_version: int = 0
     widened_columns: list[str] = field(default_factory=list)
     #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
@@ -211,7 +232,8 @@ class IngestReport(Report):
         return (
             f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
             f"{describe_counts(self.mode, asdict(self))}, "
-            f"{self.quarantined} quarantined, schema v{self.schema_version}; read up to "
+            f"{self.quarantined} quarantined{describe_expectations(self.expectations)}, "
+            f"schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
         )

@@ -8,6 +8,7 @@ from deltaferry.config.settings import Settings, parse_kafka_options, warehouse_
 from deltaferry.config.topics import (
     ALERT_ACTIONS,
     CDC_KINDS,
+    EXPECTATION_ACTIONS,
     FORMATS,
     HISTORIES,
     KAFKA_COLUMNS,
@@ -21,6 +22,7 @@ from deltaferry.config.topics import (
     AlertOptions,
     AvroOptions,
     Cdc,
+    Expectation,
     FileOptions,
     Format,
     History,
@@ -39,7 +41,8 @@ from deltaferry.config.topics import (
 )
 
 __all__ = [
-    "ALERT_ACTIONS", "AlertOptions", "CDC_KINDS", "Cdc", "FORMATS", "HISTORIES", "History",
+    "ALERT_ACTIONS", "AlertOptions", "CDC_KINDS", "Cdc", "EXPECTATION_ACTIONS",
+    "Expectation", "FORMATS", "HISTORIES", "History",
     "KAFKA_COLUMNS", "KEY_FORMATS", "MODES",
     "PROTO_NAME_RE", "STARTING_OFFSETS", "SUBJECT_STRATEGIES", "TOPIC_NAME_RE",
     "TRIGGER_INTERVAL_RE", "AvroOptions", "FileOptions", "Format", "JsonOptions", "KeyFormat",

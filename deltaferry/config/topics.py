@@ -95,6 +95,10 @@ SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
 #: What a crossed threshold does to the run (see deltaferry.alerts).
 ALERT_ACTIONS = ("warn", "fail")
+#: What a row failing an expectation does (see deltaferry.expectations).
+EXPECTATION_ACTIONS = ("warn", "quarantine", "fail")
+#: An expectation's name: a letter, then letters, digits and ``_``, as it appears in the report.
+EXPECTATION_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 #: An Airflow connection id: letters, digits and ``_.-``.
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 #: A protobuf full name: dotted identifiers.
@@ -226,6 +230,95 @@ def _schema_hints(value: Any) -> tuple[Hint, ...]:
     if isinstance(value, tuple) and all(isinstance(h, Hint) for h in value):
         return value
     return parse_hints(value)  # HintError is a ValueError: its message is the problem
+
+
+def rule_problem(rule: str) -> str | None:
+    """What is wrong with an expectation's `rule` that can be told without Spark (empty, an
+    unclosed quote or backtick, unbalanced parentheses, more than one statement), or None.
+    Spark parses it against the topic's schema when ingest starts
+    (`deltaferry.spark.expectations.checked`)."""
+    if not rule.strip():
+        return "the rule is empty"
+    depth, quote = 0, ""
+    index = 0
+    while index < len(rule):
+        char = rule[index]
+        if quote:
+            if char == "\\" and quote != "`":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                return "a ')' closes no '('"
+        elif char == ";":
+            return "a rule is one boolean expression, not statements (';')"
+        index += 1
+    if quote:
+        return f"a {quote} is not closed"
+    if depth:
+        return f"{depth} '(' not closed"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """One data-quality rule of a topic: its `name`, a Spark SQL boolean expression over the
+    row's columns (`rule`) and what a row for which it is false does (`action`: warn,
+    quarantine or fail)."""
+
+    name: str
+    rule: str
+    action: str = "warn"
+
+    @property
+    def reason(self) -> str:
+        """The quarantine's reason for a row this expectation sent there."""
+        return f"expectation {self.name} failed: {self.rule}"
+
+
+def _expectations(value: Any) -> tuple[Expectation, ...]:
+    """null, or a mapping of expectation names to ``{rule: <Spark SQL boolean>, action: warn |
+    quarantine | fail}`` (action defaults to warn), as a tuple in the file's order."""
+    if value is None:
+        return ()
+    if isinstance(value, tuple) and all(isinstance(e, Expectation) for e in value):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of names to {rule, action}, e.g. "
+                         "{amount_not_negative: {rule: \"amount >= 0\", action: quarantine}}, "
+                         f"got {value!r}")
+    found = []
+    for name, spec in value.items():
+        if not isinstance(name, str) or not EXPECTATION_NAME_RE.match(name):
+            raise ValueError(f"{name!r}: an expectation's name is a letter then letters, digits "
+                             "or '_' (it names the expectation in reports and reasons)")
+        if isinstance(spec, str):
+            spec = {"rule": spec}
+        if not isinstance(spec, dict):
+            raise ValueError(f"{name}: must be {{rule: <Spark SQL boolean>, action: "
+                             f"{' | '.join(EXPECTATION_ACTIONS)}}}, got {spec!r}")
+        unknown = sorted(set(spec) - {"rule", "action"})
+        if unknown:
+            raise ValueError(f"{name}: unknown key(s) {', '.join(map(str, unknown))} "
+                             "(known: rule, action)")
+        rule, action = spec.get("rule"), spec.get("action", "warn")
+        if not isinstance(rule, str):
+            raise ValueError(f"{name}: rule must be a Spark SQL boolean expression as text, "
+                             f"e.g. \"amount >= 0\", got {rule!r}")
+        problem = rule_problem(rule)
+        if problem:
+            raise ValueError(f"{name}: rule {rule!r} does not parse: {problem}")
+        if action not in EXPECTATION_ACTIONS:
+            raise ValueError(f"{name}: action must be one of {', '.join(EXPECTATION_ACTIONS)}, "
+                             f"got {action!r}")
+        found.append(Expectation(name, rule.strip(), action))
+    return tuple(found)
 
 
 def _nonempty_text(value: Any) -> bool:
@@ -408,6 +501,10 @@ class TopicConfig:
         lambda v: _is_number(v) and v > 0, "must be a number of hours > 0", float)] = option(
         168.0, "cdc topics: how long a deleted key's source position is remembered, so that "
         "an older event of the key arriving later does not bring it back")
+    expectations: Annotated[tuple[Expectation, ...], BeforeValidator(_expectations)] = option(
+        (), "data-quality rules on the decoded rows, by name: {rule: <Spark SQL boolean>, "
+        "action: warn | quarantine | fail} (see Expectations)",
+        json_schema_extra={"shown": "mapping of names to {rule, action}"})
     avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")

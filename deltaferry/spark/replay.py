@@ -36,6 +36,7 @@ from deltaferry.reports import ReplayReport
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder
+from deltaferry.spark.expectations import Checker, failed_column
 from deltaferry.spark.ingest.rows import grow_table, parse_within
 
 if TYPE_CHECKING:
@@ -47,12 +48,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDecoder
-            ) -> DataFrame:
+def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDecoder,
+            paths: TopicPaths) -> DataFrame:
     """Quarantine `rows` decoded again through the topic's decoders (values over its
-    max_value_bytes still not parsed), with each one's `reason`."""
+    max_value_bytes still not parsed), with each one's `reason`: a record that fails an
+    expectation whose action is quarantine or fail keeps failing (it names the expectation)."""
     raw = keys.raw_columns(decoder.raw_columns(quarantine.kafka_records(rows, topic.name)))
-    return parse_within(decoder, keys, raw, topic.max_value_bytes)
+    parsed = parse_within(decoder, keys, raw, topic.max_value_bytes)
+    if not topic.expectations:
+        return parsed
+    writer = writer_for(topic, paths, keys)
+    checked = Checker(topic).check(parsed, writer.columns(parsed), writer.checked(parsed),
+                                   replay=True)
+    return checked.drop(*[failed_column(i) for i in range(len(topic.expectations))])
 
 
 def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: Decoder,
@@ -64,7 +72,7 @@ def land(spark: SparkSession, topic: TopicConfig, paths: TopicPaths, decoder: De
 
     claimed = (spark.read.format("delta").load(paths.quarantine)
                .where((F.col("replay_id") == replay_id) & F.col("replayed_at").isNull()))
-    parsed = decoded(claimed, topic, decoder, keys).persist()
+    parsed = decoded(claimed, topic, decoder, keys, paths).persist()
     try:
         count = parsed.count()
         writer = writer_for(topic, paths, keys)
@@ -128,7 +136,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
         candidates = candidates.where(F.col("reason").contains(reason))
     if which is not None:
         candidates = taken(candidates, which)
-    parsed = decoded(candidates, topic, decoder, keys).persist()
+    parsed = decoded(candidates, topic, decoder, keys, paths).persist()
     try:
         report.read += parsed.count()
         replay_id = new_replay_id()

@@ -142,7 +142,8 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
   <a class="log" href="{{ task_url(airflow, row.dag_id, run.run_id, ingest_task) }}">ingest log</a>{% else %}<span class="muted">no run yet</span>{% endif %}</td>
 {% if work %}<td class="num work-read">{{ work.figure("messages_read") | count_text }}</td>
 <td class="work-written">{{ work.written }}</td>
-<td class="num work-quarantined{% if 'quarantine' in problems %} problem{% endif %}">{{ work.quarantined | count_text }}</td>
+<td class="num work-quarantined{% if 'quarantine' in problems %} problem{% endif %}">{{ work.quarantined | count_text }}
+{%- for name, failed, verb in work.expectations %}<div class="muted expectation{% if failed %} failed{% endif %}" title="expectation {{ name }}: records that failed it this run">{{ name }} {{ failed | count_text }} {{ verb }}</div>{% endfor %}</td>
 <td class="num work-seconds">{% if work.figure("seconds") is not none %}{{ "%.1f" | format(work.figure("seconds")) }}{% else %}–{% endif %}</td>
 <td class="work-run">{% if work is sameas run %}<span class="muted">the last run</span>{% else %}<a class="work-link state-{{ work.state }}" href="{{ run_url(airflow, row.dag_id, work.run_id) }}">{{ work.state }}</a>
   <div class="muted when">{{ work.at_label }} {{ work.at }}</div>{% endif %}

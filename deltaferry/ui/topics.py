@@ -113,6 +113,21 @@ class LastRun:
         return int(value) if isinstance(value, int) else None
 
     @property
+    def expectations(self) -> list[tuple[str, int, str]]:
+        """(name, records that failed it, what its action did: `EXPECTATION_VERBS`) of each
+        expectation its ingest report counts; empty without a report of work or without
+        expectations."""
+        from deltaferry.reports import EXPECTATION_VERBS
+
+        found = self.ingest.get("expectations") if self.did_work and isinstance(
+            self.ingest, dict) else None
+        if not isinstance(found, dict):
+            return []
+        return [(str(name), int(e.get("failed") or 0),
+                 EXPECTATION_VERBS.get(str(e.get("action")), str(e.get("action"))))
+                for name, e in found.items() if isinstance(e, dict)]
+
+    @property
     def result(self) -> str:
         """The ingest report's summary line, else the run's state."""
         if isinstance(self.ingest, dict) and self.ingest.get("summary"):
@@ -218,6 +233,11 @@ class TopicRow:
                 f"  quarantined    {count(run.quarantined if run else None)} last run, "
                 f"{count(self.quarantined_total)} total{waiting}",
                 f"  schema         {self.schema_version or 'none yet'}"]
+        work = run.work if run else None
+        if work is not None and work.expectations:
+            out.append("  expectations   " + ", ".join(
+                f"{name} {failed:,} {verb}" for name, failed, verb in work.expectations)
+                + ("" if work is run else " (the last run that read messages)"))
         alerts = run.alerts if run else None
         if alerts is not None:
             out.append(f"  alerts firing  {len(alerts) or 'none'}")

@@ -680,3 +680,22 @@ def test_schema_pages_say_where_an_avro_schema_lives_and_that_protobuf_reads_no_
                            SchemaStore(paths.schema, LocalStorage()), env)
     assert proto.offsets_note.startswith("does not apply: made from the registry's writer")
     assert isinstance(history, SchemaHistory)
+
+
+def test_topics_page_shows_the_expectation_counts_beside_the_quarantined_messages(warehouse):
+    from deltaferry.reports import IngestReport
+
+    _, env = warehouse
+    ingest = IngestReport(TOPIC, messages_read=6, quarantined=2, expectations={
+        "amount_not_negative": {"action": "quarantine", "failed": 1},
+        "has_customer": {"action": "warn", "failed": 0}}).as_dict()
+    runs = {f"ingest_{TOPIC}": LastRun("r1", "success", "t", ingest)}
+    page = client_for(env, runs=lambda dag_ids: {d: runs[d] for d in dag_ids if d in runs})
+    answer = page.get("/")
+    assert answer.status_code == 200, answer.text[:300]
+    cell = re.search(r'<td class="num work-quarantined[^"]*">(.*?)</td>', answer.text, re.S)
+    assert cell is not None
+    shown = re.findall(r'<div class="muted expectation( failed)?"[^>]*>([^<]*)</div>', cell[1])
+    assert cell[1].startswith("2")
+    assert shown == [(" failed", "amount_not_negative 1 quarantined"),
+                     ("", "has_customer 0 landed with a warning")]

@@ -108,18 +108,12 @@ class ChangeWriter:
         from pyspark.sql.types import StructType
 
         key_type = parsed.schema[KEY].dataType
-        data_type = parsed.schema["data"].dataType
-        assert isinstance(key_type, StructType) and isinstance(data_type, StructType)
+        assert isinstance(key_type, StructType)
         headers = (HEADERS,) if self.topic.keep_headers else ()
-        names = [f for f in data_type.fieldNames() if f != CORRUPT]
-        column = {f: table_column(f, headers) for f in names}
-        self.keys = tuple(column[k] for k in key_type.fieldNames())
+        self.keys = tuple(table_column(k, headers) for k in key_type.fieldNames())
         usable = parsed.where(F.col("reason").isNull() & F.col("raw_value").isNotNull())
         rows = usable.select(
-            F.to_json(F.col(KEY)).alias("kafka_key"), "kafka_partition", "kafka_offset",
-            "kafka_timestamp", *headers,
-            *[F.col("data").getField(f).alias(column[f]) for f in names],
-            *SOURCE_COLUMNS, (F.col(OP) == "d").alias(delta_table.DELETED),
+            *self.columns(parsed), (F.col(OP) == "d").alias(delta_table.DELETED),
         ).withColumn("__position", F.expr(position_sql()))
         if not self.keys:
             self.stale_in_batch = 0
@@ -133,6 +127,27 @@ class ChangeWriter:
             "__stale", F.coalesce(earlier >= F.col("__position"), F.lit(False)))
         self.stale_in_batch = flagged.where("__stale").count()
         return flagged.where(~F.col("__stale")).drop("__stale")
+
+    def columns(self, parsed: DataFrame) -> list[Column]:
+        """The table columns of `parsed`'s change events: Kafka's (`kafka_key` the key's
+        fields as JSON), the headers if kept, the row's fields and the source columns."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        data_type = parsed.schema["data"].dataType
+        assert isinstance(data_type, StructType)
+        headers = (HEADERS,) if self.topic.keep_headers else ()
+        names = [f for f in data_type.fieldNames() if f != CORRUPT]
+        return [F.to_json(F.col(KEY)).alias("kafka_key"), F.col("kafka_partition"),
+                F.col("kafka_offset"), F.col("kafka_timestamp"), *map(F.col, headers),
+                *[F.col("data").getField(f).alias(table_column(f, headers)) for f in names],
+                *map(F.col, SOURCE_COLUMNS)]
+
+    def checked(self, parsed: DataFrame) -> Column:
+        """Changes that make a row (not deletes, not tombstones) are checked."""
+        from pyspark.sql import functions as F
+
+        return F.col("raw_value").isNotNull() & (F.col(OP) != "d")
 
     def rows(self, parsed: DataFrame) -> DataFrame:
         """The newest usable change per key of `parsed` (by source position), as table rows

@@ -18,9 +18,10 @@ from deltaferry.spark.decoding import Decoder, KeyDecoder, with_reason
 from deltaferry.spark.kafka_source import HEADERS, latest_per_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from deltaferry.origin import TaskRun
+    from deltaferry.spark.expectations import Checker
 
 
 def column_name(field: str, keys: tuple[str, ...] = ()) -> str:
@@ -37,6 +38,19 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
     the Kafka headers as `kafka_headers` if `headers` (a topic's keep_headers), payload columns,
     and the tombstone marker."""
     from pyspark.sql import functions as F
+
+    return parsed.select(
+        *table_columns(parsed, keys, headers),
+        F.col("raw_value").isNull().alias(delta_table.DELETED),
+    )
+
+
+def table_columns(parsed: DataFrame, keys: tuple[str, ...] = (),
+                  headers: bool = False) -> list[Column]:
+    """The table columns of `parsed`'s records (`to_table_rows` without the tombstone marker):
+    Kafka's, the key columns `keys` beyond kafka_key, `kafka_headers` if `headers`, and the
+    payload's fields, each under its column's name."""
+    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     data_type = parsed.schema["data"].dataType
@@ -49,10 +63,8 @@ def to_table_rows(parsed: DataFrame, keys: tuple[str, ...] = (),
         F.col("data").getField(f).alias(column_name(f, extra + kafka_headers))
         for f in data_type.fieldNames() if f != CORRUPT
     ]
-    return parsed.select(
-        *delta_table.METADATA_COLUMNS, *extra, *kafka_headers, *payload,
-        F.col("raw_value").isNull().alias(delta_table.DELETED),
-    )
+    return [*map(F.col, delta_table.METADATA_COLUMNS), *map(F.col, extra),
+            *map(F.col, kafka_headers), *payload]
 
 
 def parse(decoder: Decoder, keys: KeyDecoder, raw: DataFrame) -> DataFrame:
@@ -97,13 +109,18 @@ def read_stats(raw: DataFrame) -> tuple[int, int]:
     return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
 
 
-def count_unusable(parsed: DataFrame) -> int:
-    """How many records of `parsed` have a `reason` (go to the quarantine), counted by the
-    action that computes (and, persisted, caches) `parsed`: one job, not two."""
+def count_unusable(parsed: DataFrame, checker: Checker | None = None
+                   ) -> tuple[int, dict[str, tuple[int, str]]]:
+    """How many records of `parsed` have a `reason` (go to the quarantine), and, where
+    `checker` checked them (`Checker.check`), the failures per expectation (`Checker.tally`),
+    counted by the action that computes (and, persisted, caches) `parsed`: one job, not two."""
     from pyspark.sql import functions as F
 
-    row = parsed.agg(F.count(F.col("reason"))).first()
-    return int(row[0]) if row is not None else 0
+    extra = checker.tally_columns() if checker is not None else []
+    row = parsed.agg(F.count(F.col("reason")), *extra).first()
+    if row is None:
+        return 0, {}
+    return int(row[0]), checker.tally(row[1:]) if checker is not None else {}
 
 
 #: A micro-batch of up to this many records is grouped in one task (`one_task_if_small`).
@@ -170,6 +187,16 @@ class TableWriter(Protocol):
         (the report's fields: inserted, updated, ...)."""
         ...
 
+    def columns(self, parsed: DataFrame) -> list[Column]:
+        """The table columns of a usable record of `parsed`, as its row will have them: what a
+        topic's expectations are evaluated on (`deltaferry.spark.expectations`)."""
+        ...
+
+    def checked(self, parsed: DataFrame) -> Column:
+        """Whether expectations check a usable record of `parsed`: not when it deletes its
+        key's row (a tombstone, a cdc delete), which has no row to check."""
+        ...
+
 
 class LatestPerKey:
     """The table writer of every topic but a change-data-capture one: the newest record per
@@ -185,6 +212,14 @@ class LatestPerKey:
 
     def rows(self, parsed: DataFrame) -> DataFrame:
         return usable_rows(parsed, self.keys, self.headers)
+
+    def columns(self, parsed: DataFrame) -> list[Column]:
+        return table_columns(parsed, self.keys, self.headers)
+
+    def checked(self, parsed: DataFrame) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.col("raw_value").isNotNull()
 
     def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
               tag: str | None = None, only_newer: bool = False) -> dict[str, int]:

@@ -24,10 +24,16 @@ from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held
 from deltaferry.paths import TopicPaths
-from deltaferry.reports import IngestReport, describe_counts, describe_phases
+from deltaferry.reports import (
+    IngestReport,
+    describe_counts,
+    describe_expectations,
+    describe_phases,
+)
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys
+from deltaferry.spark.expectations import Checker, ExpectationFailedError, add_counts
 from deltaferry.spark.failures import run_failure
 from deltaferry.spark.ingest.progress import (
     Phases,
@@ -107,6 +113,8 @@ class BatchWriter:
         self.keys: KeyDecoder = keys or StringKeys()
         #: How the usable records become rows and reach the table.
         self.table: TableWriter = writer_for(topic, paths, self.keys)
+        #: The topic's expectations (None without any: nothing evaluated, no column added).
+        self.checker = Checker(topic) if topic.expectations else None
         self._app_id: str | None = None
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
@@ -180,8 +188,18 @@ class BatchWriter:
                 count, largest = read_stats(raw)
             with batch("decode"):
                 parsed = parse_within(self.decoder, self.keys, raw,
-                                      self.topic.max_value_bytes, largest).persist()
-                unusable = count_unusable(parsed)
+                                      self.topic.max_value_bytes, largest)
+                if self.checker is not None:  # the rules' columns, counted in the same job
+                    parsed = self.checker.check(parsed, self.table.columns(parsed),
+                                                self.table.checked(parsed))
+                parsed = parsed.persist()
+                unusable, failed = count_unusable(parsed, self.checker)
+            if self.checker is not None:
+                try:
+                    self.checker.refuse(batch_id, failed)
+                except ExpectationFailedError:
+                    parsed.unpersist()
+                    raise
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch(self.table.rows_phase):
@@ -217,12 +235,16 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
+        add_counts(self.report.expectations, self.topic, failed)
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
         log.info(
-            "ingest %s batch %d: %d messages, %s, %d quarantined, %.1f s (%s)",
+            "ingest %s batch %d: %d messages, %s, %d quarantined%s, %.1f s (%s)",
             self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
-            quarantined, time.monotonic() - started, describe_phases(batch.seconds),
+            quarantined, describe_expectations(
+                {e.name: {"action": e.action, "failed": failed[e.name][0]}
+                 for e in self.topic.expectations}),
+            time.monotonic() - started, describe_phases(batch.seconds),
         )
 
 
@@ -284,12 +306,15 @@ class IngestStream:
         checkpointed = state.checkpoint.offsets
         check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
                         paths.root)
-        self.report = IngestReport(topic.name, mode=topic.mode)
+        self.report = IngestReport(topic.name, mode=topic.mode, expectations={
+            e.name: {"action": e.action, "failed": 0} for e in topic.expectations})
         decoder = decoder_for(spark, topic, store)
         self.report.schema_version = decoder.schema_version
         self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
                                   key_decoder_for(spark, topic), settings=settings,
                                   task=ctx.task)
+        if self.writer.checker is not None:  # a rule that does not parse: before Spark reads
+            self.writer.checker.parse_rules(spark)
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
