@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import ssl
 import subprocess
-import threading
 import time
 import uuid
 from contextlib import nullcontext
@@ -21,6 +18,7 @@ import pytest
 
 from deltaferry.kafka import create_topic, produce
 from deltaferry.ui.topics import fleet_offsets
+from deltaferry_dev.stack.tls import TlsServer
 
 from .test_secrets import CLI, CREDENTIAL_VARS, SCRAM, CommandLines, assert_nothing_leaked
 
@@ -50,43 +48,6 @@ def https_warehouse(tls_env, monkeypatch) -> str:
     bucket = f"tls-{uuid.uuid4().hex[:12]}"
     S3Settings.from_env().client().create_bucket(Bucket=bucket)
     return f"s3://{bucket}/warehouse"
-
-
-class BadServer:
-    """A TLS server on localhost presenting the certificate `cert` (and its key), in a thread."""
-
-    def __init__(self, cert: Path, key: Path):
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(cert, key)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    conn.settimeout(5)
-                    with self.context.wrap_socket(conn, server_side=True):
-                        pass
-                except OSError:
-                    pass
-
-    def __enter__(self) -> BadServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(5)
 
 
 def run_cli(topic: str, tmp_path: Path, topic_yaml: str = "", **env: str
@@ -193,7 +154,7 @@ def test_a_refused_certificate_stops_the_run_before_spark_in_one_line(tls_env, s
     options = mutual_tls_options(tls_env)
     for name in ("ssl.certificate.location", "ssl.key.location", "ssl.key.password"):
         options.pop(name)  # the mutual TLS listener without a client certificate
-    server = BadServer(bad_dir / f"{bad}.pem", bad_dir / f"{bad}.key") if bad else None
+    server = TlsServer((bad_dir / f"{bad}.pem", bad_dir / f"{bad}.key")) if bad else None
     topic = f"tls-bad-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     with server or nullcontext(), CommandLines() as lines:

@@ -9,7 +9,6 @@ import os
 import socket
 import ssl
 import stat
-import threading
 import warnings
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from deltaferry.registry import RegistrySettings
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.spark.session import REDACTION_CONF, builder_settings
 from deltaferry.storage import S3Settings, check_warehouse
+from deltaferry_dev.stack.tls import TlsServer
 
 KEY_PASSWORD = "k3y-pässword-for-tests"
 NOW = dt.datetime.now(dt.UTC)
@@ -71,54 +71,6 @@ class Pki:
         key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                                serialization.PrivateFormat.PKCS8, encryption))
         return str(cert_file), str(key_file)
-
-
-class TlsServer:
-    """A TLS server on 127.0.0.1 in a thread: it presents `cert`, asks for a client certificate
-    signed by `client_ca` when given, and holds each connection open briefly."""
-
-    def __init__(self, cert: tuple[str, str] | None, client_ca: Path | None = None):
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.context = None
-        if cert:
-            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            self.context.load_cert_chain(*cert)
-            if client_ca:
-                self.context.verify_mode = ssl.CERT_REQUIRED
-                self.context.load_verify_locations(client_ca)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    conn.settimeout(5)
-                    if self.context is None:
-                        conn.recv(1024)
-                        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-                        continue
-                    with self.context.wrap_socket(conn, server_side=True) as tls_conn:
-                        tls_conn.settimeout(2)
-                        tls_conn.recv(1)
-                except (OSError, ssl.SSLError):
-                    pass
-
-    def __enter__(self) -> TlsServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(5)
 
 
 @pytest.fixture

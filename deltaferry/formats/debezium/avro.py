@@ -33,16 +33,13 @@ from deltaferry.formats.debezium import (
     TS_MS,
     connect,
 )
-from deltaferry.reports import RegistryReport
 from deltaferry.spark.decoding import REASON_NO_KEY
 from deltaferry.spark.kafka_source import RAW_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from deltaferry.context import TopicContext
     from deltaferry.schema.store import SchemaStore
-    from deltaferry.state import TopicState
 
 #: Avro primitives and the Connect type of each (for `connect.conversion_sql`).
 PRIMITIVES = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
@@ -222,19 +219,10 @@ class DebeziumAvroDecoder(avro.AvroDecoder):
         return decode_changes(super().decode(raw), self.reader.schema, self.key_fields)
 
 
-class DebeziumAvroFormat:
+class DebeziumAvroFormat(avro.AvroFormat):
     """`cdc: debezium` with `format: avro`: writer schemas from the Schema Registry, the infer
-    step only records the registry's version (no Spark), as for any avro topic."""
-
-    infer_needs_spark = False
-    caches_schema = False
-
-    def uses_registry(self, topic: TopicConfig) -> bool:
-        return True
-
-    def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
-              state: TopicState | None = None) -> RegistryReport:
-        return avro.registry_version(ctx.topic)
+    step only records the registry's version (no Spark), as for any avro topic; the decoders
+    turn the envelopes into changes."""
 
     def decoder(self, spark: SparkSession, topic: TopicConfig,
                 store: SchemaStore | None = None) -> DebeziumAvroDecoder:

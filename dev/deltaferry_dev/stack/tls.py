@@ -22,7 +22,7 @@ writes, so `encrypt_pkcs8` writes it by hand.
 
 Every key file is readable by its owner only (0600) from the moment it exists. The functions
 below (`make_ca`, `issue`) are the building blocks, for tests that need certificates of their
-own.
+own; `TlsServer` serves one of them on a local port, to see a client refuse it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ import hashlib
 import ipaddress
 import os
 import secrets
+import socket
+import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,3 +285,53 @@ def make_stack_tls(stack_dir: Path) -> StackTLS:
     issue(bad, "untrusted", SERVER_HOSTS, make_ca(bad, "untrusted-ca", "an untrusted CA"))
     return StackTLS(folder, ca, server, client, password)
 
+
+class TlsServer:
+    """A TLS server on 127.0.0.1 in a thread, for the tests of refused certificates: it presents
+    `cert` (certificate and key files; None: a plain socket answering HTTP 400), asks for a
+    client certificate signed by `client_ca` when given, and holds each connection open
+    briefly. A context manager: serving inside, closed after; its port is `port`."""
+
+    def __init__(self, cert: tuple[str | Path, str | Path] | None,
+                 client_ca: Path | str | None = None):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.context: ssl.SSLContext | None = None
+        if cert:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(*cert)
+            if client_ca:
+                self.context.verify_mode = ssl.CERT_REQUIRED
+                self.context.load_verify_locations(client_ca)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(5)
+                    if self.context is None:
+                        conn.recv(1024)
+                        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                        continue
+                    with self.context.wrap_socket(conn, server_side=True) as tls_conn:
+                        tls_conn.settimeout(2)
+                        tls_conn.recv(1)
+                except (OSError, ssl.SSLError):
+                    pass
+
+    def __enter__(self) -> TlsServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(5)
