@@ -130,9 +130,12 @@ def jaas_options(stack_env: dict[str, str], password: str) -> str:
     })
 
 
-def run_cli(topic: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def run_cli(topic: str, tmp_path: Path, topic_yaml: str = "", **env: str
+            ) -> subprocess.CompletedProcess:
+    """`deltaferry run TOPIC --steps infer,ingest` with `env` over this process's environment,
+    the topic's entry in the topics file extended by `topic_yaml`."""
     topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n")
+    topics.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n{topic_yaml}")
     full_env = {**os.environ, "DELTAFERRY_TOPICS": str(topics),
                 "DELTAFERRY_SPARK_MASTER": "local[2]", **env}
     return subprocess.run([CLI, "run", topic, "--steps", "infer,ingest"], capture_output=True,

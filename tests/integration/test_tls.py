@@ -7,8 +7,6 @@ Spark in its one line; no secret on any process's command line meanwhile."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import uuid
 from contextlib import nullcontext
@@ -20,7 +18,13 @@ from deltaferry.kafka import create_topic, produce
 from deltaferry.ui.topics import fleet_offsets
 from deltaferry_dev.stack.tls import TlsServer
 
-from .test_secrets import CLI, CREDENTIAL_VARS, SCRAM, CommandLines, assert_nothing_leaked
+from .test_secrets import (
+    CREDENTIAL_VARS,
+    SCRAM,
+    CommandLines,
+    assert_nothing_leaked,
+    run_cli,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,18 +52,6 @@ def https_warehouse(tls_env, monkeypatch) -> str:
     bucket = f"tls-{uuid.uuid4().hex[:12]}"
     S3Settings.from_env().client().create_bucket(Bucket=bucket)
     return f"s3://{bucket}/warehouse"
-
-
-def run_cli(topic: str, tmp_path: Path, topic_yaml: str = "", **env: str
-            ) -> subprocess.CompletedProcess:
-    """`deltaferry run TOPIC --steps infer,ingest` with `env` over this process's environment,
-    the topic's entry in the topics file extended by `topic_yaml`."""
-    topics = tmp_path / "topics.yaml"
-    topics.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n{topic_yaml}")
-    full_env = {**os.environ, "DELTAFERRY_TOPICS": str(topics),
-                "DELTAFERRY_SPARK_MASTER": "local[2]", **env}
-    return subprocess.run([CLI, "run", topic, "--steps", "infer,ingest"], capture_output=True,
-                          text=True, env=full_env, timeout=300, cwd=tmp_path)
 
 
 def secrets(env: dict[str, str]) -> dict[str, str]:
