@@ -192,9 +192,17 @@ class Checker:
             raise ExpectationFailedError(self.topic.name, batch_id, failures)
 
 
+def counts_of(topic: TopicConfig,
+              counts: dict[str, tuple[int, str]] | None = None) -> dict[str, dict]:
+    """A report's ``expectations`` (name -> {action, failed}) for the topic's expectations: the
+    failures of a batch's `counts` (`tally`'s), or zeros without them."""
+    counts = counts or {}
+    return {e.name: {"action": e.action, "failed": counts.get(e.name, (0, ""))[0]}
+            for e in topic.expectations}
+
+
 def add_counts(into: dict[str, dict], topic: TopicConfig,
                counts: dict[str, tuple[int, str]]) -> None:
     """Add a batch's `counts` to a report's ``expectations`` (name -> {action, failed})."""
-    for expectation in topic.expectations:
-        entry = into.setdefault(expectation.name, {"action": expectation.action, "failed": 0})
-        entry["failed"] += counts.get(expectation.name, (0, ""))[0]
+    for name, batch in counts_of(topic, counts).items():
+        into.setdefault(name, {**batch, "failed": 0})["failed"] += batch["failed"]

@@ -33,7 +33,12 @@ from deltaferry.reports import (
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys
-from deltaferry.spark.expectations import Checker, ExpectationFailedError, add_counts
+from deltaferry.spark.expectations import (
+    Checker,
+    ExpectationFailedError,
+    add_counts,
+    counts_of,
+)
 from deltaferry.spark.failures import run_failure
 from deltaferry.spark.ingest.progress import (
     Phases,
@@ -241,9 +246,7 @@ class BatchWriter:
         log.info(
             "ingest %s batch %d: %d messages, %s, %d quarantined%s, %.1f s (%s)",
             self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
-            quarantined, describe_expectations(
-                {e.name: {"action": e.action, "failed": failed[e.name][0]}
-                 for e in self.topic.expectations}),
+            quarantined, describe_expectations(counts_of(self.topic, failed)),
             time.monotonic() - started, describe_phases(batch.seconds),
         )
 
@@ -306,8 +309,8 @@ class IngestStream:
         checkpointed = state.checkpoint.offsets
         check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
                         paths.root)
-        self.report = IngestReport(topic.name, mode=topic.mode, expectations={
-            e.name: {"action": e.action, "failed": 0} for e in topic.expectations})
+        self.report = IngestReport(topic.name, mode=topic.mode,
+                                   expectations=counts_of(topic))
         decoder = decoder_for(spark, topic, store)
         self.report.schema_version = decoder.schema_version
         self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
