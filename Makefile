@@ -62,9 +62,9 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 test: setup lint test-unit docs test-integration
 
 # ruff (style, imports, bugbear) and mypy over the library, the harness, the tests, the
-# benchmarks, the DAGs.
+# benchmarks, the DAGs, the spark-submit entry points.
 lint: setup
-	$(BIN)/ruff check deltaferry dev tests bench dags plugins
+	$(BIN)/ruff check deltaferry spark_jobs dev tests bench dags plugins
 	$(BIN)/mypy deltaferry dev/deltaferry_dev
 
 test-unit: setup

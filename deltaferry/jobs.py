@@ -1,4 +1,4 @@
-"""What the `deltaferry/spark_jobs/` entry points (and the warm drivers) run: parse arguments,
+"""What the `spark_jobs/` entry points (and the warm drivers) run: parse arguments,
 run one step through the runner (`deltaferry.pipeline.run_steps`), report.
 
 The last stdout line of a job is its reports as JSON, prefixed with REPORT_PREFIX; when

@@ -4,9 +4,9 @@ before the JVM starts, when it has nothing to do and what it runs. The runner
 factory all read them.
 
 A DAG runs `DAG_STEPS` in order, each as the Airflow task `task_id` that spark-submits the
-step's script (`deltaferry/spark_jobs/`). `maintain` (OPTIMIZE then VACUUM in one Spark session)
-is for the command line and spark-submit users; the DAGs keep the two apart so that each is
-retried and skipped on its own. `Replay` and `Stream` are steps of the command line only.
+step's script (`spark_jobs/`, `JOBS_DIR`). `maintain` (OPTIMIZE then VACUUM in one Spark
+session) is for the command line and spark-submit users; the DAGs keep the two apart so that each
+is retried and skipped on its own. `Replay` and `Stream` are steps of the command line only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JOBS_DIR = Path(__file__).resolve().parent / "spark_jobs"
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def jobs_dir(package: Path = PACKAGE_DIR) -> Path:
+    """The folder of the spark-submit entry points of the deltaferry at `package`: the package's
+    `spark_jobs/` in an installed wheel (pyproject.toml packages the checkout's top-level
+    `spark_jobs/` as `deltaferry.spark_jobs`), the checkout's top-level `spark_jobs/` otherwise
+    (a source tree on PYTHONPATH, an editable install). A leftover `deltaferry/spark_jobs/` of
+    an older checkout (its caches, which git leaves behind) is not taken for the wheel's."""
+    packaged = package / "spark_jobs"
+    return packaged if (packaged / "__init__.py").is_file() else package.parent / "spark_jobs"
+
+
+JOBS_DIR = jobs_dir()
 
 
 @dataclass(frozen=True)
@@ -261,7 +275,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
 DAG_STEPS: tuple[str, ...] = ("infer", "ingest", "optimize", "vacuum")
 
 
-#: The steps a spark-submit job (`deltaferry/spark_jobs/`) runs: the DAG's, and the replay a
+#: The steps a spark-submit job (`spark_jobs/`) runs: the DAG's, and the replay a
 #: DAG run with the ``replay`` param runs in its ingest task.
 JOBS: dict[str, Step] = {**STEPS, "replay": Replay()}
 

@@ -7,7 +7,7 @@ stand-in DAG `ingest_<name>` with one task that fails with the same message, so 
 page explains itself instead of vanishing.
 
 Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
-`deltaferry/spark_jobs/`; schedule from the entry (hourly by default, moved inside the hour by
+`spark_jobs/`; schedule from the entry (hourly by default, moved inside the hour by
 ``start_spread_minutes``), no catch-up, one run at a time, retries with exponential back-off;
 params ``reinfer``, ``debug`` and ``replay`` (the ingest task replays the
 quarantine instead); the ingest task declares the Delta table as an asset. Every

@@ -3,7 +3,7 @@
 `DeltaferrySparkSubmitOperator` is the provider's SparkSubmitOperator with what a topic's step
 needs decided at run time, so a DAG file only names the topic and the step:
 
-* the application is the step's script in ``deltaferry/spark_jobs/`` (`deltaferry.steps`) and
+* the application is the step's script in ``spark_jobs/`` (`deltaferry.steps.JOBS_DIR`) and
   its arguments come from the DAG run's params (``reinfer``, ``debug``);
 * the Spark master is the ``spark_default`` connection if it exists, else
   ``DELTAFERRY_SPARK_MASTER``, else ``local[*]`` (the provider alone would fall back to yarn):

@@ -95,7 +95,7 @@ def test_airflow_services_mount_dags_plugins_and_the_library(compose):
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert "@postgres:5432/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    for folder in ("dags", "plugins", "deltaferry", "deltaferry/spark_jobs"):
+    for folder in ("dags", "plugins", "deltaferry", "spark_jobs"):
         assert (REPO / folder).is_dir()
     for command in ("api-server", "scheduler", "dag-processor", "triggerer"):
         assert services(compose)[f"airflow-{command}"]["command"] == command

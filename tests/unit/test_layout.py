@@ -1,6 +1,8 @@
 """The library's import graph holds no development harness: no module of deltaferry imports
 deltaferry_dev (at the top or inside a function; the command line reaches it through entry
-points), importing the library's modules loads none of it, and the wheel does not carry it."""
+points), importing the library's modules loads none of it, and the wheel does not carry it.
+The spark-submit entry points sit at the top of the checkout (spark_jobs/) and the wheel carries
+them inside the package."""
 
 import ast
 import importlib
@@ -12,9 +14,11 @@ import zipfile
 from pathlib import Path
 
 import deltaferry
+from deltaferry import steps
 
 PACKAGE = Path(deltaferry.__file__).parent
 HARNESS = "deltaferry_dev"
+JOBS = PACKAGE.parent / "spark_jobs"
 
 
 def library_modules() -> list[str]:
@@ -55,7 +59,6 @@ def test_the_import_check_sees_an_import_inside_a_function(tmp_path, monkeypatch
 def test_importing_the_library_loads_no_harness_module():
     code = ("import importlib, sys\n"
             f"for name in {library_modules()!r}:\n"
-            "    if name.startswith(('deltaferry.spark_jobs',)): continue\n"
             "    importlib.import_module(name)\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] == {HARNESS!r}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -65,20 +68,54 @@ def test_importing_the_library_loads_no_harness_module():
 
 def test_the_wheel_carries_the_library_and_not_the_harness(tmp_path):
     """Builds the wheel as `pip install .` would (setuptools' build backend, the project's
-    pyproject.toml) from a copy of the library with the harness beside it, as in the checkout."""
+    pyproject.toml) from a copy of the library, its entry points and the harness beside them,
+    as in the checkout: every Python file of deltaferry/ is in it, spark_jobs/ as
+    deltaferry/spark_jobs/ (a subpackage pyproject.toml does not list would be missing)."""
     root = PACKAGE.parent
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copy(root / "pyproject.toml", tmp_path)
-    shutil.copytree(PACKAGE, tmp_path / "deltaferry", ignore=ignore)
-    shutil.copytree(root / "dev", tmp_path / "dev", ignore=ignore)
+    for folder in ("deltaferry", "spark_jobs", "dev"):
+        shutil.copytree(root / folder, tmp_path / folder, ignore=ignore)
     built = subprocess.run(
         [sys.executable, "-c", "from setuptools import build_meta; "
          "print(build_meta.build_wheel('dist'))"],
         cwd=tmp_path, capture_output=True, text=True, check=True)
     wheel = tmp_path / "dist" / built.stdout.strip().splitlines()[-1]
     names = zipfile.ZipFile(wheel).namelist()
-    assert "deltaferry/__init__.py" in names and "deltaferry/cli.py" in names
+    library = {f"deltaferry/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")
+               if "__pycache__" not in p.parts}
+    jobs = {f"deltaferry/spark_jobs/{p.name}" for p in JOBS.glob("*.py")}
+    assert "deltaferry/cli.py" in library and "deltaferry/spark_jobs/ingest.py" in jobs
+    assert sorted((library | jobs) - set(names)) == []
+    assert [n for n in names if n.startswith("spark_jobs/")] == []
     assert [n for n in names if HARNESS in n or n.startswith(("deltaferry/dev/", "dev/"))] == []
+
+
+def test_the_spark_submit_entry_points_sit_at_the_top_of_the_checkout():
+    """One thin script per spark-submit step in the top-level spark_jobs/ (none left inside
+    the package's folder), and every step's script, the one the operator submits, is there."""
+    assert sorted(p.name for p in JOBS.glob("*.py")) == [
+        "__init__.py", "infer_schema.py", "ingest.py", "maintain.py", "optimize.py",
+        "replay.py", "vacuum.py"]
+    assert not (PACKAGE / "spark_jobs" / "__init__.py").exists()
+    assert {name: steps.job(name).script for name in steps.JOBS} == {
+        "infer": JOBS / "infer_schema.py", "ingest": JOBS / "ingest.py",
+        "optimize": JOBS / "optimize.py", "vacuum": JOBS / "vacuum.py",
+        "maintain": JOBS / "maintain.py", "replay": JOBS / "replay.py"}
+
+
+def test_an_installed_package_takes_its_own_entry_points_and_a_checkout_the_top_level_ones(
+        tmp_path):
+    """The wheel's layout (site-packages/deltaferry/spark_jobs/__init__.py) wins; a checkout's
+    leftover deltaferry/spark_jobs/ holding only caches (what git leaves of the old layout)
+    does not hide the top-level folder."""
+    installed = tmp_path / "site-packages" / "deltaferry"
+    (installed / "spark_jobs").mkdir(parents=True)
+    (installed / "spark_jobs" / "__init__.py").write_text("")
+    assert steps.jobs_dir(installed) == installed / "spark_jobs"
+    checkout = tmp_path / "checkout" / "deltaferry"
+    (checkout / "spark_jobs" / "__pycache__").mkdir(parents=True)
+    assert steps.jobs_dir(checkout) == tmp_path / "checkout" / "spark_jobs"
 
 
 def test_no_import_cycle_among_the_packages_modules():
