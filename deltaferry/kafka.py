@@ -4,6 +4,7 @@ exist, which offsets does each partition hold. Spark's own errors for these are 
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import re
@@ -23,6 +24,9 @@ _client_log = logging.getLogger("deltaferry.kafka.client")
 _client_log.setLevel(logging.CRITICAL)
 #: Metadata is asked for in slices this long, client errors looked at in between.
 _SLICE_S = 0.5
+#: How many of the broker's topics, and of the names closest to a missing one, its error names.
+_SHOWN_TOPICS = 10
+_CLOSEST_TOPICS = 3
 
 
 @dataclass(frozen=True)
@@ -168,11 +172,10 @@ def topic_offsets(
         metadata = _metadata(consumer, topic, bootstrap, timeout, errors)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None or not described.partitions:
-            known = sorted(t for t in metadata.topics if not t.startswith("__"))
-            raise KafkaError(
-                topic, bootstrap,
-                f"topic does not exist (topics there: {', '.join(known) or 'none'})",
-            )
+            # the answer for one topic names only that one: the broker's topics are asked apart
+            every = _metadata(consumer, None, bootstrap, timeout, errors)
+            auto_creates = broker_auto_creates(bootstrap, options, every, min(timeout, 5.0))
+            raise unusable_topic(topic, bootstrap, described, every, auto_creates)
         partitions = {}
         for partition in sorted(described.partitions):
             low, high = consumer.get_watermark_offsets(
@@ -182,6 +185,63 @@ def topic_offsets(
         return TopicOffsets(topic, partitions)
     finally:
         consumer.close()
+
+
+def broker_auto_creates(bootstrap: str, options: dict[str, str] | None, metadata,
+                        timeout: float = 5.0) -> bool | None:
+    """The ``auto.create.topics.enable`` of a broker of `metadata` (whether it creates a topic
+    a client first names); None when it cannot be read (no broker, DescribeConfigs not
+    allowed, no answer within `timeout`)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    if not metadata.brokers:
+        return None
+    broker = str(min(metadata.brokers))
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000,
+                              "logger": _client_log, **librdkafka_options(options)}
+    admin = AdminClient(config)
+    try:
+        resource = ConfigResource(ResourceType.BROKER, broker)
+        (future,) = admin.describe_configs([resource], request_timeout=timeout).values()
+        entry = future.result(timeout=timeout).get("auto.create.topics.enable")
+    except Exception:  # not allowed or not answered: the message just says less
+        return None
+    return None if entry is None or entry.value is None else entry.value == "true"
+
+
+def unusable_topic(topic: str, bootstrap: str, described, metadata,
+                   auto_creates: bool | None) -> KafkaError:
+    """The KafkaError of a `topic` the broker's metadata (`described`, its entry, or None)
+    does not give as usable: what the broker answered (UNKNOWN_TOPIC_OR_PART, an ACL
+    refusal, ...), whether the broker creates topics on first use (`auto_creates`, None:
+    unknown), and the names of the broker's real topics (`metadata` of every topic; internal
+    ``__`` topics and the asked one left out), the closest ones first."""
+    error = described.error if described is not None else None
+    name = error.name() if error is not None else "UNKNOWN_TOPIC_OR_PART"
+    if name == "TOPIC_AUTHORIZATION_FAILED":
+        return KafkaError(topic, bootstrap, f"not authorized to describe the topic ({name}); "
+                          f"check the client's ACLs and the credentials in {OPTIONS_SOURCE}")
+    if name == "UNKNOWN_TOPIC_OR_PART":
+        problem = "topic does not exist (the broker's metadata says UNKNOWN_TOPIC_OR_PART"
+        if auto_creates is False:
+            problem += (" and the broker creates no topic on first use, "
+                        "auto.create.topics.enable=false: create it first")
+        elif auto_creates:
+            problem += (" and deltaferry only reads, though the broker creates topics on a "
+                        "producer's first write, auto.create.topics.enable=true")
+        problem += ")"
+    else:
+        why = f"{name}: {error.str()}" if error is not None else "no partitions"
+        problem = f"topic not available ({why})"
+    known = sorted(t for t, d in metadata.topics.items()
+                   if d.error is None and t != topic and not t.startswith("__"))
+    closest = difflib.get_close_matches(topic, known, n=_CLOSEST_TOPICS, cutoff=0.6)
+    if closest:
+        problem += f"; closest names there: {', '.join(closest)}"
+    shown = ", ".join(known[:_SHOWN_TOPICS])
+    more = f" and {len(known) - _SHOWN_TOPICS} more" if len(known) > _SHOWN_TOPICS else ""
+    return KafkaError(topic, bootstrap, f"{problem}; topics there ({len(known)}): "
+                      f"{shown or 'none'}{more}")
 
 
 def offsets_json(topic: str, offsets: dict[int, int]) -> str:
@@ -353,10 +413,15 @@ def topics_offsets(bootstrap: str, topics: list[str], options: dict[str, str] | 
     metadata = _metadata(admin, None, bootstrap, timeout, errors)
     found: dict[str, TopicOffsets | KafkaError] = {}
     partitions = []
+    auto_creates: list[bool | None] = []  # asked once, for the first unusable topic
     for topic in topics:
         described = metadata.topics.get(topic)
         if described is None or described.error is not None or not described.partitions:
-            found[topic] = KafkaError(topic, bootstrap, "topic does not exist")
+            if not auto_creates:
+                auto_creates.append(broker_auto_creates(bootstrap, options, metadata,
+                                                        min(timeout, 5.0)))
+            found[topic] = unusable_topic(topic, bootstrap, described, metadata,
+                                          auto_creates[0])
             continue
         partitions += [TopicPartition(topic, p) for p in sorted(described.partitions)]
     if not partitions:

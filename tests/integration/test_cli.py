@@ -34,6 +34,48 @@ def test_missing_kafka_topic_is_one_line(kafka_bootstrap, tmp_path):
     )
 
 
+def test_a_missing_topic_names_the_brokers_real_topics_and_not_itself(kafka_bootstrap,
+                                                                      new_topic, tmp_path):
+    """Asked for a topic the broker does not have (the metadata for that one topic answers it
+    back with UNKNOWN_TOPIC_OR_PART), `deltaferry run` and the watermarks of many topics name
+    the broker's real topics, the closest name first, never the missing one, and say whether
+    the broker would create it (its auto.create.topics.enable, read here from the broker)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from deltaferry.kafka import TopicOffsets, topics_offsets
+
+    near = new_topic("alerts", partitions=1)
+    missing = near[:-1] + ("0" if near[-1] != "0" else "1")  # one character off
+    topics = tmp_path / "listed.yaml"
+    topics.write_text(f"topics:\n  - name: {missing}\n")
+    done = run_cli(["run", missing], tmp_path, DELTAFERRY_KAFKA_BOOTSTRAP=kafka_bootstrap,
+                   DELTAFERRY_TOPICS=str(topics))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    metadata = admin.list_topics(timeout=10)
+    real = {t for t in metadata.topics if not t.startswith("__")}
+    assert near in real and missing not in real
+    (config,) = admin.describe_configs([ConfigResource(
+        ResourceType.BROKER, str(min(metadata.brokers)))]).values()
+    auto_create = config.result(10)["auto.create.topics.enable"].value
+    said = {"false": " and the broker creates no topic on first use, "
+                     "auto.create.topics.enable=false: create it first",
+            "true": " and deltaferry only reads, though the broker creates topics on a "
+                    "producer's first write, auto.create.topics.enable=true"}[auto_create]
+    assert line.startswith(
+        f"deltaferry: error: topic {missing!r} on {kafka_bootstrap}: topic does not exist (the "
+        f"broker's metadata says UNKNOWN_TOPIC_OR_PART{said}); closest names there: {near}"), line
+    listed = line.split(f"; topics there ({len(real)}): ", 1)[1]
+    names = listed.split(" and ")[0].split(", ")
+    assert missing not in names and set(names) <= real and len(names) == min(len(real), 10)
+
+    many = topics_offsets(kafka_bootstrap, [missing, near])
+    assert isinstance(many[near], TopicOffsets)
+    assert str(many[missing]) == line.removeprefix("deltaferry: error: ")
+
+
 def test_unreachable_broker_is_one_line(tmp_path):
     done = run_cli(["run", "listed.topic"], tmp_path, DELTAFERRY_KAFKA_BOOTSTRAP="127.0.0.1:1")
     assert done.returncode == 2

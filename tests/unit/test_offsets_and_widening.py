@@ -10,6 +10,7 @@ from deltaferry.kafka import (
     offsets_beyond_end,
     offsets_json,
     ranges_to_read,
+    unusable_topic,
 )
 from deltaferry.schema.rules import widened_type
 from deltaferry.spark.table import quote
@@ -24,6 +25,42 @@ def test_ranges_cover_only_what_is_new():
     assert ranges_to_read(current, covered) == {1: (5, 8), 3: (1, 4)}
     assert current.message_count == 10 + 3 + 0 + 4
     assert current.end() == {0: 10, 1: 8, 2: 0, 3: 4}
+
+
+def metadata_of(*names, errors=None):
+    """Cluster metadata as confluent-kafka gives it: topics by name, each with its error."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(topics={n: SimpleNamespace(error=(errors or {}).get(n), partitions={0: 0})
+                                   for n in names})
+
+
+def test_a_missing_topics_error_names_at_most_ten_real_topics_and_never_itself():
+    from confluent_kafka import KafkaError as Code
+
+    unknown = Code(Code.UNKNOWN_TOPIC_OR_PART)
+    names = ["orders", "orders.eu", *(f"payments-{i:02}" for i in range(10))]
+    every = metadata_of("__consumer_offsets", "ordres", *names, errors={"ordres": unknown})
+    problem = unusable_topic("ordres", "b:9", every.topics["ordres"], every, None).problem
+    assert problem == ("topic does not exist (the broker's metadata says UNKNOWN_TOPIC_OR_PART); "
+                       "closest names there: orders, orders.eu; topics there (12): orders, "
+                       "orders.eu, payments-00, payments-01, payments-02, payments-03, "
+                       "payments-04, payments-05, payments-06, payments-07 and 2 more")
+    alone = metadata_of("ordres", errors={"ordres": unknown})
+    assert unusable_topic("ordres", "b:9", None, alone, False).problem == (
+        "topic does not exist (the broker's metadata says UNKNOWN_TOPIC_OR_PART and the broker "
+        "creates no topic on first use, auto.create.topics.enable=false: create it first); "
+        "topics there (0): none")
+
+
+def test_a_topic_the_client_may_not_describe_is_not_called_missing():
+    from confluent_kafka import KafkaError as Code
+
+    refused = metadata_of("orders", errors={"orders": Code(Code.TOPIC_AUTHORIZATION_FAILED)})
+    error = unusable_topic("orders", "b:9", refused.topics["orders"], refused, True)
+    assert str(error) == ("topic 'orders' on b:9: not authorized to describe the topic "
+                          "(TOPIC_AUTHORIZATION_FAILED); check the client's ACLs and the "
+                          "credentials in DELTAFERRY_KAFKA_OPTIONS (or the Airflow Kafka connection)")
 
 
 def test_offsets_json_is_what_spark_expects():
