@@ -176,7 +176,7 @@ def _check(args: argparse.Namespace) -> int:
     print(f"{topics.path}: {len(topics.topics)} topic(s) valid, {len(errors)} entr"
           f"{'y' if len(errors) == 1 else 'ies'} invalid{note}")
     for error in errors:
-        print(f"  - {error}")
+        print(error.listing())
     return 1 if errors else 0
 
 

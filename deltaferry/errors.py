@@ -6,6 +6,8 @@ stack trace and exits non-zero.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class DeltaferryError(Exception):
     """Base class: the message is written for the user and names what is at fault."""
@@ -15,14 +17,27 @@ class DeltaferryError(Exception):
 
 
 class ConfigError(DeltaferryError):
-    """The topics file or an environment setting is invalid."""
+    """The topics file or an environment setting is invalid: `where`, and its problem or every
+    problem found there (an entry of the topics file can have several); the message is one
+    line, the problems joined by "; "."""
 
-    def __init__(self, where: str, problem: str, topic: str | None = None):
+    def __init__(self, where: str, problem: str | Sequence[str], topic: str | None = None):
         self.where = where
-        self.problem = problem
+        #: Every problem found at `where`, in the order they were found.
+        self.problems = [problem] if isinstance(problem, str) else list(problem)
+        self.problem = "; ".join(self.problems)
         #: The name of the topics-file entry at fault, when it has a string name.
         self.topic = topic
-        super().__init__(f"{where}: {problem}")
+        super().__init__(f"{where}: {self.problem}")
+
+    def listing(self, indent: str = "  ") -> str:
+        """The error as an item of a list of errors (`deltaferry check`, the Airflow import
+        error of bad entries): ``- where: problem``, or with several problems ``- where: N
+        problems`` and one indented item per problem."""
+        if len(self.problems) == 1:
+            return f"{indent}- {self}"
+        items = "".join(f"\n{indent}    - {problem}" for problem in self.problems)
+        return f"{indent}- {self.where}: {len(self.problems)} problems{items}"
 
 
 class TopicNotConfiguredError(DeltaferryError):

@@ -244,7 +244,8 @@ class Built:
 
     dags: dict = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    #: the bad entries' errors (entry-level, each naming its topic where it has a name)
+    #: `errors` as ConfigErrors: the bad entries' (each naming its topic where it has a name),
+    #: or the file's own when it cannot be read
     broken: list[ConfigError] = field(default_factory=list)
 
 
@@ -273,6 +274,7 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
         loaded: TopicsFile = load_topics(topics_file)
     except ConfigError as exc:
         result.errors.append(str(exc))
+        result.broken.append(exc)
         return result
     warehouse = warehouse or warehouse_from_env()
     broken: list[ConfigError] = list(loaded.errors)
@@ -324,11 +326,12 @@ def build_dags(topics_file: str | None = None) -> dict:
 
 
 def raise_config_errors(topics_file: str | None = None) -> None:
-    """Raise one ConfigError listing every bad entry (an import error in the Airflow UI)."""
+    """Raise one ConfigError listing every bad entry and each of its problems (an import
+    error in the Airflow UI), as `deltaferry check` lists them."""
     path = topics_file or envvars.TOPICS.raw()
-    errors = build(path, log_errors=False, dags=False).errors
+    errors = build(path, log_errors=False, dags=False).broken
     if errors:
-        listing = "\n".join(f"  - {e}" for e in errors)
+        listing = "\n".join(e.listing() for e in errors)
         raise ConfigError(
             "topics file",
             f"{len(errors)} entr{'y is' if len(errors) == 1 else 'ies are'} invalid; their DAGs "

@@ -560,15 +560,17 @@ _ADAPTER: TypeAdapter[TopicConfig] = TypeAdapter(TopicConfig)
 _FILE_ADAPTER: TypeAdapter[FileOptions] = TypeAdapter(FileOptions)
 
 
-def _problem(error: ValidationError) -> str:
-    """The first problem of a validation error as ``key: problem`` (``section.key`` within a
-    section), in the words the option's
-    check used (pydantic's own wording would name its types, not the option's rule)."""
-    first = error.errors()[0]
-    cause = (first.get("ctx") or {}).get("error")
-    text = str(cause) if cause is not None else first["msg"]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"{where}: {text}" if where else text
+def _problems(error: ValidationError) -> list[str]:
+    """Every problem of a validation error (pydantic checks every option and collects them),
+    each as ``key: problem`` (``section.key`` within a section), in the words the option's check
+    used (pydantic's own wording would name its types, not the option's rule)."""
+    problems = []
+    for found in error.errors():
+        where = ".".join(str(part) for part in found["loc"])
+        cause = (found.get("ctx") or {}).get("error")
+        text = str(cause) if cause is not None else found["msg"]
+        problems.append(f"{where}: {text}" if where else text)
+    return problems
 
 
 def _nest(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -613,11 +615,24 @@ def _unknown(merged: Mapping[str, Any]) -> list[str]:
     return sorted(found)
 
 
+def _known(merged: Mapping[str, Any]) -> dict[str, Any]:
+    """`merged` without the keys `_unknown` names (said on their own, checked no further)."""
+    known = {k: v for k, v in merged.items() if k in _TOP_KEYS}
+    for section in NESTED:
+        if isinstance(known.get(section), dict):
+            known[section] = {k: v for k, v in known[section].items()
+                              if f"{section}.{k}" in KNOWN_KEYS}
+    return known
+
+
 def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = None,
                 base_dir: str | os.PathLike | None = None) -> TopicConfig:
     """Validate one entry of `topics:` (at index `position`) into a TopicConfig; ConfigError
-    naming the entry (position and name) and the problem. Relative files (``proto_file``,
-    ``schema_hints_file``) are resolved against `base_dir` (the topics file's folder)."""
+    naming the entry (position and name) and every problem of its keys: unknown keys, the
+    name, each option's own check. The checks of options together (`_check_combinations`,
+    the protobuf and hints files) come once every option is valid on its own. Relative files
+    (``proto_file``, ``schema_hints_file``) are resolved against `base_dir` (the topics file's
+    folder)."""
     where = f"topics[{position}]"
     if not isinstance(entry, dict):
         raise ConfigError(where,
@@ -625,18 +640,24 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
     if "name" in entry and isinstance(entry["name"], str):
         where = f"topics[{position}] ({entry['name']!r})"
     merged = _merge(_nest(defaults or {}, "defaults"), _nest(entry, where))
+    problems = []
     unknown = _unknown(merged)
     if unknown:
-        raise ConfigError(
-            where, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})"
-        )
-    if "name" not in entry:
-        raise ConfigError(where, "missing required key 'name'")
-    validate_topic_name(entry["name"], where)
+        problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
+    options_ = _known(merged)
     try:
-        topic = _ADAPTER.validate_python(merged)
-    except ValidationError as exc:
-        raise ConfigError(where, _problem(exc)) from None
+        if "name" not in entry:
+            raise ConfigError(where, "missing required key 'name'")
+        validate_topic_name(entry["name"], where)
+    except ConfigError as exc:
+        problems.append(exc.problem)
+        options_["name"] = "_"  # a legal stand-in, so that every other option is still checked
+    try:
+        topic = _ADAPTER.validate_python(options_)
+    except ValidationError as exc:  # every option's problem
+        problems += _problems(exc)
+    if problems:
+        raise ConfigError(where, problems)
     _check_combinations(topic, where)
     return _check_hints(_check_protobuf(topic, where, base_dir), where, base_dir)
 
@@ -794,7 +815,7 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
         file_options = _FILE_ADAPTER.validate_python(
             {k: defaults.pop(k) for k in file_keys if k in defaults})
     except ValidationError as exc:
-        raise ConfigError(f"{path}: defaults", _problem(exc)) from None
+        raise ConfigError(f"{path}: defaults", _problems(exc)) from None
     result = TopicsFile(path=path, spark_slots=file_options.spark_slots)
     seen: dict[str, int] = {}
     for position, entry in enumerate(document["topics"]):

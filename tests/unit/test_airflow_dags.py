@@ -112,6 +112,31 @@ topics:
     assert not any("bad topic" in dag_id for dag_id in bag.dags)
 
 
+def test_the_import_error_lists_every_problem_of_an_entry_as_check_does(tmp_path, monkeypatch,
+                                                                         capsys):
+    """dags/deltaferry_config_errors.py's import error lists each problem of an entry with
+    several, in the lines `deltaferry check` prints for it."""
+    from deltaferry import cli
+
+    bag = load(tmp_path, monkeypatch, """
+topics:
+  - name: orders
+  - name: alerts
+    alerts: {max_lag_messages: -5}
+    json: {schema_hints: {amount: "decimal(99,2)"}}
+""")
+    (message,) = bag.import_errors.values()
+    capsys.readouterr()  # the DagBag's own log lines
+    assert cli.main(["check", str(tmp_path / "topics.yaml")]) == 1
+    listed = capsys.readouterr().out.splitlines()[1:]
+    assert listed[0] == "  - topics[1] ('alerts'): 2 problems" and len(listed) == 3
+    assert "alerts.max_lag_messages: must be" in listed[2] and "decimal(99,2)" in listed[1]
+    assert message.rstrip().endswith("\n".join(["", *listed]))
+    assert "1 entry is invalid" in message and "ingest_orders" in bag.dags
+    assert "max_lag_messages" in bag.dags["ingest_alerts"].description  # the stand-in's
+    assert "decimal(99,2)" in bag.dags["ingest_alerts"].description
+
+
 def test_errors_without_dags_are_those_of_the_full_build(tmp_path):
     """`build(dags=False)` (the config-errors DAG file, the UI's check) checks each schedule on
     a bare DAG and keeps none, yet finds exactly the errors the full build does."""

@@ -105,6 +105,27 @@ def test_check_lists_every_bad_entry_and_exits_1(tmp_path, capsys):
     assert "topics file not found" in capsys.readouterr().err
 
 
+def test_check_lists_every_problem_of_every_entry(tmp_path, capsys):
+    path = tmp_path / "topics.yaml"
+    path.write_text("""\
+topics:
+  - name: alerts
+    alerts: {max_lag_messages: -5}
+    json: {schema_hints: {amount: "decimal(99,2)"}}
+  - name: clicks
+    format: xml
+""")
+    assert cli.main(["check", str(path)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: 0 topic(s) valid, 2 entries invalid",
+        "  - topics[0] ('alerts'): 2 problems",
+        "      - json.schema_hints: field 'amount': 'decimal(99,2)': a decimal needs 1 <= "
+        "precision <= 38 and 0 <= scale <= precision",
+        "      - alerts.max_lag_messages: must be a whole number of messages >= 0 or null, got -5",
+        "  - topics[1] ('clicks'): format: 'xml' is not a supported format (supported: json, "
+        "avro, protobuf)"]
+
+
 def test_status_prints_what_the_topics_page_shows(warehouse, capsys, monkeypatch):  # noqa: F811
     from datetime import UTC, datetime
 

@@ -66,6 +66,42 @@ topics:
     assert "vacuum_retention_hours" in messages[4] and ">= 0" in messages[4]
 
 
+LAG = "alerts.max_lag_messages: must be a whole number of messages >= 0 or null, got -5"
+HINT = ("json.schema_hints: field 'amount': 'decimal(99,2)': a decimal needs 1 <= precision "
+        "<= 38 and 0 <= scale <= precision")
+
+
+def test_every_problem_of_an_entry_is_reported_not_only_the_first(tmp_path):
+    topics = load_topics(write(tmp_path, """
+topics:
+  - name: alerts
+    alerts: {max_lag_messages: -5}
+    json: {schema_hints: {amount: "decimal(99,2)"}}
+  - name: "bad topic!"
+    colour: blue
+    format: xml
+    retries: -1
+  - name: fine
+"""))
+    assert topics.names() == ["fine"]
+    both, many = topics.errors
+    assert (both.where, both.topic) == ("topics[0] ('alerts')", "alerts")
+    assert sorted(both.problems) == [LAG, HINT]
+    assert str(both) == f"topics[0] ('alerts'): {'; '.join(both.problems)}"  # one line
+    assert "\n" not in str(both)
+    assert [p.split(" (")[0] for p in many.problems] == [
+        "unknown key(s) colour", "topic name 'bad topic!' has characters Kafka does not allow: "
+        "' !'", "format: 'xml' is not a supported format", "retries: must be a whole number >= 0,"
+        " got -1"]
+
+
+def test_a_missing_name_does_not_hide_the_other_problems(tmp_path):
+    (error,) = load_topics(write(tmp_path, "topics:\n  - mode: sideways\n")).errors
+    assert error.where == "topics[0]" and len(error.problems) == 2
+    assert error.problems[0] == "missing required key 'name'"
+    assert error.problems[1].startswith("mode: 'sideways' is not a mode")
+
+
 def test_get_raises_the_entry_error_for_an_invalid_entry(tmp_path):
     topics = load_topics(write(tmp_path, "topics:\n  - name: t\n    format: xml\n"))
     with pytest.raises(ConfigError, match="format: 'xml' is not a supported format"):
