@@ -59,7 +59,12 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/kafka
 	touch $@
 
-test: setup lint test-unit docs test-integration
+# The whole check, timed: its total in minutes is its last line (CI's budget is 35).
+test: setup
+	@started=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory lint test-unit docs test-integration || status=$$?; \
+	took=$$(( $$(date +%s) - started )); \
+	echo "make test: $$((took / 60)) min $$((took % 60)) s in all (exit $$status)"; exit $$status
 
 # ruff (style, imports, bugbear) and mypy over the library, the harness, the tests, the
 # benchmarks, the DAGs, the spark-submit entry points.
@@ -76,9 +81,13 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
+# Two processes (pytest-xdist), a test file at a time each, so a file's module fixtures (its
+# Airflow, a stack part it stops) stay in one process; the slowest files start first
+# (tests/integration/conftest.py). INTEGRATION_WORKERS=1 runs them one after another.
+INTEGRATION_WORKERS ?= 2
 test-integration: setup
 	scripts/ensure-browser.sh
-	$(BIN)/pytest tests/integration -q -m integration --durations=25
+	$(BIN)/pytest tests/integration -q -m integration --durations=25 -n $(INTEGRATION_WORKERS) --dist loadfile
 
 demo: setup
 	$(BIN)/python -m deltaferry_dev.demo
