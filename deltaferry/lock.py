@@ -321,6 +321,22 @@ def ensure_held(path: str, before: str) -> None:
         lock.check(before)
 
 
+def release_leftovers() -> list[str]:
+    """Release every lock this process still holds (its run ended without releasing it: a
+    warm driver after a step); the topics of those locks. A release the storage refuses is
+    logged: the lock's step has ended all the same (its flock dropped, its heartbeat
+    stopped)."""
+    with _held_guard:
+        left = list(_held.values())
+    for held in left:
+        try:
+            held.release()
+        except Exception as exc:
+            log.warning("topic %s: could not release the lock %s (%s); the next run on this "
+                        "host takes it over at once", held.topic, held.folder, exc)
+    return [held.topic for held in left]
+
+
 class TopicLock:
     """The lock of one topic's runs at `folder` (`<topic>/_lock`), as a context manager.
 
