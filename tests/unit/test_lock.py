@@ -213,7 +213,7 @@ class Refusing(LocalStorage):
 storage = Refusing()
 held = TopicLock(storage, sys.argv[1], "orders", "warm step", heartbeat=3600)
 held.acquire()
-print("held", held.holder.step_file, flush=True)
+print("held", flush=True)
 sys.stdin.readline()
 storage.down = True
 try:
