@@ -21,6 +21,7 @@ import pytest
 
 from deltaferry.faults import MARK_VAR, POINT_VAR
 from deltaferry.kafka import produce
+from deltaferry.paths import TopicPaths
 from deltaferry.state import parse_offset_log
 from deltaferry.storage import S3Settings, storage_for
 
@@ -298,11 +299,12 @@ def test_s3_stopped_during_a_warm_drivers_ingest_leaves_no_lock_behind(outage_st
         return {key: (value["id"], value["round"]) for key, value in records
                 if isinstance(value, dict)}
 
-    table = open_table(f"{warehouse}/{topic}/table", env).to_pyarrow_table(
+    paths = TopicPaths.for_topic(warehouse, topic)
+    table = open_table(paths.table, env).to_pyarrow_table(
         columns=["kafka_key", "id", "round"]).to_pylist()
     assert len(table) == len({r["kafka_key"] for r in table})  # no key twice
     assert {r["kafka_key"]: (r["id"], r["round"]) for r in table} == latest(sent)
-    quarantined = open_table(f"{warehouse}/{topic}/quarantine", env).to_pyarrow_table(
+    quarantined = open_table(paths.quarantine, env).to_pyarrow_table(
         columns=["raw_value"]).to_pylist()
     assert sorted(bytes(r["raw_value"]).decode() for r in quarantined) == bad_values(sent)
 
