@@ -47,6 +47,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -54,6 +55,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from deltaferry import env as envvars
 from deltaferry import runtime
@@ -222,18 +224,17 @@ def token_ended(path: str, token: str) -> bool:
     ``<token>.lock`` in a runtime folder of this user's own (`runtime.check_private`), is this
     user's, and nobody holds its flock. False when that cannot be told (another user's
     folder or file, a link, no such file): then the holder's process decides."""
-    from pathlib import Path
-
     where = Path(path)
     if not _TOKEN.match(token) or where.name != f"{token}.lock":
         return False
     try:
         runtime.check_private(where.parent)
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, runtime.RuntimeDirError):
         return False
     try:
-        if os.fstat(fd).st_uid != os.getuid():
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
