@@ -375,3 +375,14 @@ def test_lease_and_heartbeat_come_from_the_environment_or_are_refused_naming_it(
         lock_timing({"DELTAFERRY_LOCK_HEARTBEAT_SECONDS": "0"})
     with pytest.raises(ConfigError, match="more than half the lease"):
         lock_timing({"DELTAFERRY_LOCK_LEASE_SECONDS": "10"})  # heartbeat 10 s
+
+
+def test_a_lock_a_run_left_held_is_released_when_its_driver_tidies(tmp_path):
+    from deltaferry.lock import release_leftovers
+
+    left = lock(tmp_path / "orders" / "_lock", heartbeat=3600)
+    left.acquire()  # a step that never released it
+    assert release_leftovers() == ["orders"]
+    assert left.generation is None and release_leftovers() == []
+    newest = max(p.name for p in (tmp_path / "orders" / "_lock").iterdir())
+    assert json.loads((tmp_path / "orders" / "_lock" / newest).read_text())["released"]
