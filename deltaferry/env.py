@@ -125,6 +125,9 @@ LOCK_LEASE_SECONDS = _v("DELTAFERRY_LOCK_LEASE_SECONDS", "a topic lock's holder 
 LOCK_HEARTBEAT_SECONDS = _v("DELTAFERRY_LOCK_HEARTBEAT_SECONDS", "how often a lock's holder "
                             "shows it is alive (at most half the lease)", "seconds",
                             default="10")
+RUNTIME_DIR = _v("XDG_RUNTIME_DIR", "the folder of this user's runtime files: the lock "
+                 "tokens of running steps, in deltaferry-locks/ (the system's own variable)",
+                 "path", default_doc="deltaferry-locks-<uid> in the temporary folder")
 # --- Airflow ----------------------------------------------------------------------------------
 KAFKA_CONN_ID = _v("DELTAFERRY_KAFKA_CONN_ID", "the Airflow connection of the brokers",
                    "connection id", default="kafka_default")

@@ -47,6 +47,12 @@ class FaultPointError(DeltaferryError):
     set outside the crash tests."""
 
 
+def reset() -> None:
+    """Forget how often each point was reached: the next run counts from zero (a warm driver's
+    next step, as a new process would)."""
+    _reached.clear()
+
+
 def wanted() -> tuple[str, int, str] | None:
     """(point, times to pass it first, mode) that DELTAFERRY_CRASH_POINT asks for, or None when
     unset; ConfigError naming the variable if it names no point or mode, or if

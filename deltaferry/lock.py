@@ -11,10 +11,22 @@ if its name is free (`Storage.put_if_absent`: a hard link on a folder, a conditi
 `If-None-Match: *` on S3), so of two runs racing for the same generation exactly one wins. The
 newest generation says who holds the lock, or that it was released. A run takes the lock by
 creating the next generation when the newest is released, or when its holder is dead: on the
-same host, its process is gone (pid and process start time); elsewhere, it has not renewed its
-heartbeat (rewritten every `HEARTBEAT_SECONDS`) for `LEASE_SECONDS` (both settable, see
-`lock_timing`). A takeover is the same conditional create, so two runs taking over one dead
-holder cannot both win.
+same host, its step ended or its process is gone (below); elsewhere, it has not renewed its
+heartbeat (rewritten every `HEARTBEAT_SECONDS`, until the step ends) for `LEASE_SECONDS` (both
+settable, see `lock_timing`). A takeover is the same conditional create, so two runs taking
+over one dead holder cannot both win.
+
+The holder is the step, not the process: a warm driver (deltaferry.spark.warm) lives on and
+runs other topics' steps after one that could not release its lock (the S3 server down with
+it). Each acquisition holds, for as long as the step holds the lock, an flock on a token file
+of its own, `<token>.lock` in this user's runtime folder (`deltaferry.runtime.private_dir`),
+and records that file in its generation. A contender on the same host takes the holder for
+dead when its process is gone (pid and process start time) or when nobody holds that flock
+any more: the step released the lock, or failed to and ended anyway (`release` drops the
+flock whatever the storage says), or its process died. The token file is removed once the
+lock is released or taken over. A generation without a token file (written by an older
+deltaferry, or by a holder whose runtime folder could not be used) is dead only with its
+process.
 
 A holder that lost the lock (it stalled longer than the lease, and another run took over) is
 fenced: it commits nothing more. Its heartbeat notes the loss, and every commit point of a run
@@ -29,11 +41,13 @@ warm driver's next step) starts clean.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -41,8 +55,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from deltaferry import env as envvars
+from deltaferry import runtime
 from deltaferry.errors import ConfigError, DeltaferryError
 from deltaferry.storage import Storage, join
 
@@ -58,6 +74,12 @@ HEARTBEAT_VAR = envvars.LOCK_HEARTBEAT_SECONDS.name
 #: Generations kept behind the newest (older ones are deleted by the next holder).
 KEEP_GENERATIONS = 5
 _NAME = re.compile(r"^(\d{12})\.json$")
+#: The runtime folder (`deltaferry.runtime.private_dir`) of the steps' token files.
+STEP_FOLDER = "deltaferry-locks"
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+#: A token file older than this whose flock is free is deleted by the next acquisition (one
+#: left behind by a holder taken over from another host).
+STALE_TOKEN_SECONDS = 7 * 24 * 3600.0
 
 
 class TopicLockedError(DeltaferryError):
@@ -69,7 +91,8 @@ class TopicLockedError(DeltaferryError):
         self.holder = holder
         self.location = location
         waited_text = f" after waiting {waited:.0f} s" if waited >= 1 else ""
-        takeover = ("as soon as that process has exited" if holder.host == socket.gethostname()
+        takeover = ("as soon as that run has ended (or its process exited)"
+                    if holder.host == socket.gethostname()
                     else f"once its heartbeat is older than {lease:g} s")
         super().__init__(
             f"topic {topic!r} is already being run by {holder.describe()}{waited_text}; one run "
@@ -134,6 +157,94 @@ def process_alive(pid: int, started: str | None) -> bool:
     return started is None or now is None or now == started
 
 
+class StepToken:
+    """The flock a step holds on its token file while it holds a topic's lock (see the
+    module's docstring); `close` drops it, `discard` also removes the file."""
+
+    def __init__(self, token: str, path: str, fd: int):
+        self.token, self.path, self._fd = token, path, fd
+
+    @classmethod
+    def take(cls, token: str) -> StepToken | None:
+        """A new token file for `token` (0600, never through a symbolic link) in this user's
+        runtime folder, its flock held; None (said in a WARNING) if that folder cannot be
+        used: the holder is then known by its process only, as before tokens."""
+        try:
+            folder = runtime.private_dir(STEP_FOLDER)
+            _prune_tokens(folder)
+            path = folder / f"{token}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except (OSError, runtime.RuntimeDirError) as exc:
+            log.warning("the lock's holder is this process, not its step: %s", exc)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            log.warning("the lock's holder is this process, not its step: flock on %s: %s",
+                        path, exc)
+            return None
+        return cls(token, str(path), fd)
+
+    def close(self) -> None:
+        """Drop the flock: the step no longer holds the lock (the file stays, so that a
+        contender knows the step ended even if its release was not written)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def discard(self) -> None:
+        """Drop the flock and remove the file (the lock was released or taken over)."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def _prune_tokens(folder) -> None:
+    """Delete token files older than STALE_TOKEN_SECONDS whose flock is free (best effort)."""
+    cutoff = time.time() - STALE_TOKEN_SECONDS
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if (entry.name.endswith(".lock") and entry.stat(follow_symlinks=False).st_mtime
+                    < cutoff and token_ended(entry.path, entry.name[:-len(".lock")])):
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def token_ended(path: str, token: str) -> bool:
+    """Whether the step that held a lock through the token file `path` has ended: the file is
+    ``<token>.lock`` in a runtime folder of this user's own (`runtime.check_private`), is this
+    user's, and nobody holds its flock. False when that cannot be told (another user's
+    folder or file, a link, no such file): then the holder's process decides."""
+    where = Path(path)
+    if not _TOKEN.match(token) or where.name != f"{token}.lock":
+        return False
+    try:
+        runtime.check_private(where.parent)
+        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, runtime.RuntimeDirError):
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:  # held: the step runs
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Holder:
     """One generation of the lock: who holds it (or that it was released)."""
@@ -146,13 +257,17 @@ class Holder:
     started_at: float
     renewed_at: float
     released: bool = False
+    #: The step's token file (`StepToken`), None in generations of older code.
+    step_file: str | None = None
 
     @classmethod
-    def me(cls, what: str, now: float) -> Holder:
-        """A record of this process holding the lock for `what`."""
+    def me(cls, what: str, now: float, token: StepToken | None = None) -> Holder:
+        """A record of this process's step holding the lock for `what` (known by `token`'s
+        file when given)."""
         pid = os.getpid()
-        return cls(uuid.uuid4().hex, socket.gethostname(), pid, process_start(pid), what,
-                   now, now)
+        return cls(token.token if token else uuid.uuid4().hex, socket.gethostname(), pid,
+                   process_start(pid), what, now, now,
+                   step_file=token.path if token else None)
 
     def describe(self) -> str:
         """Who, in words: pid, host, what it runs, since when."""
@@ -160,9 +275,12 @@ class Holder:
         return f"pid {self.pid} on {self.host} ({self.what}, since {since})"
 
     def is_dead(self, now: float, lease: float = LEASE_SECONDS) -> bool:
-        """Whether this holder is gone: its process on this host, or its heartbeat elsewhere."""
+        """Whether this holder is gone: on this host its step ended (`token_ended`) or its
+        process is gone; elsewhere its heartbeat is older than `lease`."""
         if self.host == socket.gethostname():
-            return not process_alive(self.pid, self.pid_started)
+            if not process_alive(self.pid, self.pid_started):
+                return True
+            return self.step_file is not None and token_ended(self.step_file, self.token)
         return now - self.renewed_at > lease
 
     def to_bytes(self) -> bytes:
@@ -170,7 +288,20 @@ class Holder:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Holder:
-        return cls(**json.loads(data))
+        """A generation's record; fields this code does not know (a newer deltaferry's) are
+        left out."""
+        record = json.loads(data)
+        return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
+
+
+def _discard_token_file(holder: Holder) -> None:
+    """Remove the token file of a holder whose step ended (best effort; only a file of this
+    user's runtime folder that nobody holds: `token_ended`)."""
+    if holder.step_file and token_ended(holder.step_file, holder.token):
+        try:
+            os.unlink(holder.step_file)
+        except OSError:
+            pass
 
 
 #: The locks this process holds now, by the topic folder they guard (`ensure_held`).
@@ -189,6 +320,22 @@ def ensure_held(path: str, before: str) -> None:
                  if path == root or path.startswith(root.rstrip("/") + "/")]
     for lock in locks:
         lock.check(before)
+
+
+def release_leftovers() -> list[str]:
+    """Release every lock this process still holds (its run ended without releasing it: a
+    warm driver after a step); the topics of those locks. A release the storage refuses is
+    logged: the lock's step has ended all the same (its flock dropped, its heartbeat
+    stopped)."""
+    with _held_guard:
+        left = list(_held.values())
+    for held in left:
+        try:
+            held.release()
+        except Exception as exc:
+            log.warning("topic %s: could not release the lock %s (%s); the next run on this "
+                        "host takes it over at once", held.topic, held.folder, exc)
+    return [held.topic for held in left]
 
 
 class TopicLock:
@@ -221,6 +368,8 @@ class TopicLock:
         self._renewing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The flock of this step's token file while it holds the lock.
+        self._token: StepToken | None = None
 
     def _path(self, generation: int) -> str:
         return join(self.folder, f"{generation:012d}.json")
@@ -250,15 +399,26 @@ class TopicLock:
                     return current
                 log.warning("topic %s: taking over the lock of %s, which is gone (lock %s)",
                             self.topic, current.describe(), self.folder)
-            mine = Holder.me(self.what, now)
-            if self.storage.put_if_absent(self._path(generation + 1), mine.to_bytes()):
-                self.generation, self.holder = generation + 1, mine
+            token = StepToken.take(uuid.uuid4().hex)
+            mine = Holder.me(self.what, now, token)
+            try:
+                won = self.storage.put_if_absent(self._path(generation + 1), mine.to_bytes())
+            except BaseException:
+                if token is not None:
+                    token.discard()
+                raise
+            if won:
+                self.generation, self.holder, self._token = generation + 1, mine, token
                 self.lost, self.taker, self._confirmed = False, None, confirmed
                 with _held_guard:
                     _held[self.root] = self
+                if current is not None and current.host == socket.gethostname():
+                    _discard_token_file(current)  # the previous step's, ended
                 self._prune(generation + 1)
                 self._start_heartbeat()
                 return None
+            if token is not None:
+                token.discard()
             # another run created that generation first: look again
 
     def acquire(self, wait: float = 0.0, poll: float = 2.0) -> None:
@@ -276,34 +436,50 @@ class TopicLock:
 
     def release(self) -> None:
         """Give the lock back (a released generation after ours), unless it was taken over
-        (then the taker's generations are left alone). Either way this process no longer
-        holds it (`ensure_held` no longer finds it)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-        with _held_guard:
-            if _held.get(self.root) is self:
-                del _held[self.root]
-        if self.generation is None or self.holder is None:
-            return
-        if self.lost:  # the taker's now; LockLostError said so
+        (then the taker's generations are left alone). Whatever the storage says (an error
+        writing the release is raised), the step no longer holds the lock: its heartbeat has
+        stopped, `ensure_held` no longer finds it, and its token's flock is dropped, so a run
+        on this host takes the lock over at once even if the release was not written."""
+        done = False
+        try:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+            with _held_guard:
+                if _held.get(self.root) is self:
+                    del _held[self.root]
+            if self.generation is None or self.holder is None:
+                return
+            if self.lost:  # the taker's now; LockLostError said so
+                done = True
+                return
+            released = replace(self.holder, released=True, renewed_at=self.clock())
+            if not self.storage.put_if_absent(self._path(self.generation + 1),
+                                              released.to_bytes()):
+                log.error("topic %s: the lock %s was taken over by another run while this one "
+                          "held it", self.topic, self.folder)
+            done = True
+        finally:
             self.generation = self.holder = None
-            return
-        released = replace(self.holder, released=True, renewed_at=self.clock())
-        if not self.storage.put_if_absent(self._path(self.generation + 1), released.to_bytes()):
-            log.error("topic %s: the lock %s was taken over by another run while this one "
-                      "held it", self.topic, self.folder)
-        self.generation = self.holder = None
+            if self._token is not None:
+                # written (or taken over): the file can go; else it stays, unlocked, and says
+                # to the next run on this host that this step ended
+                if done:
+                    self._token.discard()
+                else:
+                    self._token.close()
+                self._token = None
 
     def renew(self) -> bool:
         """Rewrite our generation's heartbeat; False if a newer generation exists, i.e. another
-        run took the lock over: then `lost` is set and `taker` read, and nothing is written."""
-        assert self.generation is not None and self.holder is not None
+        run took the lock over: then `lost` is set and `taker` read, and nothing is written;
+        False too once the lock was released (the step ended)."""
         with self._renewing:
-            if self.lost:
+            generation, holder = self.generation, self.holder
+            if self.lost or generation is None or holder is None:
                 return False
             confirmed = time.monotonic()
-            if self.generations()[-1:] != [self.generation]:
+            if self.generations()[-1:] != [generation]:
                 try:
                     self.taker = self.newest()[1]
                 except Exception:  # the message then says "another run"
@@ -312,8 +488,12 @@ class TopicLock:
                 log.debug("topic %s: lost the lock %s to %s", self.topic, self.folder,
                           self.taker.describe() if self.taker else "another run")
                 return False
-            self.holder = replace(self.holder, renewed_at=self.clock())
-            self.storage.write(self._path(self.generation), self.holder.to_bytes())
+            if self._stop.is_set():  # released meanwhile: the step ended
+                return False
+            renewed = replace(holder, renewed_at=self.clock())
+            self.storage.write(self._path(generation), renewed.to_bytes())
+            if self.generation == generation:
+                self.holder = renewed
             self._confirmed = confirmed
             return True
 
@@ -340,7 +520,7 @@ class TopicLock:
             while not self._stop.wait(self.heartbeat):
                 try:
                     if not self.renew():
-                        return  # lost: the next commit point raises
+                        return  # lost (the next commit point raises), or released
                 except Exception as exc:  # storage down for a moment: the lease allows it
                     log.warning("topic %s: lock heartbeat failed: %s", self.topic, exc)
 
@@ -375,4 +555,3 @@ class TopicLock:
                 log.warning("topic %s: could not release the lock %s (%s); the next run takes "
                             "it over (on this host at once, elsewhere after %.0f s)",
                             self.topic, self.folder, exc, self.lease)
-                self.generation = self.holder = None

@@ -131,6 +131,14 @@ def java_keystore(cert_file: str, key_file: str, password: str | None) -> tuple[
 _keystores: dict[tuple, tuple[str, str]] = {}
 
 
+def reset() -> None:
+    """Forget the checks passed and the keystores made: the next run (a warm driver's next
+    step) checks its endpoints and makes its keystores again, as a new process would (a
+    keystore file may have been removed meanwhile)."""
+    _passed.clear()
+    _keystores.clear()
+
+
 def _mtime(path: str) -> int:
     try:
         return os.stat(path).st_mtime_ns

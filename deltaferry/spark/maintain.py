@@ -10,6 +10,7 @@ from deltaferry import faults
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.reports import MaintainReport
+from deltaferry.spark.table import session_settings
 from deltaferry.state import record_vacuum
 from deltaferry.storage import storage_for
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: Delta refuses VACUUM below this retention unless its safety check is turned off.
 DELTA_SAFE_RETENTION_HOURS = 168.0
+#: The session setting of that check.
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 
 
 def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
@@ -62,18 +65,21 @@ def vacuum(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
     topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     hours = topic.vacuum_retention_hours
+    unchecked: dict[str, str | None] = {}
     if hours < DELTA_SAFE_RETENTION_HOURS:
         log.warning(
             "vacuum %s: retention %.1f h is below Delta's safe %d h, as the topic's "
             "vacuum_retention_hours asks; time travel and slow readers older than that break",
             topic.name, hours, DELTA_SAFE_RETENTION_HOURS,
         )
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        unchecked = {RETENTION_CHECK: "false"}
     details = {}
-    for name, path in _existing_tables(spark, paths).items():
-        ensure_held(path, f"the VACUUM of {path}")
-        DeltaTable.forPath(spark, path).vacuum(hours)
-        details[name] = f"vacuumed, retention {hours:g} h"
+    # the check is off for this topic's VACUUM only: a warm driver's session outlives the step
+    with session_settings(spark, unchecked):
+        for name, path in _existing_tables(spark, paths).items():
+            ensure_held(path, f"the VACUUM of {path}")
+            DeltaTable.forPath(spark, path).vacuum(hours)
+            details[name] = f"vacuumed, retention {hours:g} h"
     if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.state)
         ensure_held(paths.root, f"recording the VACUUM in {paths.root}")
         record_vacuum(storage_for(paths.root), paths.root)

@@ -426,15 +426,24 @@ def _run_request(request: dict) -> int:
             os.chdir(home)
 
 
-def _tidy(spark) -> bool:
-    """After a step: stop a streaming query it left running; False if the session is gone."""
+def _tidy(spark, baseline) -> bool:
+    """After a step: stop a streaming query it left running, then put the session's settings,
+    cache and deltaferry's module state back as `baseline` (`isolation.restore`); False if the
+    session is gone or could not be put back."""
+    from deltaferry.spark import isolation
+
     try:
         for query in spark.streams.active:
             print(f"warm driver: stopping query {query.name or query.id} the step left running",
                   file=sys.stderr, flush=True)
             query.stop()
-        return not spark.sparkContext._jsc.sc().isStopped()
-    except Exception:  # noqa: BLE001 - a broken session: replace the driver
+        if spark.sparkContext._jsc.sc().isStopped():
+            return False
+        isolation.restore(spark, baseline)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a broken session: replace the driver
+        print(f"warm driver: the session could not be tidied after the step ({exc}); this "
+              "driver is replaced", file=sys.stderr, flush=True)
         return False
 
 
@@ -525,6 +534,9 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> i
     ready = time.monotonic() - started
     print(f"driver {index} (pid {os.getpid()}): Spark ready in {ready:.1f} s, warmed up in "
           f"{warm_up(spark):.1f} s", flush=True)
+    from deltaferry.spark.isolation import Baseline
+
+    baseline = Baseline.take(spark)  # what every step finds (`_tidy` puts it back)
     listener = socket.socket(fileno=fd)
     listener.settimeout(POLL_S)
     for _run in range(MAX_RUNS):
@@ -548,7 +560,7 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> i
                              name="deltaferry-warm-watch").start()
             code = _run_request(request)
             ended.set()
-            healthy = _tidy(spark)
+            healthy = _tidy(spark, baseline)
             sys.stderr.flush()
             print(f"{EXIT_PREFIX}{code}", flush=True)
             output.done.wait(60)

@@ -21,6 +21,7 @@ import pytest
 
 from deltaferry.faults import MARK_VAR, POINT_VAR
 from deltaferry.kafka import produce
+from deltaferry.paths import TopicPaths
 from deltaferry.state import parse_offset_log
 from deltaferry.storage import S3Settings, storage_for
 
@@ -248,3 +249,68 @@ def test_registry_stopped_during_ingest_of_an_avro_topic(outage_stack, spark, tm
     [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == BATCH and report.quarantined == 0
     assert table() == latest(sent)
+
+
+def test_s3_stopped_during_a_warm_drivers_ingest_leaves_no_lock_behind(outage_stack, tmp_path,
+                                                                        monkeypatch):
+    """`deltaferry run` in a warm driver (DELTAFERRY_WARM_DRIVERS=on), the warehouse on S3: the
+    S3 server stops in the middle of the ingest, so the run fails and cannot write its lock's
+    release. Once S3 is back, the next run goes to the same driver, still alive, and is not
+    refused: it takes the lock over and lands every message exactly once (read back with
+    delta-rs)."""
+    from deltaferry.lake import open_table
+    from deltaferry.spark import warm
+    from deltaferry_dev import stack
+
+    stack_dir, stack_env = outage_stack
+    bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, stack_env[name])
+    bucket = f"warm-{uuid.uuid4().hex[:10]}"
+    S3Settings.from_env().client().create_bucket(Bucket=bucket)
+    warehouse = f"s3://{bucket}/wh"
+    topic = make_topic(bootstrap, "s3-warm")
+    sent = messages(2 * BATCH)
+    produce(bootstrap, topic, sent)
+    mark = tmp_path / "mark"
+    point = "quarantine-written@1"  # batch 1: its quarantine committed, its table write not
+    env = {**run_env(stack_env, tmp_path, topic, warehouse), warm.ENABLED_VAR: "on",
+           warm.DIR_VAR: str(tmp_path / "pool"), POINT_VAR: f"{point}:pause",
+           MARK_VAR: str(mark)}  # the same settings for both runs: the same pool
+    (tmp_path / "topics.yaml").write_text(
+        "defaults:\n  spark_slots: 1\n" + (tmp_path / "topics.yaml").read_text())
+    try:
+        code, stderr, _ = run_through_outage(env, topic, point, "s3", stack_dir, mark)
+        assert code == 2, stderr[-3000:]
+        assert "was not committed" in stderr and "could not release the lock" in stderr, (
+            stderr[-3000:])
+        first = driver_of(stderr)
+
+        stack.start_service("s3", stack_dir)  # the same data, identity and port
+        again = subprocess.run([CLI, "run", topic, "--steps", "infer,ingest"], env=env,
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert driver_of(again.stderr) == first  # the same driver, alive all along
+        assert "taking over the lock of pid" in again.stderr
+    finally:
+        warm.stop_pools(env)
+
+    def latest(records) -> dict[str, tuple]:
+        return {key: (value["id"], value["round"]) for key, value in records
+                if isinstance(value, dict)}
+
+    paths = TopicPaths.for_topic(warehouse, topic)
+    table = open_table(paths.table, env).to_pyarrow_table(
+        columns=["kafka_key", "id", "round"]).to_pylist()
+    assert len(table) == len({r["kafka_key"] for r in table})  # no key twice
+    assert {r["kafka_key"]: (r["id"], r["round"]) for r in table} == latest(sent)
+    quarantined = open_table(paths.quarantine, env).to_pyarrow_table(
+        columns=["raw_value"]).to_pylist()
+    assert sorted(bytes(r["raw_value"]).decode() for r in quarantined) == bad_values(sent)
+
+
+def driver_of(stderr: str) -> int:
+    """The pid of the warm driver that took a run (from its first line)."""
+    taken = [line for line in stderr.splitlines() if "takes the run step" in line]
+    assert taken, stderr[-3000:]
+    return int(taken[0].split("driver pid ")[1].split()[0])

@@ -189,3 +189,76 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     assert code == 0, err
     assert "takes the run step" not in err
     assert f"ingest {topic}: 3 messages" in out
+
+
+def test_a_steps_settings_never_reach_the_next_topics_steps_in_the_same_driver(
+        stack_env, kafka_bootstrap, tmp_path, new_topic):
+    """Topic A (VACUUM retention 0, which turns Delta's retention check off for it; deletion
+    vectors; a schema hint; an expectation) then topic B (none of those) in one warm driver: B's
+    VACUUM runs with the retention check on, its table has no deletion vectors, its amounts are
+    inferred and its negative amounts land, as in a driver that never ran A."""
+    from deltalake import DeltaTable
+
+    a, b = new_topic("warm-a", partitions=1), new_topic("warm-b", partitions=1)
+    for topic in (a, b):
+        produce(kafka_bootstrap, topic, ((f"k{i % 20}", {"id": i, "amount": 50 - i})
+                                         for i in range(100)))
+    topics_file = tmp_path / "topics.yaml"
+    topics_file.write_text(f"""topics:
+  - name: {a}
+    vacuum_retention_hours: 0
+    deletion_vectors: true
+    json:
+      schema_hints:
+        amount: "decimal(18,2)"
+    expectations:
+      amount_not_negative: {{rule: "amount >= 0", action: quarantine}}
+  - name: {b}
+""")
+    warehouse = tmp_path / "warehouse"
+    env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_TOPICS": str(topics_file), "DELTAFERRY_WAREHOUSE": str(warehouse),
+           warm.DIR_VAR: str(tmp_path / "pool")}
+    lines: list[str] = []
+    drivers = set()
+    try:
+        for topic in (a, b):
+            for step in ("infer", "ingest", "vacuum"):
+                report_file = tmp_path / f"{topic}-{step}.json"
+                code, _ = run(env, step, topic, topics_file, report_file, lines)
+                assert code == 0, "\n".join(lines[-60:])
+                drivers.add(driver_pid(lines))
+    finally:
+        warm.stop_pools(env)
+    assert len(drivers) == 1  # A's steps and B's in one driver
+
+    def vacuum_checks(topic: str) -> list[bool]:
+        """Whether Delta's retention check was on, for each VACUUM of the topic's table."""
+        history = DeltaTable(str(warehouse / topic / "table")).history()
+        return [h["operationParameters"]["retentionCheckEnabled"] in (True, "true")
+                for h in history if h["operation"] == "VACUUM START"]
+
+    def report(topic: str, step: str) -> dict:
+        return json.loads((tmp_path / f"{topic}-{step}.json").read_text())[0]
+
+    # A's options took effect in A ...
+    assert vacuum_checks(a) == [False]
+    table_a = DeltaTable(str(warehouse / a / "table"))
+    assert table_a.metadata().configuration.get("delta.enableDeletionVectors") == "true"
+    assert field_type(table_a, "amount") == "decimal(18,2)"
+    assert report(a, "ingest")["quarantined"] == 49  # amounts -1 .. -49
+    # ... and none of them in B
+    assert vacuum_checks(b) == [True]  # Delta's retention check is on again
+    table_b = DeltaTable(str(warehouse / b / "table"))
+    assert "delta.enableDeletionVectors" not in table_b.metadata().configuration
+    assert field_type(table_b, "amount") == "long"
+    assert report(b, "ingest")["quarantined"] == 0
+    rows = table_b.to_pyarrow_table(columns=["kafka_key", "amount"]).to_pylist()
+    assert sorted((r["kafka_key"], r["amount"]) for r in rows) == sorted(
+        (f"k{i % 20}", 50 - i) for i in range(80, 100))  # each key's latest: all negative
+
+
+def field_type(table, name: str) -> str:
+    """The Delta type of the top-level column `name` of a delta-rs table."""
+    [field] = [f for f in table.schema().fields if f.name == name]
+    return field.type.type

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,15 @@ from deltaferry.lock import (
     process_start,
 )
 from deltaferry.storage import LocalStorage
+
+
+@pytest.fixture(autouse=True)
+def runtime_folder(tmp_path_factory, monkeypatch):
+    """The steps' token files in a runtime folder of the test's (as XDG_RUNTIME_DIR names)."""
+    folder = tmp_path_factory.mktemp("run-user")
+    os.chmod(folder, 0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    return folder
 
 
 def lock(folder, what="test run", **kwargs) -> TopicLock:
@@ -161,8 +171,134 @@ def test_a_release_the_storage_refuses_never_hides_the_runs_own_error(tmp_path, 
             storage.down = True
             raise RuntimeError("the run's own failure")
     assert "could not release the lock" in caplog.text and "takes it over" in caplog.text
-    storage.down = False  # the lock still names this (living) process: a later run of
-    assert lock(tmp_path).try_acquire().pid == os.getpid()  # another process takes it over
+    storage.down = False  # the lock still names this (living) process, but its step ended:
+    taker = lock(tmp_path)  # the next run in this process (a warm driver's next step) takes
+    assert taker.try_acquire() is None  # it over at once
+    taker.release()
+
+
+def test_a_step_that_could_not_release_stops_its_heartbeat_and_is_forgotten(tmp_path):
+    storage = RefusingStorage()
+    folder = tmp_path / "orders" / "_lock"
+    held = TopicLock(storage, str(folder), "orders", "test run", heartbeat=0.05, lease=1)
+    held.acquire()
+    generation = held.generation
+    storage.down = True
+    with pytest.raises(ConnectionError):
+        held.release()
+    held._thread.join(5)
+    assert not held._thread.is_alive()  # the heartbeat ended with the step
+    newest = folder / f"{generation:012d}.json"
+    renewed = newest.stat().st_mtime_ns
+    time.sleep(0.3)  # six heartbeats: none is written any more
+    assert newest.stat().st_mtime_ns == renewed
+    taken_over(folder, generation)  # even a takeover no longer fences this process's commits
+    ensure_held(str(tmp_path / "orders" / "table"), "a commit of no run")
+
+
+# A step in a process that lives on (a warm driver): it holds the lock, then (told on stdin)
+# fails to write its release, as with the S3 server down, and stays alive.
+STEP = """
+import sys
+from deltaferry.lock import TopicLock
+from deltaferry.storage import LocalStorage
+
+class Refusing(LocalStorage):
+    down = False
+    def put_if_absent(self, uri, data):
+        if self.down:
+            raise ConnectionError("the S3 server is down")
+        return super().put_if_absent(uri, data)
+
+storage = Refusing()
+held = TopicLock(storage, sys.argv[1], "orders", "warm step", heartbeat=3600)
+held.acquire()
+print("held", flush=True)
+sys.stdin.readline()
+storage.down = True
+try:
+    held.release()
+except ConnectionError:
+    print("release failed", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def step_process(tmp_path):
+    """A live process whose step holds the lock of `tmp_path / "lock"`; ended after the test."""
+    child = subprocess.Popen([sys.executable, "-c", STEP, str(tmp_path / "lock")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().startswith("held")
+    yield child
+    child.stdin.close()
+    child.wait(10)
+
+
+def test_a_step_that_ended_without_releasing_is_taken_over_at_once_while_its_process_lives(
+        tmp_path, step_process):
+    folder = tmp_path / "lock"
+    holder = lock(folder).try_acquire()
+    assert holder is not None and holder.pid == step_process.pid  # its step runs: refused
+    step_process.stdin.write("\n")
+    step_process.stdin.flush()
+    assert step_process.stdout.readline().strip() == "release failed"
+    taker = lock(folder)
+    assert taker.try_acquire() is None  # the step ended: taken over at once
+    assert step_process.poll() is None  # ... while the process that held it lives on
+    assert taker.generation == holder_generation(folder, step_process.pid) + 1
+    assert not Path(holder.step_file).exists()  # the ended step's token file is removed
+    taker.release()
+
+
+def holder_generation(folder, pid: int) -> int:
+    return max(int(p.stem) for p in folder.iterdir()
+               if json.loads(p.read_text())["pid"] == pid)
+
+
+def test_a_killed_steps_lock_is_taken_over_and_its_token_file_removed(tmp_path, step_process):
+    folder = tmp_path / "lock"
+    step_file = lock(folder).try_acquire().step_file
+    assert oct(os.stat(step_file).st_mode & 0o777) == "0o600"
+    step_process.kill()
+    step_process.wait(10)
+    taker = lock(folder)
+    with taker.hold():
+        assert not Path(step_file).exists()
+        mine = Path(taker.holder.step_file)
+        assert mine.exists()
+    assert not mine.exists()  # released: the token file goes with it
+
+
+def test_a_generation_of_older_code_is_dead_only_with_its_process(tmp_path, step_process):
+    me = os.getpid()
+    old = {"token": "t", "host": socket.gethostname(), "pid": me, "pid_started":
+           process_start(me), "what": "old run", "started_at": 1.0, "renewed_at": 1.0,
+           "released": False}  # no step_file: written before steps held locks
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "000000000003.json").write_text(json.dumps(old))
+    assert lock(tmp_path / "old").try_acquire().what == "old run"  # its process lives
+    # a newer record's unknown fields are left out
+    assert Holder.from_bytes(json.dumps({**old, "later": 1}).encode()).what == "old run"
+
+
+def test_a_token_file_outside_a_folder_of_this_users_own_proves_nothing(tmp_path):
+    token = "a" * 32
+    for mode, name in ((0o777, "open"), (0o700, "linked")):
+        where = tmp_path / name
+        where.mkdir()
+        os.chmod(where, mode)
+        target = where / f"{token}.lock"
+        target.write_text("")  # nobody holds its flock
+        if name == "linked":
+            real = target
+            target = tmp_path / f"{token}.lock"
+            target.symlink_to(real)
+        me = os.getpid()
+        write_generation(tmp_path / f"lock-{name}", 1, Holder(
+            token, socket.gethostname(), me, process_start(me), "live run", 1.0, 1.0,
+            step_file=str(target)))
+        assert lock(tmp_path / f"lock-{name}").try_acquire().what == "live run"
 
 
 def taken_over(folder, generation: int) -> Holder:
@@ -239,3 +375,14 @@ def test_lease_and_heartbeat_come_from_the_environment_or_are_refused_naming_it(
         lock_timing({"DELTAFERRY_LOCK_HEARTBEAT_SECONDS": "0"})
     with pytest.raises(ConfigError, match="more than half the lease"):
         lock_timing({"DELTAFERRY_LOCK_LEASE_SECONDS": "10"})  # heartbeat 10 s
+
+
+def test_a_lock_a_run_left_held_is_released_when_its_driver_tidies(tmp_path):
+    from deltaferry.lock import release_leftovers
+
+    left = lock(tmp_path / "orders" / "_lock", heartbeat=3600)
+    left.acquire()  # a step that never released it
+    assert release_leftovers() == ["orders"]
+    assert left.generation is None and release_leftovers() == []
+    newest = max(p.name for p in (tmp_path / "orders" / "_lock").iterdir())
+    assert json.loads((tmp_path / "orders" / "_lock" / newest).read_text())["released"]

@@ -35,7 +35,6 @@ from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys
 from deltaferry.spark.expectations import (
     Checker,
-    ExpectationFailedError,
     add_counts,
     counts_of,
 )
@@ -188,6 +187,7 @@ class BatchWriter:
         started = time.monotonic()
         batch = Phases()
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
+        cached = [raw]  # unpersisted however the batch ends: a warm driver's next step
         try:
             with batch("kafka read"):
                 count, largest = read_stats(raw)
@@ -198,17 +198,15 @@ class BatchWriter:
                     parsed = self.checker.check(parsed, self.table.columns(parsed),
                                                 self.table.checked(parsed))
                 parsed = parsed.persist()
+                cached.append(parsed)
                 unusable, failed = count_unusable(parsed, self.checker)
             if self.checker is not None:
-                try:
-                    self.checker.refuse(batch_id, failed)
-                except ExpectationFailedError:
-                    parsed.unpersist()
-                    raise
+                self.checker.refuse(batch_id, failed)
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch(self.table.rows_phase):
                 rows = self.table.rows(one_task_if_small(parsed, count)).persist()
+                cached.append(rows)
                 rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
@@ -229,13 +227,12 @@ class BatchWriter:
             written = time.time()
             batch.split(write_phase, "commit", self.commit_seconds(tag, written))
             faults.point("batch-written")  # Spark commits the checkpoint after we return
-            rows.unpersist()
-            parsed.unpersist()
             # a run that lost its lock must not: raising here leaves the batch uncommitted
             ensure_held(self.paths.checkpoint, f"committing micro-batch {batch_id} to the "
                         f"checkpoint {self.paths.checkpoint}")
         finally:
-            raw.unpersist()
+            for frame in reversed(cached):
+                frame.unpersist()
         total = Phases(self.report.phases)
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
