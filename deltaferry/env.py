@@ -82,8 +82,13 @@ JAVA_HOME = _v("JAVA_HOME", "the JVM a class archive is built for", "path",
 WARM_DRIVERS = _v("DELTAFERRY_WARM_DRIVERS", "steps on a local master run in kept-running "
                   "drivers: auto (Airflow tasks) | on (`deltaferry run` too) | off",
                   "auto | on | off", default="auto")
-WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs", "path",
-              default_doc="deltaferry-warm-<uid> in the temporary folder")
+WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs (a folder "
+              "of this user's, writable by it only)", "path",
+              default_doc="deltaferry-warm in XDG_RUNTIME_DIR, else deltaferry-warm-<uid> in the "
+              "temporary folder")
+XDG_RUNTIME_DIR = _v("XDG_RUNTIME_DIR", "the user's runtime folder (set by the login session): "
+                     "where warm driver pools live unless DELTAFERRY_WARM_DIR says", "path",
+                     default_doc="unset: the temporary folder")
 WARM_IDLE_SECONDS = _v("DELTAFERRY_WARM_IDLE_SECONDS", "a warm driver pool unused this long "
                        "stops", "seconds", default="3900")
 POOL = _v("DELTAFERRY_POOL", "the Airflow pool that bounds the Spark drivers", "pool name",

@@ -116,10 +116,11 @@ def test_a_task_that_goes_away_stops_its_driver(pool_env, tmp_path):
     sock = warm.ensure_pool(warm.pool_key(env, "local[2]", 1), env, "local[2]", 1)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(str(sock))
-    assert conn.makefile("rb").readline().startswith(warm.READY.encode())
-    conn.sendall(json.dumps({"step": "ingest", "args": [topic, "--topics-file",
-                                                        str(topics_file)],
-                             "report_file": str(tmp_path / "gone.json")}).encode() + b"\n")
+    kind, payload = warm.read_frame(conn.makefile("rb"))
+    assert kind == warm.FRAME_READY and int(payload.split()[0]) == victim
+    conn.sendall(warm.frame(warm.FRAME_REQUEST, json.dumps(
+        {"step": "ingest", "args": [topic, "--topics-file", str(topics_file)],
+         "report_file": str(tmp_path / "gone.json")}).encode()))
     conn.close()  # the task is killed before the step ends
     deadline = time.monotonic() + 60
     while True:
