@@ -585,7 +585,8 @@ class _Driver:
         for line in lines:
             word, _, value = line.decode(errors="replace").partition(" ")
             if word == "step":
-                self.deadline = time.monotonic() + float(value)
+                with contextlib.suppress(ValueError):
+                    self.deadline = time.monotonic() + float(value)
             elif word == "free":
                 self.deadline = None
 
