@@ -235,9 +235,14 @@ def pool_dir(env: Mapping[str, str] | None = None) -> Path:
         folder = Path(runtime) / "deltaferry-warm"
     else:
         folder = Path(tempfile.gettempdir()) / f"deltaferry-warm-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(mode=0o700, parents=True)
-    info = os.lstat(folder)
+    try:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700, parents=True)
+        info = os.lstat(folder)
+    except OSError as exc:
+        raise WarmDriverError(f"warm driver folder {folder} cannot be made: "
+                              f"{exc.strerror or exc}; set {DIR_VAR} to a folder of this "
+                              "user's that only it can write") from None
     if stat.S_ISLNK(info.st_mode):
         problem = "is a symbolic link"
     elif not stat.S_ISDIR(info.st_mode):

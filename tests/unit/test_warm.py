@@ -103,6 +103,16 @@ def test_a_symlink_another_user_planted_for_the_folder_is_refused(other_user, sh
     assert list(theirs.iterdir()) == []
 
 
+def test_a_runtime_folder_this_user_cannot_write_is_one_line(other_user, shared_tmp,
+                                                               monkeypatch):
+    """XDG_RUNTIME_DIR kept from another user (`su` keeps it): refused in one line."""
+    theirs = shared_tmp / "run-theirs"
+    as_user(other_user, "mkdir", "-m", "0700", str(theirs))
+    as_user(other_user, "mkdir", "-m", "0700", str(theirs / "deltaferry-warm"))
+    message = refusal({"XDG_RUNTIME_DIR": str(theirs)})
+    assert str(theirs / "deltaferry-warm") in message and "belongs to uid" in message
+
+
 def test_a_folder_of_this_user_that_others_can_write_is_refused(tmp_path):
     folder = tmp_path / "pools"
     folder.mkdir()
