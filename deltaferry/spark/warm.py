@@ -892,8 +892,8 @@ def warm_up(spark) -> float:
                 rows.count()
                 grow_table(spark, path, rows)
                 apply_rows(spark, path, rows, ("kafka_key",), "deltaferry-warm-up", version)
-                for frame in (rows, parsed, raw):
-                    frame.unpersist()
+                for cached in (rows, parsed, raw):
+                    cached.unpersist()
     except Exception as exc:  # noqa: BLE001 - only a head start: the steps do not need it
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"warm driver: the warm-up failed ({why}); the first step pays for what it "
