@@ -174,10 +174,15 @@ def pool_rss(env: dict[str, str]) -> int:
     """The resident memory of the warm driver pool's processes (drivers and their JVMs)."""
     import psutil
 
+    from deltaferry.spark import warm
+
     total = 0
     for pid_file in Path(env["DELTAFERRY_WARM_DIR"]).glob("*.pid"):
+        owner = warm.read_pid_file(pid_file)
+        if owner is None or not warm.running(*owner):
+            continue
         try:
-            root = psutil.Process(int(pid_file.read_text().strip()))
+            root = psutil.Process(owner[0])
             total += root.memory_info().rss + sum(
                 c.memory_info().rss for c in root.children(recursive=True))
         except (psutil.Error, ValueError, OSError):

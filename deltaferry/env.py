@@ -82,8 +82,10 @@ JAVA_HOME = _v("JAVA_HOME", "the JVM a class archive is built for", "path",
 WARM_DRIVERS = _v("DELTAFERRY_WARM_DRIVERS", "steps on a local master run in kept-running "
                   "drivers: auto (Airflow tasks) | on (`deltaferry run` too) | off",
                   "auto | on | off", default="auto")
-WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs", "path",
-              default_doc="deltaferry-warm-<uid> in the temporary folder")
+WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs (a folder "
+              "of this user's, writable by it only)", "path",
+              default_doc="deltaferry-warm in XDG_RUNTIME_DIR, else deltaferry-warm-<uid> in the "
+              "temporary folder")
 WARM_IDLE_SECONDS = _v("DELTAFERRY_WARM_IDLE_SECONDS", "a warm driver pool unused this long "
                        "stops", "seconds", default="3900")
 POOL = _v("DELTAFERRY_POOL", "the Airflow pool that bounds the Spark drivers", "pool name",
@@ -125,9 +127,11 @@ LOCK_LEASE_SECONDS = _v("DELTAFERRY_LOCK_LEASE_SECONDS", "a topic lock's holder 
 LOCK_HEARTBEAT_SECONDS = _v("DELTAFERRY_LOCK_HEARTBEAT_SECONDS", "how often a lock's holder "
                             "shows it is alive (at most half the lease)", "seconds",
                             default="10")
-RUNTIME_DIR = _v("XDG_RUNTIME_DIR", "the folder of this user's runtime files: the lock "
-                 "tokens of running steps, in deltaferry-locks/ (the system's own variable)",
-                 "path", default_doc="deltaferry-locks-<uid> in the temporary folder")
+RUNTIME_DIR = _v("XDG_RUNTIME_DIR", "the folder of this user's runtime files (the system's own "
+                 "variable): warm driver pools in deltaferry-warm/ (unless DELTAFERRY_WARM_DIR "
+                 "says), the lock tokens of running steps in deltaferry-locks/", "path",
+                 default_doc="deltaferry-warm-<uid>, deltaferry-locks-<uid> in the temporary "
+                 "folder")
 # --- Airflow ----------------------------------------------------------------------------------
 KAFKA_CONN_ID = _v("DELTAFERRY_KAFKA_CONN_ID", "the Airflow connection of the brokers",
                    "connection id", default="kafka_default")

@@ -24,28 +24,35 @@ class RuntimeDirError(DeltaferryError):
     """A runtime folder that is not this user's own: another user's, open to others, a link."""
 
 
-def private_dir(name: str, env: Mapping[str, str] | None = None) -> Path:
-    """The folder `name` of this user's runtime files: under XDG_RUNTIME_DIR (from `env`,
-    default os.environ) when set, else ``<tmp>/<name>-<uid>``; made (0700) if missing.
-    RuntimeDirError (one line: the path and what is wrong) if it is not this user's own
-    (`check_private`)."""
+def private_dir(name: str, env: Mapping[str, str] | None = None, override: str | None = None,
+                setting: str | None = None) -> Path:
+    """The folder `name` of this user's runtime files: `override` when given (a setting such as
+    DELTAFERRY_WARM_DIR), else under XDG_RUNTIME_DIR (from `env`, default os.environ) when set,
+    else ``<tmp>/<name>-<uid>``; made (0700) if missing. RuntimeDirError (one line: the path,
+    what is wrong and `setting`, the variable that moves it) if it cannot be made or is not
+    this user's own (`check_private`)."""
+    setting = setting or envvars.RUNTIME_DIR.name
     base = envvars.RUNTIME_DIR.value(env)
-    folder = (Path(base) / name if base
-              else Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}")
+    if override:
+        folder = Path(override)
+    else:
+        folder = (Path(base) / name if base
+                  else Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}")
     try:
-        os.mkdir(folder, 0o700)
+        folder.mkdir(mode=0o700, parents=bool(override))
     except FileExistsError:
         pass
     except OSError as exc:
-        raise RuntimeDirError(f"runtime folder {folder}: cannot be made ({exc.strerror or exc})"
-                              ) from None
-    check_private(folder)
+        raise RuntimeDirError(f"runtime folder {folder}: cannot be made ({exc.strerror or exc});"
+                              f" set {setting} to a folder of your own") from None
+    check_private(folder, setting)
     return folder
 
 
-def check_private(folder: Path) -> None:
+def check_private(folder: Path, setting: str | None = None) -> None:
     """Nothing if `folder` is a folder (not a symbolic link) owned by this user that no other
-    user can write into; RuntimeDirError naming the folder and what is wrong otherwise."""
+    user can write into; RuntimeDirError naming the folder, what is wrong and `setting` (the
+    variable that moves it; XDG_RUNTIME_DIR by default) otherwise."""
     try:
         info = os.lstat(folder)
     except OSError as exc:
@@ -61,4 +68,4 @@ def check_private(folder: Path) -> None:
         problem = f"can be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
     if problem:
         raise RuntimeDirError(f"runtime folder {folder} {problem}: not used; remove it or set "
-                              f"{envvars.RUNTIME_DIR.name} to a folder of your own")
+                              f"{setting or envvars.RUNTIME_DIR.name} to a folder of your own")

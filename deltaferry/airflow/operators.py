@@ -61,6 +61,10 @@ from deltaferry.jobs import REPORT_FILE_VAR
 from deltaferry.origin import TaskRun
 from deltaferry.quarantine import QuarantineFilter
 
+#: A warm step's bound ends this long (beside the pool's grace to kill it) before the task's
+#: execution_timeout, so that the task fails with the step's own line, its driver killed.
+WARM_MARGIN_S = 10.0
+
 
 def connection_or_none(conn_id: str):
     """The Airflow connection `conn_id`, or None if it is not defined anywhere."""
@@ -310,13 +314,28 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
             report_file = Path(folder) / "report.json"
             code, waited = warm.run_job(self.job, list(self.application_args or []),
-                                        str(report_file), env, master, drivers, say)
+                                        str(report_file), env, master, drivers, say,
+                                        timeout=self.warm_timeout())
             self.timing["driver"] = waited
             if code != 0:
                 raise AirflowException(errors[-1] if errors else
                                        f"deltaferry {self.step} of {self.topic!r} failed "
                                        f"(exit {code}); its log lines are above")
             return self._read_reports(report_file)
+
+    def warm_timeout(self) -> float | None:
+        """The seconds a warm driver's step may run: what is left of the task's
+        `execution_timeout` (the topic's step timeout, which began with `execute`), less the
+        time the pool takes to kill a driver past it and a margin, so that the step's own
+        bound (its driver killed, one line naming it) comes before Airflow's; None (the
+        warm pool's default) without one."""
+        from deltaferry.spark import warm
+
+        if self.execution_timeout is None:
+            return None
+        spent = time.time() - float(self.timing["started"])
+        left = self.execution_timeout.total_seconds() - spent
+        return max(left - warm.KILL_GRACE_S - WARM_MARGIN_S, 1.0)
 
     def job_env_vars(self, env: dict[str, str], master: str) -> dict[str, str]:
         """spark-submit's `env_vars`: the job's environment, with the operator's own `env_vars`

@@ -11,72 +11,166 @@ transaction ids are the topic's, not the driver's).
 How:
 
 * **The pool** (``python -m deltaferry.spark.warm serve``): a supervisor that listens on a Unix
-  socket and starts `drivers` driver processes sharing it; each accepts one connection at a
-  time, so at most `drivers` steps run at once and further tasks wait in the socket's queue.
-  It is started by the first task that needs it (detached, with the task's settings in its
-  environment, never on its command line) and ends when its drivers have been idle
-  ``DELTAFERRY_WARM_IDLE_SECONDS`` (3,900: an hourly fleet finds its drivers warm). A driver
-  that crashed is started again; one is replaced after `MAX_RUNS` steps.
+  socket and starts `drivers` driver processes sharing it (each in a process group of its own,
+  with its JVM); each accepts one connection at a time, so at most `drivers` steps run at once
+  and further tasks wait in the socket's queue. It is started by the first task that needs it
+  (detached, with the task's settings in its environment, never on its command line). A driver
+  idle for ``DELTAFERRY_WARM_IDLE_SECONDS`` (3,900: an hourly fleet finds its drivers warm)
+  ends on its own; a task that waits for a driver while some ended asks the pool (a ``.more``
+  file) to start them again; the pool ends with its last driver. A driver that crashed is
+  started again; one is replaced after `MAX_RUNS` steps.
+* **Every step is bounded**: a request carries its step's timeout (`run_job`'s `timeout`); a
+  driver tells the pool (a pipe) when it takes a step and when it is done, and the pool kills
+  one that runs past the timeout (its process group, JVM included: a hang inside Spark cannot be
+  interrupted otherwise) and starts another; the task then fails with one line naming the
+  topic, the step and the timeout, and the topic's lock, whose holder is gone, is taken over at
+  once by the next run. Should the pool not do it, the task kills the driver itself.
 * **Which pool**: one per set of settings. The socket's name is a digest of the settings a
-  driver reads (DELTAFERRY_*, AWS_*, Spark and Java variables), the master, the number of
-  drivers and deltaferry's code, so a task never runs in a driver started with other brokers,
-  credentials or code; a pool whose code changed closes (its running steps end first).
-* **A driver's output**: its stdout and stderr (and so its JVM's) are a pipe; while a step runs,
-  every line goes to the task, the last one ``DELTAFERRY_EXIT <code>``; between steps, to the
-  pool's log. If the task goes away (killed, timed out), the driver stops at once, as a killed
-  spark-submit would, and the pool starts another.
+  driver's processes read when they start (DELTAFERRY_*, AWS_*, Spark, Java, Hadoop and
+  Kerberos variables, proxies, CA bundles, TMPDIR, locale), the master, the number of drivers
+  and deltaferry's code, so a task never runs in a driver started with other brokers,
+  credentials or code; a pool whose code changed closes (its running steps end first). The
+  rest of the task's environment (what differs from task to task, such as Airflow's
+  ``AIRFLOW_CTX_*``) travels in the request and is the step's while it runs, so a step sees the
+  environment its spark-submit would have.
+* **Replies are framed**: everything on the socket is a frame (a kind byte, a 4-byte length,
+  the payload): the driver's READY (its pid and start time), the task's request, each line of
+  the driver's output, and the step's exit code. Nothing a step prints can end it early. A
+  driver's stdout and stderr (and so its JVM's) are a pipe: while a step runs, every line goes
+  to the task, up to the step's end marker (a random nonce per request, never shown); between
+  steps, to the pool's log. If the task goes away (killed, timed out), the driver stops at once,
+  as a killed spark-submit would, and the pool starts another.
 
 Only local masters use warm drivers (``DELTAFERRY_WARM_DRIVERS=off`` turns them off): a cluster
-would keep executors booked between runs. The pool's files (sockets, pids, logs) live in
-``DELTAFERRY_WARM_DIR`` (default ``<tmp>/deltaferry-warm-<uid>``, readable by this user only).
+would keep executors booked between runs. The pool's files (sockets, pid files, logs) live in
+``DELTAFERRY_WARM_DIR``, else a ``deltaferry-warm`` folder in ``XDG_RUNTIME_DIR``, else
+``<tmp>/deltaferry-warm-<uid>``: a folder that must be this user's own and writable by it only
+(a symbolic link, another user's folder or one others can write is refused with one line, since
+whoever can write there could answer a task in a driver's place). Its files are opened without
+following symbolic links, the pid and log files owner-only (0600). A pid file holds the pool's
+pid and its process start time: a process is signalled only if it is still that one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from deltaferry import env as envvars
+from deltaferry import runtime
 from deltaferry.errors import DeltaferryError
 from deltaferry.jobs import REPORT_PREFIX
+from deltaferry.lock import process_start
 
 ENABLED_VAR = envvars.WARM_DRIVERS.name
 DIR_VAR = envvars.WARM_DIR.name
 IDLE_VAR = envvars.WARM_IDLE_SECONDS.name
 DEFAULT_IDLE_S = float(envvars.WARM_IDLE_SECONDS.default)
+#: A step's timeout when the caller gives none (the topics file's default step timeout).
+DEFAULT_STEP_TIMEOUT_S = 55 * 60.0
+#: Past a step's timeout, how long a task waits for the pool to kill the driver before it does.
+KILL_GRACE_S = 15.0
 #: Steps a driver runs before it is replaced by a fresh one (bounds what a long life gathers).
 MAX_RUNS = 200
 #: How long a task waits for a driver to take its step: a new pool's drivers start first.
 TAKE_TIMEOUT_S = 300.0
+#: A task that waited this long for a driver asks the pool for the drivers that went idle.
+DEMAND_S = 2.0
 #: How often a waiting driver looks whether its pool retires, and the pool at deltaferry's code.
 POLL_S, STAMP_CHECK_S = 2.0, 30.0
-READY = "DELTAFERRY_WARM_READY"
+#: The start of a step's end marker in a driver's output (then the request's nonce and code).
 EXIT_PREFIX = "DELTAFERRY_EXIT "
 #: The request that runs a whole `deltaferry run` (all its steps) instead of one step.
 RUN_COMMAND = "run"
+#: The steps a `deltaferry run` has at most (infer, ingest, optimize, vacuum): its timeout's.
+RUN_STEPS = 4
 #: A driver's exit codes the pool understands.
 EXIT_IDLE, EXIT_RECYCLE, EXIT_TASK_GONE = 0, 75, 76
-#: Environment variables a driver's work depends on: they pick the pool (see the docstring).
-_SETTING_PREFIXES = ("DELTAFERRY_", "AWS_", "PYSPARK_", "SPARK_", "JAVA_", "HADOOP_")
-_SETTING_NAMES = ("PATH", "PYTHONPATH", "HOME", "TZ", "LANG", "LC_ALL", "USER")
+#: Environment variables a driver's processes read when they start: they pick the pool (see the
+#: docstring); proxies match in either case.
+_SETTING_PREFIXES = ("DELTAFERRY_", "AWS_", "PYSPARK_", "SPARK_", "JAVA_", "JDK_", "HADOOP_",
+                     "KRB5", "LC_")
+_SETTING_NAMES = ("PATH", "PYTHONPATH", "HOME", "TZ", "LANG", "USER", "TMPDIR", "_JAVA_OPTIONS",
+                  "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                  "LD_LIBRARY_PATH")
+_PROXY_SUFFIX = "_PROXY"
+
+# Frames: a kind byte, the payload's length (4 bytes, big-endian), the payload.
+FRAME_READY, FRAME_REQUEST, FRAME_OUTPUT, FRAME_EXIT = b"R", b"Q", b"O", b"X"
+#: The longest payload of a frame (a longer output line goes in several).
+MAX_FRAME = 1 << 20
+_HEADER = struct.Struct(">cI")
 
 
 class WarmDriverError(DeltaferryError):
     """A warm driver could not be started, or went away in the middle of a step."""
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    """One frame of `kind` holding `payload` (at most MAX_FRAME bytes: ValueError beyond)."""
+    if len(payload) > MAX_FRAME:
+        raise ValueError(f"a frame holds at most {MAX_FRAME} bytes, not {len(payload)}")
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+def read_frame(stream: BinaryIO) -> tuple[bytes, bytes] | None:
+    """The next frame of `stream` as (kind, payload); None when the stream ends between frames.
+    WarmDriverError if it ends inside one or announces more than MAX_FRAME bytes."""
+    header = stream.read(_HEADER.size)
+    if not header:
+        return None
+    if len(header) < _HEADER.size:
+        raise WarmDriverError("the warm driver's connection ended in the middle of a frame")
+    kind, length = _HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise WarmDriverError(f"the warm driver's connection announced a frame of {length} "
+                              f"bytes (at most {MAX_FRAME}): not a warm driver's reply")
+    payload = stream.read(length)
+    if len(payload) < length:
+        raise WarmDriverError("the warm driver's connection ended in the middle of a frame")
+    return kind, payload
+
+
+def output_frames(line: bytes) -> Iterator[bytes]:
+    """The output frames of one line of a driver's output (without its line end): one, or
+    several for a line longer than MAX_FRAME."""
+    text = line.rstrip(b"\n")
+    for at in range(0, max(len(text), 1), MAX_FRAME):
+        yield frame(FRAME_OUTPUT, text[at:at + MAX_FRAME])
+
+
+def end_of_step(line: bytes, nonce: str) -> tuple[bytes, int] | None:
+    """If `line` of a driver's output ends with the end marker of the request `nonce`
+    (``DELTAFERRY_EXIT <nonce> <code>``), the text before the marker and the code; else None
+    (a line a step printed, whatever it holds)."""
+    marker = f"{EXIT_PREFIX}{nonce} ".encode()
+    at = line.rfind(marker)
+    if at < 0:
+        return None
+    code = line[at + len(marker):].strip()
+    if not re.fullmatch(rb"-?\d+", code):
+        return None
+    return line[:at], int(code)
 
 
 def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = False) -> bool:
@@ -99,11 +193,22 @@ def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = F
 _PER_TASK = (envvars.REPORT_FILE.name, envvars.AIRFLOW_TASK.name)
 
 
+def _is_setting(name: str) -> bool:
+    return (name.startswith(_SETTING_PREFIXES) or name in _SETTING_NAMES
+            or name.upper().endswith(_PROXY_SUFFIX)) and name not in _PER_TASK
+
+
 def driver_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a task's environment a driver is started with (and that picks its pool):
     its settings, not what names the task (its report file, its Airflow task)."""
-    return {k: v for k, v in env.items()
-            if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES) and k not in _PER_TASK}
+    return {k: v for k, v in env.items() if _is_setting(k)}
+
+
+def step_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The rest of a task's environment: what its request carries for its step (the step's
+    while it runs), so that the step sees all of the task's environment, as spark-submit's
+    job would."""
+    return {k: v for k, v in env.items() if not _is_setting(k) and k not in _PER_TASK}
 
 
 def code_stamp() -> int:
@@ -119,67 +224,183 @@ def pool_key(env: Mapping[str, str], master: str, drivers: int) -> str:
 
 
 def pool_dir(env: Mapping[str, str] | None = None) -> Path:
-    """Where pools keep their sockets, pid files and logs (made, this user's only)."""
-    default = Path(tempfile.gettempdir()) / f"deltaferry-warm-{os.getuid()}"
-    folder = Path(envvars.WARM_DIR.raw(env) or default)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
-
-
-def _pid_alive(pid_file: Path) -> bool:
+    """Where pools keep their sockets, pid files and logs: DELTAFERRY_WARM_DIR, else the
+    ``deltaferry-warm`` folder of XDG_RUNTIME_DIR, else ``<tmp>/deltaferry-warm-<uid>``; made
+    (0700) if missing. WarmDriverError, one line naming the folder and what is wrong, if it
+    cannot be made, is a symbolic link, not a folder, not this user's, or writable by others
+    (whoever can write there could answer tasks in a driver's place): `runtime.private_dir`."""
     try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
+        return runtime.private_dir("deltaferry-warm", env, override=envvars.WARM_DIR.raw(env),
+                                   setting=DIR_VAR)
+    except runtime.RuntimeDirError as exc:
+        raise WarmDriverError(str(exc)) from None
+
+
+def _open(path: Path, flags: int) -> int:
+    """A file descriptor of `path` opened with `flags`, never through a symbolic link (a file
+    it makes is 0600, and one it may write is made 0600). WarmDriverError, one line, if `path`
+    is a symbolic link."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise WarmDriverError(f"warm driver file {path} is a symbolic link: refused (a "
+                                  "pool's files are its own)") from None
+        raise
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        os.fchmod(fd, 0o600)
+    return fd
+
+
+def _touch(path: Path) -> None:
+    os.close(_open(path, os.O_WRONLY | os.O_CREAT))
+
+
+def read_pid_file(pid_file: Path) -> tuple[int, str] | None:
+    """The (pid, process start time) a pool's pid file records; None if it has none or is not
+    of that form. WarmDriverError if it is a symbolic link."""
+    try:
+        fd = _open(pid_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        parts = handle.read(200).split()
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), parts[1].decode(errors="replace")
+
+
+def _write_pid_file(pid_file: Path) -> None:
+    """Record this process (pid and start time) in `pid_file`, replaced whole (0600)."""
+    partial = pid_file.with_name(f".{pid_file.name}.{os.getpid()}")
+    fd = _open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{os.getpid()} {process_start(os.getpid())}\n")
+    os.replace(partial, pid_file)
+
+
+def running(pid: int, started: str | None) -> bool:
+    """Whether process `pid` runs (not a zombie) and is the one that started at `started`: a
+    pid alone, which the system reuses, never says who it is."""
+    if started is None or process_start(pid) != started:
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def signal_process(pid: int, started: str | None, sig: int, group: bool = False) -> bool:
+    """Send `sig` to process `pid` (with `group`, to its process group, which it leads) only if
+    it is the process that started at `started`; whether it was sent. A pidfd holds the
+    process between the check and the signal."""
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        handle = None  # a kernel without pidfds: the start time alone
+    try:
+        if not running(pid, started):
+            return False
+        if group:  # the group's id stays its leader's while the leader has not exited
+            if handle is not None and select.select([handle], [], [], 0)[0]:
+                return False
+            os.killpg(pid, sig)
+        elif handle is not None:
+            signal.pidfd_send_signal(handle, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
+def _pool_running(pid_file: Path) -> bool:
+    owner = read_pid_file(pid_file)
+    return owner is not None and running(*owner)
 
 
 def ensure_pool(key: str, env: Mapping[str, str], master: str, drivers: int,
                 idle: float | None = None) -> Path:
-    """The socket of pool `key`, started (detached, in a session of its own) unless it runs."""
+    """The socket of pool `key`, started (detached, in a session of its own) unless it runs.
+    WarmDriverError if its folder or files are not safe (see `pool_dir`), or it did not
+    start."""
     folder = pool_dir(env)
     sock, pid_file, log_file = (folder / f"{key}{suffix}" for suffix in (".sock", ".pid", ".log"))
     if idle is None:
         idle = float(envvars.WARM_IDLE_SECONDS.raw(env) or DEFAULT_IDLE_S)
-    with open(folder / f"{key}.lock", "w") as guard:
+    guard = _open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT)
+    try:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one task starts the pool; the others find it
-        if sock.exists() and _pid_alive(pid_file):
+        if sock.exists() and _pool_running(pid_file):
             return sock
         sock.unlink(missing_ok=True)
-        with open(log_file, "ab") as out:
+        out = _open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
             subprocess.Popen(
                 [sys.executable, "-m", "deltaferry.spark.warm", "serve", "--socket", str(sock),
                  "--drivers", str(drivers), "--master", master, "--idle", str(idle)],
                 env=driver_env(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 cwd=folder, start_new_session=True, close_fds=True)
+        finally:
+            os.close(out)
         deadline = time.monotonic() + 30
-        while not (sock.exists() and _pid_alive(pid_file)):
+        while not (sock.exists() and _pool_running(pid_file)):
             if time.monotonic() > deadline:
                 raise WarmDriverError(f"the warm driver pool did not open {sock} in 30 s; its "
                                       f"log {log_file} ends:\n{_tail(log_file)}")
             time.sleep(0.05)
+    finally:
+        os.close(guard)
     return sock
 
 
 def _tail(path: Path, size: int = 3000) -> str:
     try:
-        return path.read_bytes()[-size:].decode(errors="replace")
-    except OSError:
+        with os.fdopen(_open(path, os.O_RDONLY), "rb") as handle:
+            return handle.read()[-size:].decode(errors="replace")
+    except (OSError, WarmDriverError):
         return "(no log)"
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
+
+
+def _await_driver(conn: socket.socket, reader: BinaryIO, more_file: Path) -> bytes | None:
+    """The READY frame's payload of the driver that takes this connection, or None if the pool
+    closed it; every DEMAND_S of waiting, asks the pool for its drivers that went idle."""
+    waited = 0.0
+    while waited < TAKE_TIMEOUT_S:
+        if select.select([conn], [], [], DEMAND_S)[0]:
+            got = read_frame(reader)
+            return got[1] if got is not None and got[0] == FRAME_READY else None
+        waited += DEMAND_S
+        with contextlib.suppress(OSError, WarmDriverError):
+            _touch(more_file)
+    return None
+
+
 def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
-            drivers: int, say: Callable[[str], None]) -> tuple[int, float]:
-    """Run `step` with its job's arguments in a warm driver of the pool for `env`, `master` and
-    `drivers` (started if needed); every line the driver prints goes to `say`. The job's exit
-    code (0, or 2 with its one-line error as spark-submit would end) and the seconds waited
-    for a driver to take the step. WarmDriverError if no driver took the step or the driver
-    went away during it."""
+            drivers: int, say: Callable[[str], None], timeout: float | None = None
+            ) -> tuple[int, float]:
+    """Run `step` with its job's arguments (the topic first) in a warm driver of the pool for
+    `env`, `master` and `drivers` (started if needed); every line the driver prints goes to
+    `say`. The job's exit code (0, or 2 with its one-line error as spark-submit would end) and
+    the seconds waited for a driver to take the step. The step may run `timeout` seconds
+    (default DEFAULT_STEP_TIMEOUT_S); past it its driver is killed and WarmDriverError says so
+    in one line. WarmDriverError too if no driver took the step or the driver went away during
+    it."""
+    timeout = DEFAULT_STEP_TIMEOUT_S if timeout is None else float(timeout)
     began = time.monotonic()
     key = pool_key(env, master, drivers)
     request = json.dumps({"step": step, "args": args, "report_file": report_file,
-                          "cwd": os.getcwd(),
+                          "cwd": os.getcwd(), "timeout": timeout, "env": step_env(env),
                           "airflow_task": envvars.AIRFLOW_TASK.raw(env)}).encode()
     for _attempt in range(3):
         sock = ensure_pool(key, env, master, drivers)
@@ -189,66 +410,120 @@ def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str]
             try:
                 conn.connect(str(sock))
                 reader = conn.makefile("rb")
-                first = reader.readline().decode(errors="replace").strip()
-            except (FileNotFoundError, ConnectionError, TimeoutError, OSError):
-                first = ""
-            if not first.startswith(READY):
+                ready = _await_driver(conn, reader, sock.with_suffix(".more"))
+            except (OSError, WarmDriverError):
+                ready = None
+            if ready is None or len(ready.split()) != 2:
                 continue  # the pool closed (idle, or failing) before a driver took the step
+            pid_text, started = ready.decode(errors="replace").split()
             waited = time.monotonic() - began
-            say(f"warm driver pool {key}: driver pid {first[len(READY):].strip()} takes the "
-                f"{step} step (waited {waited:.1f} s)")
-            conn.settimeout(None)
-            conn.sendall(request + b"\n")
-            for raw in reader:
-                line = raw.decode(errors="replace").rstrip("\n")
-                if line.startswith(EXIT_PREFIX):
-                    return int(line[len(EXIT_PREFIX):]), waited
-                say(line)
-            raise WarmDriverError(f"the warm driver running the {step} step went away before "
-                                  f"it ended; the pool's log: {sock.with_suffix('.log')}")
+            say(f"warm driver pool {key}: driver pid {pid_text} takes the {step} step (waited "
+                f"{waited:.1f} s)")
+            conn.sendall(frame(FRAME_REQUEST, request))
+            try:
+                return _follow(conn, reader, say, time.monotonic() + timeout), waited
+            except _Ended as ended:
+                if not ended.timed_out:
+                    raise WarmDriverError(
+                        f"the warm driver running the {step} step went away before it ended; "
+                        f"the pool's log: {sock.with_suffix('.log')}") from None
+                if not ended.killed_by_pool:  # the pool did not: this task does
+                    signal_process(int(pid_text), started, signal.SIGKILL, group=True)
+                    end = time.monotonic() + 10
+                    while running(int(pid_text), started) and time.monotonic() < end:
+                        time.sleep(0.05)
+                topic = args[0] if args else "?"
+                raise WarmDriverError(
+                    f"topic {topic!r}: the {step} step ran past its timeout of "
+                    f"{_duration(timeout)} (step_timeout_minutes); its warm driver (pid "
+                    f"{pid_text}) was killed and the pool starts another, and the topic's lock "
+                    "is taken over at once by the next run") from None
         finally:
             conn.close()
     raise WarmDriverError(f"no warm driver took the {step} step after 3 tries; the pool's log "
                           f"{sock.with_suffix('.log')} ends:\n{_tail(sock.with_suffix('.log'))}")
 
 
-def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], None]
-                ) -> tuple[int, list[dict]] | None:
+class _Ended(Exception):
+    """A step's connection ended without its exit code: past its timeout or not, the driver
+    killed by the pool (the connection closed) or not (still silent past the grace)."""
+
+    def __init__(self, timed_out: bool, killed_by_pool: bool):
+        super().__init__()
+        self.timed_out, self.killed_by_pool = timed_out, killed_by_pool
+
+
+def _follow(conn: socket.socket, reader: BinaryIO, say: Callable[[str], None],
+            deadline: float) -> int:
+    """The step's exit code, its output lines to `say` meanwhile; _Ended if the connection
+    ends first or stays silent KILL_GRACE_S past `deadline`."""
+    while True:
+        conn.settimeout(max(deadline + KILL_GRACE_S - time.monotonic(), 0.01))
+        try:
+            got = read_frame(reader)
+        except TimeoutError:
+            raise _Ended(timed_out=True, killed_by_pool=False) from None
+        except (OSError, WarmDriverError):
+            got = None
+        if got is None:
+            raise _Ended(timed_out=time.monotonic() >= deadline, killed_by_pool=True)
+        kind, payload = got
+        if kind == FRAME_EXIT:
+            return int(payload)
+        if kind == FRAME_OUTPUT:
+            say(payload.decode(errors="replace"))
+
+
+def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], None],
+                step_timeout: float | None = None) -> tuple[int, list[dict]] | None:
     """`deltaferry run` with the command's arguments `argv` in a warm driver, when the topics'
     master is local and DELTAFERRY_WARM_DRIVERS is ``on`` (None otherwise: the command runs in
-    its own process). The driver's lines go to `say`; its exit code and the reports."""
+    its own process). The driver's lines go to `say`; its exit code and the reports. The run
+    may take RUN_STEPS times `step_timeout` (default DEFAULT_STEP_TIMEOUT_S) plus its
+    ``--wait``."""
     from deltaferry import fleet
     from deltaferry.config import load_topics
+    from deltaferry.jobs import add_run_arguments
 
     master = envvars.SPARK_MASTER.value(env)
     if not enabled(master, env, command=True):
         return None
     drivers = fleet.slots(load_topics(envvars.TOPICS.raw(env) or None).spark_slots, env)
+    parser = argparse.ArgumentParser(prog="deltaferry run", add_help=False)
+    add_run_arguments(parser)
+    try:
+        wait = max(parser.parse_known_args(argv)[0].wait, 0.0)
+    except SystemExit:  # the command's own parser said what is wrong
+        wait = 0.0
+    each = DEFAULT_STEP_TIMEOUT_S if step_timeout is None else step_timeout
     with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
         report_file = Path(folder) / "report.json"
         code, _ = run_job(RUN_COMMAND, argv, str(report_file), env, master, drivers,
-                          lambda line: None if line.startswith(REPORT_PREFIX) else say(line))
+                          lambda line: None if line.startswith(REPORT_PREFIX) else say(line),
+                          timeout=RUN_STEPS * each + wait)
         reports = json.loads(report_file.read_text()) if report_file.exists() else []
     return code, reports
 
 
 def stop_pools(env: Mapping[str, str] | None = None, grace: float = 20.0) -> list[str]:
-    """Stop every pool of this user's pool folder (SIGTERM, then SIGKILL after `grace`);
-    lines saying what was done."""
+    """Stop every pool of this user's pool folder (SIGTERM, then SIGKILL to it and its drivers
+    after `grace`); lines saying what was done. A pid file whose process is gone, or is
+    another process now (a pid reused), is removed and nothing is signalled."""
     lines = []
     for pid_file in sorted(pool_dir(env).glob("*.pid")):
-        try:
-            pid = int(pid_file.read_text().strip())
-            os.kill(pid, signal.SIGTERM)
-        except (OSError, ValueError):
+        owner = read_pid_file(pid_file)
+        if owner is None or not signal_process(*owner, signal.SIGTERM):
             pid_file.unlink(missing_ok=True)
             continue
+        pid, started = owner
         deadline = time.monotonic() + grace
-        while _pid_alive(pid_file) and time.monotonic() < deadline:
+        while running(pid, started) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _pid_alive(pid_file):
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+        if running(pid, started):
+            drivers = _children(pid)
+            signal_process(pid, started, signal.SIGKILL, group=True)
+            for child in drivers:  # each driver leads a process group of its own (its JVM)
+                signal_process(*child, signal.SIGKILL, group=True)
             pid_file.unlink(missing_ok=True)
             lines.append(f"warm drivers (pid {pid}): killed")
         else:
@@ -256,22 +531,66 @@ def stop_pools(env: Mapping[str, str] | None = None, grace: float = 20.0) -> lis
     return lines
 
 
+def _children(pid: int) -> list[tuple[int, str]]:
+    """The child processes of `pid` with their start times."""
+    import psutil
+
+    try:
+        kids = [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+    return [(kid, started) for kid in kids if (started := process_start(kid)) is not None]
+
+
 # --- the pool's side ---------------------------------------------------------------------
 
 
+class _Driver:
+    """The pool's view of one driver: its process, when it started, the pipe it reports on
+    (``step <seconds>`` when it takes a step, ``free`` when done) and its step's deadline."""
+
+    def __init__(self, proc: subprocess.Popen, status_fd: int):
+        self.proc, self.status_fd = proc, status_fd
+        self.started = time.monotonic()
+        self.deadline: float | None = None
+        self.timed_out = False
+        self._pending = b""
+
+    def read_status(self) -> None:
+        try:
+            data = os.read(self.status_fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        for line in lines:
+            word, _, value = line.decode(errors="replace").partition(" ")
+            if word == "step":
+                with contextlib.suppress(ValueError):
+                    self.deadline = time.monotonic() + float(value)
+            elif word == "free":
+                self.deadline = None
+
+    def overdue(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
 def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
-    """The pool: listen on `sock_path`, keep `drivers` drivers running on it, end when they
-    went idle (or on SIGTERM)."""
+    """The pool: listen on `sock_path` and keep up to `drivers` drivers running on it, each
+    ending when idle for `idle` seconds and started again when a task waits (a ``.more``
+    file); kill a driver whose step ran past its timeout; end when no driver is left (or on
+    SIGTERM)."""
     path = Path(sock_path)
-    pid_file = path.with_suffix(".pid")
+    pid_file, retire_file, more_file = (path.with_suffix(s) for s in (".pid", ".retire", ".more"))
     os.umask(0o077)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(128)
     inode = path.stat().st_ino
-    pid_file.write_text(str(os.getpid()))
-    retire_file = path.with_suffix(".retire")
+    _write_pid_file(pid_file)
     retire_file.unlink(missing_ok=True)
+    more_file.unlink(missing_ok=True)
     stamp, stamp_checked = code_stamp(), time.monotonic()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -280,19 +599,28 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
     def close_door() -> None:
         """No new task reaches this pool (a new one is started for it); drivers waiting for a
         step end, those running one end after it."""
-        retire_file.touch()
+        with contextlib.suppress(OSError, WarmDriverError):
+            _touch(retire_file)
         with contextlib.suppress(OSError):
             if path.stat().st_ino == inode:
                 path.unlink()
-        with contextlib.suppress(OSError):
-            if pid_file.read_text().strip() == str(os.getpid()):
+        with contextlib.suppress(OSError, WarmDriverError):
+            if read_pid_file(pid_file) == (os.getpid(), process_start(os.getpid())):
                 pid_file.unlink()
 
-    def start(index: int) -> tuple[subprocess.Popen, float]:
+    def start(index: int) -> _Driver:
+        status_read, status_write = os.pipe()
+        os.set_blocking(status_read, False)
         command = [sys.executable, "-m", "deltaferry.spark.warm", "driver", "--fd",
                    str(listener.fileno()), "--master", master, "--idle", str(idle),
-                   "--index", str(index), "--retire-file", str(retire_file)]
-        return subprocess.Popen(command, pass_fds=(listener.fileno(),)), time.monotonic()
+                   "--index", str(index), "--retire-file", str(retire_file),
+                   "--status-fd", str(status_write)]
+        try:  # a process group of its own: killing it kills its JVM and Python workers too
+            proc = subprocess.Popen(command, pass_fds=(listener.fileno(), status_write),
+                                    process_group=0)
+        finally:
+            os.close(status_write)
+        return _Driver(proc, status_read)
 
     print(f"warm driver pool {path.stem}: {drivers} driver(s) on {master}, pid {os.getpid()}",
           flush=True)
@@ -310,20 +638,40 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
         if stopping.is_set() and not retiring:
             retiring = True
             close_door()
-            for proc, _ in children.values():
-                proc.terminate()
-        for index, (proc, started) in list(children.items()):
-            code = proc.poll()
+            for driver in children.values():
+                with contextlib.suppress(OSError):
+                    os.killpg(driver.proc.pid, signal.SIGTERM)
+        if not retiring and more_file.exists():  # a task waits: the drivers that went idle
+            more_file.unlink(missing_ok=True)
+            for index in sorted(set(range(drivers)) - set(children)):
+                print(f"a task waits for a driver: starting driver {index} again", flush=True)
+                children[index] = start(index)
+        for index, driver in list(children.items()):
+            driver.read_status()
+            code = driver.proc.poll()
             if code is None:
+                if driver.overdue() and not driver.timed_out:
+                    print(f"driver {index} (pid {driver.proc.pid}) ran past its step's "
+                          "timeout: killed with its JVM", flush=True)
+                    driver.timed_out = True
+                    with contextlib.suppress(OSError):  # not reaped yet: still ours
+                        os.killpg(driver.proc.pid, signal.SIGKILL)
                 continue
             del children[index]
-            if retiring or code == EXIT_IDLE:
-                if not retiring:
-                    print(f"driver {index} idle for {idle:g} s: the pool closes", flush=True)
-                retiring = True
-                close_door()
+            os.close(driver.status_fd)
+            if retiring:
                 continue
-            quick_failures = quick_failures + 1 if time.monotonic() - started < 60 else 0
+            if code == EXIT_IDLE:
+                print(f"driver {index} idle for {idle:g} s: it ends ({len(children)} left)",
+                      flush=True)
+                if not children:
+                    print("no driver left: the pool closes", flush=True)
+                    retiring = True
+                    close_door()
+                continue
+            if not driver.timed_out:
+                quick_failures = (quick_failures + 1 if time.monotonic() - driver.started < 60
+                                  else 0)
             if quick_failures >= 3:
                 print(f"driver {index} failed 3 times within a minute of starting (exit "
                       f"{code}): the pool closes", flush=True)
@@ -332,46 +680,58 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
                 continue
             why = {EXIT_RECYCLE: f"ran {MAX_RUNS} steps or its session stopped",
                    EXIT_TASK_GONE: "its task went away"}.get(code, f"exit {code}")
+            if driver.timed_out:
+                why = "killed past its step's timeout"
             print(f"driver {index} ended ({why}): starting another", flush=True)
             children[index] = start(index)
         time.sleep(0.2)
     close_door()
     retire_file.unlink(missing_ok=True)
+    more_file.unlink(missing_ok=True)
     listener.close()
     return 0
 
 
 class _Output(threading.Thread):
-    """Carries a driver's stdout and stderr (a pipe) to the task being served, else to the
-    pool's log; ends the driver if the task went away."""
+    """Carries a driver's stdout and stderr (a pipe) to the task being served, in output
+    frames up to its step's end marker (then an exit frame), else to the pool's log; ends the
+    driver if the task went away."""
 
     def __init__(self, read_fd: int, log_fd: int):
         super().__init__(daemon=True, name="deltaferry-warm-output")
         self.read_fd, self.log_fd = read_fd, log_fd
         self.lock = threading.Lock()
         self.task: socket.socket | None = None
+        self.nonce = ""
         self.done = threading.Event()
 
-    def attach(self, conn: socket.socket) -> None:
+    def attach(self, conn: socket.socket, nonce: str) -> None:
+        """Send the output to `conn` until the end marker of the request `nonce`."""
         with self.lock:
             self.done.clear()
-            self.task = conn
+            self.task, self.nonce = conn, nonce
 
     def run(self) -> None:
         with os.fdopen(self.read_fd, "rb") as pipe:
             for line in pipe:
                 with self.lock:
-                    task = self.task
+                    task, nonce = self.task, self.nonce
                 if task is None:
                     os.write(self.log_fd, line)
                     continue
+                end = end_of_step(line, nonce)
                 try:
-                    task.sendall(line)
+                    if end is None:
+                        task.sendall(b"".join(output_frames(line)))
+                    else:
+                        if end[0]:  # a line the step left unfinished
+                            task.sendall(b"".join(output_frames(end[0])))
+                        task.sendall(frame(FRAME_EXIT, str(end[1]).encode()))
                 except OSError:
                     os.write(self.log_fd, b"warm driver: its task went away; this driver "
                              b"stops (as a killed spark-submit would)\n")
                     os._exit(EXIT_TASK_GONE)
-                if line.startswith(EXIT_PREFIX.encode()):
+                if end is not None:
                     with self.lock:
                         self.task = None
                     self.done.set()
@@ -380,8 +740,6 @@ class _Output(threading.Thread):
 def _watch(conn: socket.socket, log_fd: int, done: threading.Event) -> None:
     """Until `done`: end the driver as soon as its task closes the connection (a task sends
     nothing after its request, so the connection turns readable only when it is closed)."""
-    import select
-
     while not done.is_set():
         readable, _, _ = select.select([conn], [], [], 1.0)
         if readable and not done.is_set():
@@ -447,12 +805,12 @@ def _tidy(spark, baseline) -> bool:
         return False
 
 
-def _accept(listener: socket.socket, idle: float, retire_file: Path):
-    """The next task's connection; None after `idle` seconds without one, or once the pool
-    retires (its `retire_file` exists)."""
+def _accept(listener: socket.socket, idle: float, retire_file: Path, pool: int):
+    """The next task's connection; None after `idle` seconds without one, once the pool
+    retires (its `retire_file` exists) or once the pool (process `pool`) is gone."""
     idle_since = time.monotonic()
     while time.monotonic() - idle_since < idle:
-        if retire_file.exists():
+        if retire_file.exists() or os.getppid() != pool:
             return None
         try:
             conn, _ = listener.accept()
@@ -460,6 +818,21 @@ def _accept(listener: socket.socket, idle: float, retire_file: Path):
         except TimeoutError:
             continue
     return None
+
+
+@contextlib.contextmanager
+def step_environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """The task's `variables` in os.environ while the step runs, the driver's own after."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 #: The warm-up's records: enough to run every code path of a micro-batch, few enough to take
@@ -505,8 +878,8 @@ def warm_up(spark) -> float:
                 rows.count()
                 grow_table(spark, path, rows)
                 apply_rows(spark, path, rows, ("kafka_key",), "deltaferry-warm-up", version)
-                for frame in (rows, parsed, raw):
-                    frame.unpersist()
+                for cached in (rows, parsed, raw):
+                    cached.unpersist()
     except Exception as exc:  # noqa: BLE001 - only a head start: the steps do not need it
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"warm driver: the warm-up failed ({why}); the first step pays for what it "
@@ -514,8 +887,11 @@ def warm_up(spark) -> float:
     return time.monotonic() - started
 
 
-def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> int:
-    """One driver: start Spark, then take steps from the pool's socket `fd` one at a time."""
+def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
+          status_fd: int) -> int:
+    """One driver: start Spark, then take steps from the pool's socket `fd` one at a time,
+    telling the pool on `status_fd` when it takes one (with its timeout) and when done."""
+    pool = os.getppid()
     log_fd = os.dup(2)
     read_fd, write_fd = os.pipe()
     os.dup2(write_fd, 1)
@@ -526,6 +902,10 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> i
     output.start()
     from deltaferry.pipeline import configure_logging
     from deltaferry.spark.session import BATCH_CONF, extra_spark_conf, get_spark
+
+    def tell_pool(status: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(status_fd, f"{status}\n".encode())
 
     configure_logging()
     started = time.monotonic()
@@ -539,31 +919,38 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path) -> i
     baseline = Baseline.take(spark)  # what every step finds (`_tidy` puts it back)
     listener = socket.socket(fileno=fd)
     listener.settimeout(POLL_S)
+    me = f"{os.getpid()} {process_start(os.getpid())}".encode()
     for _run in range(MAX_RUNS):
-        conn = _accept(listener, idle, retire_file)
+        conn = _accept(listener, idle, retire_file, pool)
         if conn is None:
             return EXIT_IDLE
         with conn:
             conn.settimeout(30)
             try:
-                conn.sendall(f"{READY} {os.getpid()}\n".encode())
-                line = conn.makefile("rb").readline()
-                request = json.loads(line) if line.strip() else None
-            except (OSError, ValueError):
+                conn.sendall(frame(FRAME_READY, me))
+                got = read_frame(conn.makefile("rb"))
+                request = json.loads(got[1]) if got and got[0] == FRAME_REQUEST else None
+            except (OSError, ValueError, WarmDriverError):
                 request = None
             if not isinstance(request, dict):
                 continue
+            tell_pool(f"step {float(request.get('timeout') or DEFAULT_STEP_TIMEOUT_S)}")
             conn.settimeout(None)
-            output.attach(conn)
+            nonce = secrets.token_hex(16)
+            output.attach(conn, nonce)
             ended = threading.Event()
             threading.Thread(target=_watch, args=(conn, log_fd, ended), daemon=True,
                              name="deltaferry-warm-watch").start()
-            code = _run_request(request)
+            variables = request.get("env")
+            variables = variables if isinstance(variables, dict) else {}
+            with step_environment({str(k): str(v) for k, v in variables.items()}):
+                code = _run_request(request)
             ended.set()
             healthy = _tidy(spark, baseline)
             sys.stderr.flush()
-            print(f"{EXIT_PREFIX}{code}", flush=True)
+            print(f"{EXIT_PREFIX}{nonce} {code}", flush=True)
             output.done.wait(60)
+            tell_pool("free")
         if not healthy:
             return EXIT_RECYCLE
     return EXIT_RECYCLE
@@ -584,10 +971,12 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--idle", type=float, default=DEFAULT_IDLE_S)
     one.add_argument("--index", type=int, default=0)
     one.add_argument("--retire-file", type=Path, required=True)
+    one.add_argument("--status-fd", type=int, required=True)
     args = parser.parse_args(argv)
     if args.what == "serve":
         return serve(args.socket, args.drivers, args.master, args.idle)
-    return drive(args.fd, args.master, args.idle, args.index, args.retire_file)
+    return drive(args.fd, args.master, args.idle, args.index, args.retire_file,
+                 args.status_fd)
 
 
 if __name__ == "__main__":

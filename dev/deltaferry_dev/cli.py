@@ -7,6 +7,7 @@ command line's start-up loads none of the harness."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from deltaferry.errors import DeltaferryError
@@ -51,7 +52,8 @@ def _stack(args: argparse.Namespace) -> int:
         they start again when a task needs them."""
         from deltaferry.spark import warm
 
-        return stack.down() + warm.stop_pools({})
+        default = {k: v for k, v in os.environ.items() if k != warm.DIR_VAR}
+        return stack.down() + warm.stop_pools(default)
 
     return _local_service("stack", args.action, up, down, stack.status)
 

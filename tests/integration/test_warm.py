@@ -1,7 +1,10 @@
 """Warm drivers (deltaferry.spark.warm) against the real stack: a step runs in a driver that is
 already up, with its output streamed to the task; the next step reuses that driver; a driver
 killed in the middle of an ingest fails that step only, is replaced, and the next run lands
-every key exactly once (read back with delta-rs); a task that goes away stops its driver."""
+every key exactly once (read back with delta-rs); a task that goes away stops its driver; a
+line a step prints cannot end it; a driver starts with the task's environment; a step stopped
+past its timeout fails in one line and its driver is replaced; idle drivers end one by one and
+come back when a task waits."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
+import certifi
 import pytest
 
 from deltaferry.kafka import produce
@@ -116,10 +121,11 @@ def test_a_task_that_goes_away_stops_its_driver(pool_env, tmp_path):
     sock = warm.ensure_pool(warm.pool_key(env, "local[2]", 1), env, "local[2]", 1)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(str(sock))
-    assert conn.makefile("rb").readline().startswith(warm.READY.encode())
-    conn.sendall(json.dumps({"step": "ingest", "args": [topic, "--topics-file",
-                                                        str(topics_file)],
-                             "report_file": str(tmp_path / "gone.json")}).encode() + b"\n")
+    kind, payload = warm.read_frame(conn.makefile("rb"))
+    assert kind == warm.FRAME_READY and int(payload.split()[0]) == victim
+    conn.sendall(warm.frame(warm.FRAME_REQUEST, json.dumps(
+        {"step": "ingest", "args": [topic, "--topics-file", str(topics_file)],
+         "report_file": str(tmp_path / "gone.json")}).encode()))
     conn.close()  # the task is killed before the step ends
     deadline = time.monotonic() + 60
     while True:
@@ -262,3 +268,138 @@ def field_type(table, name: str) -> str:
     """The Delta type of the top-level column `name` of a delta-rs table."""
     [field] = [f for f in table.schema().fields if f.name == name]
     return field.type.type
+
+
+def test_a_line_a_step_prints_never_ends_it_and_its_driver_has_the_tasks_environment(
+        pool_env, tmp_path):
+    """A step whose output holds the line ``DELTAFERRY_EXIT 0`` (its error names a topics
+    file whose path holds it) fails with its own code, and the driver goes on; the driver and
+    its JVM were started with the task's proxy, CA bundle and temporary folder, as
+    spark-submit would be; the pool's files are this user's only."""
+    env, topic, topics_file = pool_env
+    (tmp_path / "tmp").mkdir()
+    marker = f"HTTPS_PROXY=http://127.0.0.1:9/{tmp_path.name}"
+    started_with = {"HTTPS_PROXY": marker.split("=", 1)[1], "NO_PROXY": "localhost,127.0.0.1",
+                    "SSL_CERT_FILE": certifi.where(),
+                    "TMPDIR": str(tmp_path / "tmp")}
+    env = {**env, **started_with}
+    odd = tmp_path / "odd\nDELTAFERRY_EXIT 0\n"
+    odd.mkdir()
+    lines: list[str] = []
+    code, _ = warm.run_job("infer", [topic, "--topics-file", str(odd / "topics.yaml")],
+                           str(tmp_path / "odd.json"), env, "local[2]", 1, lines.append)
+    assert code == 2, "\n".join(lines)
+    assert "DELTAFERRY_EXIT 0" in lines  # printed by the step, and not its end
+    assert any("topics file not found" in line for line in lines)
+    first = driver_pid(lines)
+    lines.clear()
+    code, _ = warm.run_job("infer", [topic, "--topics-file", str(topics_file)],
+                           str(tmp_path / "infer.json"), env, "local[2]", 1, lines.append)
+    assert code == 0, "\n".join(lines)
+    assert driver_pid(lines) == first  # the same driver: the odd line did not stop it
+    environ = Path(f"/proc/{first}/environ").read_bytes().split(b"\0")
+    for name, value in started_with.items():
+        assert f"{name}={value}".encode() in environ, name
+    assert driver_count(marker.encode()) == 1  # its JVM too
+    folder = tmp_path / "pool"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    for path in [*folder.glob("*.log"), *folder.glob("*.pid")]:
+        assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_a_step_past_its_timeout_fails_in_one_line_and_its_driver_is_replaced(pool_env,
+                                                                               tmp_path):
+    """A driver stopped (SIGSTOP) in the middle of an ingest: the step fails within its
+    timeout and the pool's grace with one line naming the topic, the step and the timeout; the
+    pool killed the driver and starts another; the next run lands every key exactly once."""
+    env, topic, topics_file = pool_env
+    lines: list[str] = []
+    assert run(env, "infer", topic, topics_file, tmp_path / "infer.json", lines)[0] == 0
+    victim = driver_pid(lines)
+    timeout = 40.0
+    outcome: dict = {}
+
+    def ingest() -> None:
+        try:
+            outcome["code"] = warm.run_job(
+                "ingest", [topic, "--topics-file", str(topics_file)], str(tmp_path / "i.json"),
+                env, "local[2]", 1, lines.append, timeout=timeout)
+        except warm.WarmDriverError as exc:
+            outcome["error"] = exc
+        outcome["at"] = time.monotonic()
+
+    began = time.monotonic()
+    worker = threading.Thread(target=ingest)
+    worker.start()
+    deadline = time.monotonic() + timeout
+    while not any("ingest" in line and "to read" in line for line in lines):
+        assert time.monotonic() < deadline and worker.is_alive(), "\n".join(lines)
+        time.sleep(0.05)
+    os.kill(victim, signal.SIGSTOP)  # the step hangs
+    worker.join(timeout + 60)
+    assert "error" in outcome, outcome
+    assert outcome["at"] - began < timeout + warm.KILL_GRACE_S
+    message = str(outcome["error"])
+    assert "\n" not in message
+    assert f"topic {topic!r}: the ingest step ran past its timeout of 40 s" in message
+    gone = time.monotonic() + 10
+    while Path(f"/proc/{victim}").exists():  # killed, and reaped by the pool
+        assert time.monotonic() < gone
+        time.sleep(0.1)
+    log = next((tmp_path / "pool").glob("*.log")).read_text()
+    assert f"(pid {victim}) ran past its step's timeout: killed" in log
+    lines.clear()
+    code, _ = run(env, "ingest", topic, topics_file, tmp_path / "again.json", lines)
+    assert code == 0, "\n".join(lines)
+    assert driver_pid(lines) != victim
+    assert table_keys(env, topic) == sorted(f"k{i}" for i in range(KEYS))  # each key once
+
+
+def test_idle_drivers_end_one_by_one_and_come_back_when_a_task_waits(pool_env, tmp_path):
+    """A pool of two drivers: while one holds a task, the other ends after its idle time and
+    the pool stays; a task that then waits (the first driver stopped) gets a driver started
+    again; once both are idle the pool ends."""
+    env, topic, topics_file = pool_env
+    idle = 15.0
+    key = warm.pool_key(env, "local[1]", 2)
+    sock = warm.ensure_pool(key, env, "local[1]", 2, idle=idle)
+    log, pid_file = sock.with_suffix(".log"), sock.with_suffix(".pid")
+    pool = warm.read_pid_file(pid_file)
+
+    def wait_for(text: str, count: int, within: float) -> str:
+        deadline = time.monotonic() + within
+        while log.read_text().count(text) < count:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        return log.read_text()
+
+    first = {int(line.split("(pid ")[1].split(")")[0]) for line in
+             wait_for("Spark ready", 2, 300).splitlines() if "Spark ready" in line}
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.connect(str(sock))
+    kind, payload = warm.read_frame(holder.makefile("rb"))
+    busy = int(payload.split()[0])
+    assert kind == warm.FRAME_READY and busy in first
+    wait_for("s: it ends (1 left)", 1, idle + 30)
+    assert warm.running(*pool) and sock.exists()  # one idle driver did not close the pool
+    os.kill(busy, signal.SIGSTOP)
+    try:
+        lines: list[str] = []
+        code, _ = run_pool(env, topic, topics_file, tmp_path / "infer.json", lines)
+        assert code == 0, "\n".join(lines)
+        assert driver_pid(lines) not in first  # a driver started again for the waiting task
+        assert "a task waits for a driver: starting driver" in log.read_text()
+    finally:
+        os.kill(busy, signal.SIGCONT)
+        holder.close()
+    wait_for("no driver left: the pool closes", 1, 2 * idle + 60)
+    deadline = time.monotonic() + 30
+    while warm.running(*pool):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    assert not pid_file.exists() and not sock.exists()
+
+
+def run_pool(env, topic, topics_file, report_file, lines):
+    return warm.run_job("infer", [topic, "--topics-file", str(topics_file)], str(report_file),
+                        env, "local[1]", 2, lines.append)

@@ -365,3 +365,22 @@ echo '[{{"topic": "orders", "step": "replay", "landed": 2, "summary": "replay or
     with pytest.raises(AirflowFailException, match="param replay: unknown condition"):
         op.replay_of({"replay": {"topic": "x"}}, "ingest")
     assert op.step_arguments("t", "replay") == ["t", "--filter", "{}"]
+
+
+def test_a_warm_step_is_bounded_by_what_is_left_of_the_tasks_execution_timeout():
+    """The warm driver's step ends (its driver killed, one line) before Airflow's
+    execution_timeout, which began with `execute`; without one, the pool's default."""
+    import time
+    from datetime import timedelta
+
+    from deltaferry.spark import warm
+
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            execution_timeout=timedelta(minutes=10))
+    task.timing = {"started": time.time() - 30}  # execute began 30 s ago
+    timeout = task.warm_timeout()
+    assert 600 - 30 - warm.KILL_GRACE_S - op.WARM_MARGIN_S - 2 < timeout
+    assert timeout <= 600 - 30 - warm.KILL_GRACE_S - op.WARM_MARGIN_S
+    untimed = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest")
+    untimed.timing = {"started": time.time()}
+    assert untimed.warm_timeout() is None

@@ -10,7 +10,7 @@ from deltaferry import env as envvars
 
 PACKAGE = Path(deltaferry.__file__).parent
 #: Markers a warm driver prints, not variables.
-NOT_VARIABLES = {"DELTAFERRY_WARM_READY"}
+NOT_VARIABLES: set[str] = set()
 #: delta-rs storage options, named like the AWS variables but not read from the environment.
 OWN_KEYS = {"lake.py"}
 
