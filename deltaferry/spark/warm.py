@@ -101,9 +101,13 @@ _PER_TASK = (envvars.REPORT_FILE.name, envvars.AIRFLOW_TASK.name)
 
 def driver_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a task's environment a driver is started with (and that picks its pool):
-    its settings, not what names the task (its report file, its Airflow task)."""
-    return {k: v for k, v in env.items()
-            if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES) and k not in _PER_TASK}
+    its settings, not what names the task (its report file, its Airflow task), and the JVM
+    libraries' folder as resolved here (the pool runs in its own folder)."""
+    from deltaferry.jvm import deps_env
+
+    return {**{k: v for k, v in env.items()
+               if (k.startswith(_SETTING_PREFIXES) or k in _SETTING_NAMES)
+               and k not in _PER_TASK}, **deps_env(env)}
 
 
 def code_stamp() -> int:
