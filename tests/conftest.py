@@ -6,7 +6,6 @@ import os
 import tempfile
 
 
-
 def pytest_configure(config):
     if "AIRFLOW_HOME" not in os.environ:
         os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="deltaferry-airflow-home-")

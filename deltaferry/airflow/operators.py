@@ -143,9 +143,8 @@ def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
     DELTAFERRY_DEPS as resolved here, the Kafka and storage settings, this
     Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
     (and, on a local master, the executors') interpreter (`worker_python`)."""
-    from deltaferry.spark.session import worker_python
-
     from deltaferry.jvm import deps_env
+    from deltaferry.spark.session import worker_python
 
     env = dict(base)
     env.update(deps_env(base))  # the JVM libraries found here, whatever the child's folder
@@ -297,11 +296,10 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         the job's reports. A failed job fails the task with the job's own error line."""
         from airflow.sdk.exceptions import AirflowException
 
-        from deltaferry import fleet
-        from deltaferry.config import load_topics
+        from deltaferry.airflow.pool import wanted_slots
         from deltaferry.spark import warm
 
-        drivers = fleet.slots(load_topics(self.topics_file).spark_slots, env)
+        drivers = wanted_slots(env, self.topics_file)
         self._warm = True
         errors: list[str] = []
 
