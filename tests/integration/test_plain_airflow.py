@@ -151,6 +151,10 @@ def test_the_scheduler_runs_a_topic_in_a_plain_airflow_and_the_pool_is_made(plai
         assert f"the Airflow pool {name!r} does not exist" in topics_page
         client.set_paused(f"ingest_{topic}", False)
         triggered = client.trigger(f"ingest_{topic}")
+        # a task whose pool does not exist stays scheduled for ever: it must start soon instead
+        wait_until(lambda: any(t.get("start_date") for t in client.tasks(
+            f"ingest_{topic}", triggered["dag_run_id"]).values()), 180, interval=2.0,
+            what="the run's first task to start (tasks of a missing pool never do)")
         finished = follow(client, f"ingest_{topic}", triggered["dag_run_id"], tell=print)
         assert finished["state"] == "success", finished
         assert client.call("GET", f"/pools/{name}")["slots"] == wanted
