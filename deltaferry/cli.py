@@ -139,8 +139,9 @@ def pool_line(topics: TopicsFile, with_airflow: bool) -> str:
     except Exception as exc:  # its database does not answer (not migrated, not reachable)
         from deltaferry.ui.topics import problem_text
 
+        cause = getattr(exc, "orig", None) or exc  # a database error without its SQL
         return f"Airflow pool {name!r}: not checked (Airflow's metadata database: " \
-               f"{problem_text(exc)})"
+               f"{problem_text(cause)})"
     return f"warning: {problem}" if problem else (
         f"Airflow pool {name!r}: {wanted} slot(s), one per Spark driver")
 

@@ -297,7 +297,8 @@ def pool_problem(topics: TopicsFile) -> str | None:
     try:
         return pool.problem(wanted=fleet.slots(topics.spark_slots))
     except Exception as exc:  # the page still shows the topics
-        return f"the Airflow pool {fleet.pool_name()!r} could not be read: {problem_text(exc)}"
+        cause = getattr(exc, "orig", None) or exc  # a database error without its SQL
+        return f"the Airflow pool {fleet.pool_name()!r} could not be read: {problem_text(cause)}"
 
 
 def resolved_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
