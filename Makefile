@@ -5,8 +5,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEPS   := $(CURDIR)/.deps
-# The library assumes no checkout: point it at this one's jars.
-export DELTAFERRY_DEPS ?= $(DEPS)
 MVN    := mvn -q -B -Dmaven.repo.local=$(HOME)/.m2/repository
 UV_VERSION := 0.13.9
 # The dlt pipeline's own venv (bench/dlt_pipeline.py): dlt never enters the product's .venv.

@@ -120,6 +120,32 @@ def airflow_runs(dag_ids: list[str]) -> tuple[dict, str | None]:
         return {}, f"Airflow's metadata database: {problem_text(exc)}"
 
 
+def pool_line(topics: TopicsFile, with_airflow: bool) -> str:
+    """`deltaferry check`'s line on the Airflow pool of the topic DAGs' tasks: what is wrong
+    with it in the Airflow AIRFLOW_HOME names (missing, or not the drivers' number), that it
+    fits, or why it was not checked (no Airflow here, none configured, no database)."""
+    from deltaferry import env as envvars
+    from deltaferry import fleet
+
+    name, wanted = fleet.pool_name(), fleet.slots(topics.spark_slots)
+    if not with_airflow:
+        return f"Airflow pool {name!r}: not checked (Airflow is not installed)"
+    if not envvars.AIRFLOW_HOME.value():
+        return f"Airflow pool {name!r}: not checked (AIRFLOW_HOME is not set)"
+    try:
+        from deltaferry.airflow import pool
+
+        problem = pool.problem(wanted=wanted)
+    except Exception as exc:  # its database does not answer (not migrated, not reachable)
+        from deltaferry.ui.topics import problem_text
+
+        cause = getattr(exc, "orig", None) or exc  # a database error without its SQL
+        return f"Airflow pool {name!r}: not checked (Airflow's metadata database: " \
+               f"{problem_text(cause)})"
+    return f"warning: {problem}" if problem else (
+        f"Airflow pool {name!r}: {wanted} slot(s), one per Spark driver")
+
+
 def checked_topics(path: str | None) -> tuple[TopicsFile, bool]:
     """The topics file at `path` as the DAG files and the topics page see it (entries whose
     schedule Airflow refuses are bad entries), and True; without Airflow installed, as the
@@ -177,6 +203,7 @@ def _check(args: argparse.Namespace) -> int:
           f"{'y' if len(errors) == 1 else 'ies'} invalid{note}")
     for error in errors:
         print(error.listing())
+    print(pool_line(topics, with_airflow))
     return 1 if errors else 0
 
 

@@ -56,7 +56,9 @@ TOPICS = _v("DELTAFERRY_TOPICS", "the topics file", "path",
 WAREHOUSE = _v("DELTAFERRY_WAREHOUSE", "where the tables live: a folder or an s3:// URI",
                "path or URI", default_doc="warehouse/ in the current directory")
 DEPS = _v("DELTAFERRY_DEPS", "the folder of the JVM libraries (jars/spark, jars/kafka) that "
-          "`make setup` resolves", "path", default_doc=".deps in the current directory")
+          "`make setup` resolves", "path",
+          default_doc=".deps of the checkout deltaferry is installed from, else of the current "
+          "directory")
 # --- Kafka ------------------------------------------------------------------------------------
 KAFKA_BOOTSTRAP = _v("DELTAFERRY_KAFKA_BOOTSTRAP", "the brokers, host:port[,host:port]",
                      "host:port list", default_doc="none: required")

@@ -84,6 +84,33 @@ def slots(configured: int | None = None, env: Mapping[str, str] | None = None) -
     return derived_slots(machine_cores(), machine_memory_bytes(), driver)
 
 
+def pool_command(name: str, count: int) -> str:
+    """The command that creates (or resizes) the pool `name` with `count` slots."""
+    return f'airflow pools set {name} {count} "{POOL_DESCRIPTION}"'
+
+
+def pool_problem(existing: int | None, wanted: int,
+                 env: Mapping[str, str] | None = None) -> str | None:
+    """One line saying what is wrong with the Airflow pool that has `existing` slots (None: it
+    does not exist) when the drivers want `wanted` (deltaferry.airflow.pool.wanted_slots);
+    None when it matches."""
+    name = pool_name(env)
+    fix = f"`{pool_command(name, wanted)}`"
+    if existing is None:
+        return (f"the Airflow pool {name!r} does not exist: the topic DAGs' tasks do not start "
+                f"without it (the deltaferry plugin creates it when a topic's run starts; or "
+                f"create it: {fix})")
+    if existing < wanted:
+        return (f"the Airflow pool {name!r} has {existing} slot(s), fewer than the {wanted} "
+                f"Spark drivers a worker runs (defaults: spark_slots, or derived from the "
+                f"machine): {wanted - existing} stay idle; resize it: {fix}")
+    if existing > wanted:
+        return (f"the Airflow pool {name!r} has {existing} slot(s), more than the {wanted} "
+                f"Spark drivers a worker runs: the tasks past {wanted} wait for a driver "
+                f"instead of in the pool; resize it: {fix}")
+    return None
+
+
 def spread_offset(name: str, minutes: int) -> int:
     """A topic's start offset in [0, minutes): stable (from its name), the same on every
     machine and in every process (not Python's salted hash)."""

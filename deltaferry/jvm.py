@@ -2,8 +2,11 @@
 and memory a driver deltaferry starts gets, and the class archive it maps.
 
 Maven resolves `jvm/spark/pom.xml` and `jvm/kafka/pom.xml` into `<deps>/jars/spark` and
-`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` in the current directory. No
-Spark import here: an Airflow task asks for a driver's options without loading pyspark.
+`<deps>/jars/kafka`; `<deps>` is `DELTAFERRY_DEPS`, else `.deps` of the checkout deltaferry is
+installed from, else `.deps` in the current directory (`deps_dir`). A process that starts
+another (a warm driver pool, spark-submit) hands the folder it resolved down explicitly
+(`deps_env`), so a child started in another folder finds the same libraries. No Spark import
+here: an Airflow task asks for a driver's options without loading pyspark.
 """
 
 from __future__ import annotations
@@ -21,10 +24,33 @@ from deltaferry.errors import SetupError
 _VERSION_SUFFIX = re.compile(r"-\d[\w.]*(-\d+)?\.jar$")
 
 
-def deps_dir() -> Path:
-    """The folder `make setup` resolves JVM libraries (and other binaries) into:
-    DELTAFERRY_DEPS, else ``.deps`` in the current directory."""
-    return Path(envvars.DEPS.value() or ".deps").resolve()
+#: The folder name `make setup` fills, at the root of a checkout.
+DEPS_FOLDER = ".deps"
+
+
+def checkout_deps() -> Path:
+    """``.deps`` of the checkout this deltaferry package was installed from (an editable
+    install, or a checkout on PYTHONPATH); a wheel installed elsewhere has none there."""
+    return Path(__file__).resolve().parent.parent / DEPS_FOLDER
+
+
+def deps_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The folder `make setup` resolves JVM libraries (and other binaries) into, absolute:
+    DELTAFERRY_DEPS (of `env`, default os.environ), else `checkout_deps` if it exists, else
+    ``.deps`` in the current directory (which may not exist: `jars_in` then says where it
+    looked)."""
+    configured = (envvars.DEPS.raw(env) or "").strip()
+    if configured:
+        return Path(configured).resolve()
+    checkout = checkout_deps()
+    return checkout if checkout.is_dir() else Path(DEPS_FOLDER).resolve()
+
+
+def deps_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """DELTAFERRY_DEPS set to `deps_dir` as resolved here: what a process hands the processes
+    it starts (a warm driver pool runs in its own folder, spark-submit wherever the task runs),
+    so they use the same libraries whatever their current directory."""
+    return {envvars.DEPS.name: str(deps_dir(env))}
 
 
 def jars_in(kind: str) -> list[Path]:
@@ -32,9 +58,13 @@ def jars_in(kind: str) -> list[Path]:
     folder = deps_dir() / "jars" / kind
     jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
     if not jars:
+        name = envvars.DEPS.name
+        where = (name if (envvars.DEPS.raw() or "").strip() else
+                 f"no {name}, and no {checkout_deps()} beside the installed package")
         raise SetupError(
-            f"no {kind} jars in {folder}: run `make setup` (it resolves jvm/{kind}/pom.xml "
-            f"from Maven Central), or point DELTAFERRY_DEPS at a folder that holds jars/{kind}"
+            f"no {kind} jars in {folder} ({where}): run `make setup` in the checkout (it "
+            f"resolves jvm/{kind}/pom.xml from Maven Central into .deps/), or point "
+            f"{name} at a folder that holds jars/{kind}"
         )
     return jars
 

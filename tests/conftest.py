@@ -1,11 +1,9 @@
-"""Shared test set-up: Airflow, when a test imports it, gets a throw-away home (never ~/airflow);
-the library finds the checkout's jars (.deps) whatever a test's current directory."""
+"""Shared test set-up: Airflow, when a test imports it, gets a throw-away home (never ~/airflow).
+Nothing else is set behind the user's back: the library finds the checkout's jars (.deps) by
+itself, as it does for a user (deltaferry.jvm.deps_dir)."""
 
 import os
 import tempfile
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
@@ -13,4 +11,3 @@ def pytest_configure(config):
         os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="deltaferry-airflow-home-")
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
-    os.environ.setdefault("DELTAFERRY_DEPS", str(REPO_ROOT / ".deps"))

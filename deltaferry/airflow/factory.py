@@ -8,10 +8,12 @@ page explains itself instead of vanishing.
 
 Each topic's DAG: ``infer_schema >> ingest >> optimize >> vacuum``, all spark-submit jobs of
 `spark_jobs/`; schedule from the entry (hourly by default, moved inside the hour by
-``start_spread_minutes``), no catch-up, one run at a time, retries with exponential back-off;
+``start_spread_minutes``), no catch-up, one run at a time, each task bounded by the entry's
+``step_timeout_minutes`` (its ``execution_timeout``), retries with exponential back-off;
 params ``reinfer``, ``debug`` and ``replay`` (the ingest task replays the
 quarantine instead); the ingest task declares the Delta table as an asset. Every
-task runs in the Airflow pool of deltaferry's Spark drivers (`deltaferry.fleet`), and a topic's
+task runs in the Airflow pool of deltaferry's Spark drivers (`deltaferry.fleet`; created when
+missing, `deltaferry.airflow.pool`), and a topic's
 later steps go before other topics' first ones (weight rule ``upstream``), so a fleet finishes
 topics one by one instead of starting them all. The entry's ``notify`` targets get the ingest
 task's alerts and every task's failure (deltaferry.airflow.notify).
@@ -183,6 +185,8 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
         "retry_delay": timedelta(minutes=topic.retry_delay_minutes),
         "retry_exponential_backoff": True,
         "max_retry_delay": MAX_RETRY_DELAY,
+        # a step that hangs (a broker that stops answering mid-read) fails and is retried
+        "execution_timeout": topic.step_timeout,
         # Spark drivers queue in the pool instead of starting together; a started topic's
         # later steps outrank other topics' first ones, so topics finish one by one.
         "pool": fleet.pool_name(),

@@ -143,13 +143,15 @@ def spark_conf(master: str, user_conf: dict[str, Any] | None = None,
 def child_environment(base: dict[str, str], kafka: KafkaAccess, master: str,
                       storage: StorageAccess | None = None,
                       registry: RegistryAccess | None = None) -> dict[str, str]:
-    """The environment of the spark-submit process: `base` plus the Kafka and storage
-    settings, this
+    """The environment of the spark-submit process (and of a warm driver's step): `base` plus
+    DELTAFERRY_DEPS as resolved here, the Kafka and storage settings, this
     Python's bin folder first on PATH (spark-submit lives there) and this Python as the driver's
     (and, on a local master, the executors') interpreter (`worker_python`)."""
+    from deltaferry.jvm import deps_env
     from deltaferry.spark.session import worker_python
 
     env = dict(base)
+    env.update(deps_env(base))  # the JVM libraries found here, whatever the child's folder
     env.update(kafka.child_env())
     env.update(storage.env if storage else {})
     env.update(registry.env if registry else {})  # Schema Registry: environment, never argv
@@ -298,11 +300,10 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         the job's reports. A failed job fails the task with the job's own error line."""
         from airflow.sdk.exceptions import AirflowException
 
-        from deltaferry import fleet
-        from deltaferry.config import load_topics
+        from deltaferry.airflow.pool import wanted_slots
         from deltaferry.spark import warm
 
-        drivers = fleet.slots(load_topics(self.topics_file).spark_slots, env)
+        drivers = wanted_slots(env, self.topics_file)
         self._warm = True
         errors: list[str] = []
 

@@ -267,7 +267,8 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
         return cached
     broken = build(path, log_errors=False, dags=False).broken
     bad = {error.topic for error in broken}
-    checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken)
+    checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken,
+                         spark_slots=loaded.spark_slots)
     if key:
         _topics_cache.clear()  # one file, its latest content
         _topics_cache[key] = checked
@@ -283,6 +284,21 @@ def connection_or_none(conn_id: str):
         return Connection.get_connection_from_secrets(conn_id)
     except AirflowNotFoundException:
         return None
+
+
+def pool_problem(topics: TopicsFile) -> str | None:
+    """What is wrong with the Airflow pool of the topic DAGs' tasks for the drivers `topics`
+    asks for (deltaferry.airflow.pool.problem); a line saying it could not be read when the
+    metadata database does not answer; None when nothing."""
+    from deltaferry import fleet
+    from deltaferry.airflow import pool
+    from deltaferry.ui.topics import problem_text
+
+    try:
+        return pool.problem(wanted=fleet.slots(topics.spark_slots))
+    except Exception as exc:  # the page still shows the topics
+        cause = getattr(exc, "orig", None) or exc  # a database error without its SQL
+        return f"the Airflow pool {fleet.pool_name()!r} could not be read: {problem_text(cause)}"
 
 
 def resolved_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -467,6 +468,10 @@ class TopicConfig:
     retry_delay_minutes: Annotated[float, _check(
         lambda v: _is_number(v) and v > 0, "must be a number of minutes > 0", float)] = option(
         2.0, "the first retry's delay (doubling up to 60 minutes)")
+    step_timeout_minutes: Annotated[float, _check(
+        lambda v: _is_number(v) and v > 0, "must be a number of minutes > 0", float)] = option(
+        55.0, "a step (an Airflow task, a warm driver's step) that runs longer fails and is "
+        "retried; the default fits an hourly schedule")
     key_format: Annotated[str, _supported("key format", KEY_FORMATS)] = option(
         "string", "string | avro (avro topics: keys in Confluent wire format, decoded with "
         "subject <topic>-key into typed key_ columns)")
@@ -519,6 +524,12 @@ class TopicConfig:
     def dag_id(self) -> str:
         """The Airflow DAG id of this topic."""
         return f"ingest_{self.name}"
+
+    @property
+    def step_timeout(self) -> timedelta:
+        """How long one step of this topic may run (``step_timeout_minutes``): the Airflow
+        tasks' execution_timeout, and the bound a warm driver enforces."""
+        return timedelta(minutes=self.step_timeout_minutes)
 
     @property
     def appends(self) -> bool:

@@ -200,8 +200,11 @@ def _is_setting(name: str) -> bool:
 
 def driver_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a task's environment a driver is started with (and that picks its pool):
-    its settings, not what names the task (its report file, its Airflow task)."""
-    return {k: v for k, v in env.items() if _is_setting(k)}
+    its settings, not what names the task (its report file, its Airflow task), and the JVM
+    libraries' folder as resolved here (the pool runs in its own folder)."""
+    from deltaferry.jvm import deps_env
+
+    return {**{k: v for k, v in env.items() if _is_setting(k)}, **deps_env(env)}
 
 
 def step_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -479,8 +482,8 @@ def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], No
     """`deltaferry run` with the command's arguments `argv` in a warm driver, when the topics'
     master is local and DELTAFERRY_WARM_DRIVERS is ``on`` (None otherwise: the command runs in
     its own process). The driver's lines go to `say`; its exit code and the reports. The run
-    may take RUN_STEPS times `step_timeout` (default DEFAULT_STEP_TIMEOUT_S) plus its
-    ``--wait``."""
+    may take RUN_STEPS times `step_timeout` (default: the topic's ``step_timeout_minutes``,
+    else DEFAULT_STEP_TIMEOUT_S) plus its ``--wait``."""
     from deltaferry import fleet
     from deltaferry.config import load_topics
     from deltaferry.jobs import add_run_arguments
@@ -488,13 +491,17 @@ def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], No
     master = envvars.SPARK_MASTER.value(env)
     if not enabled(master, env, command=True):
         return None
-    drivers = fleet.slots(load_topics(envvars.TOPICS.raw(env) or None).spark_slots, env)
+    topics = load_topics(envvars.TOPICS.raw(env) or None)
+    drivers = fleet.slots(topics.spark_slots, env)
     parser = argparse.ArgumentParser(prog="deltaferry run", add_help=False)
     add_run_arguments(parser)
     try:
-        wait = max(parser.parse_known_args(argv)[0].wait, 0.0)
+        args = parser.parse_known_args(argv)[0]
     except SystemExit:  # the command's own parser said what is wrong
-        wait = 0.0
+        args = None
+    wait = max(args.wait, 0.0) if args is not None else 0.0
+    if step_timeout is None and args is not None and args.topic in topics.names():
+        step_timeout = topics.get(args.topic).step_timeout.total_seconds()
     each = DEFAULT_STEP_TIMEOUT_S if step_timeout is None else step_timeout
     with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
         report_file = Path(folder) / "report.json"

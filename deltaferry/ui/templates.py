@@ -102,6 +102,7 @@ TOPICS = """{% extends "base.html" %}
 <h1>deltaferry topics</h1>
 <p class="sub">Topics file <code>{{ page.topics_file }}</code>, warehouse <code>{{ page.warehouse }}</code>.
 Lag: messages on the topic not yet in the table (broker watermarks against the streaming checkpoint).</p>
+{% for note in page.notices %}<p class="notice pool-notice">{{ note }}</p>{% endfor %}
 {% if page.bad_entries %}<div class="bad"><strong>Bad entries of the topics file</strong> (no DAG runs them):
 <ul>{% for problem in page.bad_entries %}<li class="bad-entry">{{ problem }}</li>{% endfor %}</ul></div>{% endif %}
 <p class="controls" id="state-filters">Last run:

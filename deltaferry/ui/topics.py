@@ -382,6 +382,8 @@ class TopicsPage:
     #: the topics the query shows on all its pages, and this page's first one's position (0-)
     matching: int = 0
     first: int = 0
+    #: what the page says above the topics (the Airflow pool missing or not fitting the drivers)
+    notices: list[str] = field(default_factory=list)
 
     @property
     def number(self) -> int:

@@ -162,7 +162,8 @@ def create_app(user: Callable[..., Any],
                trigger: Callable[[Any, str, dict, str, str], str] | None = None,
                zone: Callable[[], tzinfo] = lambda: UTC,
                form_key: bytes | None = None,
-               mount: str = "/deltaferry"):
+               mount: str = "/deltaferry",
+               pool: Callable[[TopicsFile], str | None] = lambda _topics: None):
     """The pages' FastAPI app. `user` is a FastAPI dependency returning the signed-in user (it
     raises 401/403 itself); `authorize(user, dag_id)` says whether that user may read a topic
     DAG; `runs(dag_ids)` gives the last run of each (`deltaferry.ui.topics.LastRun`);
@@ -173,7 +174,9 @@ def create_app(user: Callable[..., Any],
     dag_id, conf, note, event)` starts a run of it, returning its id (ValueError saying why
     not); `zone()` the time zone of the pages' times; `form_key` signs the replay form
     (default: a key of this process). `mount` is where Airflow mounts the app: the pages'
-    links to Airflow's own pages (a DAG, a run, a task's log) are the root path without it."""
+    links to Airflow's own pages (a DAG, a run, a task's log) are the root path without it.
+    `pool(topics)` says what is wrong with the Airflow pool of the topics' tasks (None: nothing),
+    shown above the topics."""
     from jinja2 import DictLoader, Environment, select_autoescape
 
     from deltaferry.quarantine import MAX_LATEST
@@ -385,6 +388,7 @@ def create_app(user: Callable[..., Any],
         page = topics_page(topics, env(), runs([t.dag_id for t in allowed]),
                            visible=lambda t: t.name in names,
                            query=TopicsQuery.from_params(request.query_params))
+        page.notices += filter(None, [pool(topics)])
         return html(request, "topics.html", page=page)
 
     @app.get("/metrics")

@@ -169,6 +169,15 @@ class FleetResult:
     lowest_memory: int
 
     @property
+    def peak_running(self) -> int:
+        """The most tasks that ran at once, by the start and end times Airflow recorded (what its
+        pools bound, counted on Airflow's side; not by the drivers a task used)."""
+        spans = [(t.started, t.ended) for t in self.tasks if t.started and t.ended]
+        # the most overlapping spans overlap just after the latest of their starts
+        return max((sum(1 for start, end in spans if start < moment < end)
+                    for moment in {start + 1e-3 for start, _ in spans}), default=0)
+
+    @property
     def retried(self) -> list[TaskRecord]:
         return [t for t in self.tasks if t.tries > 1]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from deltaferry.jvm import deps_dir
 from deltaferry.kafka import create_topic, produce
 from deltaferry.storage import S3Settings
 from deltaferry_dev import REPO_ROOT
@@ -183,7 +184,7 @@ def test_cli_runs_json_avro_and_protobuf_topics_on_the_cluster(cluster, stack_di
     env.update({
         "DELTAFERRY_TOPICS": str(tmp_path / "topics.yaml"), "DELTAFERRY_WAREHOUSE": warehouse,
         # an installed deltaferry is told where its jars are (make setup resolved them)
-        "DELTAFERRY_DEPS": os.environ["DELTAFERRY_DEPS"],
+        "DELTAFERRY_DEPS": str(deps_dir()),
         "DELTAFERRY_SPARK_MASTER": cluster["DELTAFERRY_SPARK_MASTER"],
         "DELTAFERRY_SPARK_CONF": cluster["DELTAFERRY_SPARK_CONF"],
         "DELTAFERRY_KAFKA_BOOTSTRAP": cluster["DELTAFERRY_KAFKA_SASL_BOOTSTRAP"],

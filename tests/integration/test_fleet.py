@@ -1,8 +1,10 @@
 """A fleet through a real Airflow: more topics than the pool has slots, every DAG unpaused at
 once (the top of the hour). Every task must succeed on its first attempt (retries are off, so a
-herd failure fails the run), no more Spark drivers may run at once than the pool's slots, every
-Spark task runs in the deltaferry pool, a spread topic's DAG has its moved schedule, and every
-table holds each key once, read back with delta-rs."""
+herd failure fails the run); the Airflow pool (made smaller than the warm driver pool, which
+the topics file sizes) bounds the tasks that run at once, counted from Airflow's own start and
+end times, and the plugin leaves an existing pool's size alone; every Spark task runs in the
+deltaferry pool, a spread topic's DAG has its moved schedule, and every table holds each key
+once, read back with delta-rs."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from deltaferry_dev.stack.process import free_ports
 
 pytestmark = pytest.mark.integration
 
-TOPICS, MESSAGES, KEYS, SLOTS = 5, 300, 40, 2
+#: SLOTS warm drivers (spark_slots), an Airflow pool of AIRFLOW_SLOTS: tasks wait in Airflow.
+TOPICS, MESSAGES, KEYS, SLOTS, AIRFLOW_SLOTS = 4, 300, 40, 2, 1
 
 
 def test_a_fleet_due_at_once_queues_in_the_pool_and_succeeds_first_time(
@@ -34,10 +37,11 @@ def test_a_fleet_due_at_once_queues_in_the_pool_and_succeeds_first_time(
     env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
            "DELTAFERRY_TOPICS": str(topics_file), "DELTAFERRY_WAREHOUSE": str(warehouse),
            "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port)}
-    running = services.up(tmp_path / "home", env=env)
+    running = services.up(tmp_path / "home", env=env, create_pool=False)
     try:
         client = running.client()
-        assert client.call("GET", f"/pools/{fleet_settings.DEFAULT_POOL}")["slots"] == SLOTS
+        client.call("POST", "/pools", json={"name": fleet_settings.DEFAULT_POOL,
+                                            "slots": AIRFLOW_SLOTS, "include_deferred": False})
         result = fleet.run_fleet(client, [f"ingest_{n}" for n in names], topics_file,
                                   timeout=900)
         offset = fleet_settings.spread_offset(spread, 30)
@@ -46,10 +50,14 @@ def test_a_fleet_due_at_once_queues_in_the_pool_and_succeeds_first_time(
         assert client.dag(f"ingest_{names[1]}")["timetable_summary"] in ("@hourly", "0 * * * *")
         pools = {ti["pool"] for dag_id, run in result.runs.items()
                  for ti in client.tasks(dag_id, client.runs(dag_id)[-1]["dag_run_id"]).values()}
+        pool_slots = client.call("GET", f"/pools/{fleet_settings.DEFAULT_POOL}")["slots"]
     finally:
         services.down(tmp_path / "home")
     assert result.runs == {f"ingest_{n}": "success" for n in names}
     assert not result.retried and all(t.tries == 1 for t in result.tasks)
+    assert pool_slots == AIRFLOW_SLOTS  # the plugin creates a missing pool, never resizes one
+    # Airflow ran no more tasks at once than its pool's slots, though SLOTS drivers were free
+    assert result.peak_running == AIRFLOW_SLOTS, result.peak_running
     assert 1 <= result.peak_drivers <= SLOTS, result.peak_drivers
     assert pools == {fleet_settings.DEFAULT_POOL}
     ran = [t for t in result.tasks if t.task_id == "ingest"]

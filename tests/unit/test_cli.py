@@ -95,12 +95,14 @@ def test_check_lists_every_bad_entry_and_exits_1(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{path}: 1 topic(s) valid, 3 entries invalid"
     problems = "\n".join(out[1:])
-    assert len(out) == 4 and all(line.startswith("  - ") for line in out[1:])
+    assert len(out) == 5 and all(line.startswith("  - ") for line in out[1:4])
+    assert out[4] == ("Airflow pool 'deltaferry': not checked (Airflow's metadata database: "
+                      "no such table: slot_pool)")
     assert "'clicks'" in problems and "format" in problems
     assert "'hourly'" in problems and "every hour" in problems    # as Airflow refuses it
     path.write_text("topics:\n  - name: orders\n")
     assert cli.main(["check", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: 1 topic(s) valid, 0 entries invalid\n"
+    assert capsys.readouterr().out.startswith(f"{path}: 1 topic(s) valid, 0 entries invalid\n")
     assert cli.main(["check", str(tmp_path / "nope.yaml")]) == 2
     assert "topics file not found" in capsys.readouterr().err
 
@@ -116,7 +118,9 @@ topics:
     format: xml
 """)
     assert cli.main(["check", str(path)]) == 1
-    assert capsys.readouterr().out.splitlines() == [
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("Airflow pool 'deltaferry': ")  # the pool's line ends the listing
+    assert out[:-1] == [
         f"{path}: 0 topic(s) valid, 2 entries invalid",
         "  - topics[0] ('alerts'): 2 problems",
         "      - json.schema_hints: field 'amount': 'decimal(99,2)': a decimal needs 1 <= "
@@ -203,3 +207,31 @@ def test_run_in_a_warm_driver_prints_its_lines_and_fails_on_an_alert(monkeypatch
 
     monkeypatch.setattr(warm, "run_command", lambda argv, env, say: (2, []))
     assert cli.main(["run", "orders"]) == 2
+
+
+def test_check_says_whether_the_airflow_pool_fits_and_why_it_was_not_checked(
+        tmp_path, capsys, monkeypatch):
+    from deltaferry import fleet
+    from deltaferry.airflow import pool
+    from deltaferry.config import load_topics
+
+    path = tmp_path / "topics.yaml"
+    path.write_text("defaults:\n  spark_slots: 3\ntopics:\n  - name: orders\n")
+    topics = load_topics(str(path))
+    assert cli.pool_line(topics, False) == ("Airflow pool 'deltaferry': not checked (Airflow is "
+                                            "not installed)")
+    monkeypatch.delenv("AIRFLOW_HOME")
+    assert cli.pool_line(topics, True).endswith("not checked (AIRFLOW_HOME is not set)")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    # what the metadata database holds: no pool, a smaller one, the drivers' number
+    for existing, said in ((None, "does not exist"), (1, "has 1 slot(s), fewer than the 3"),
+                           (3, None)):
+        monkeypatch.setattr(pool, "slots_in_airflow", lambda env=None, n=existing: n)
+        line = cli.pool_line(topics, True)
+        if said:
+            assert line.startswith("warning: the Airflow pool 'deltaferry'") and said in line
+            assert fleet.pool_command("deltaferry", 3) in line
+        else:
+            assert line == "Airflow pool 'deltaferry': 3 slot(s), one per Spark driver"
+    assert cli.main(["check", str(path)]) == 0  # a pool problem is said, not an invalid file
+    assert capsys.readouterr().out.splitlines()[-1] == line

@@ -5,6 +5,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import deltaferry
 from deltaferry import env as envvars
 
@@ -61,16 +63,61 @@ def test_a_variable_reads_the_mapping_it_is_given_else_its_default(monkeypatch):
 
 
 def test_no_default_assumes_a_source_checkout(tmp_path, monkeypatch):
+    from deltaferry import jvm
     from deltaferry.config import topics_path, warehouse_from_env
-    from deltaferry.jvm import deps_dir
 
     for variable in (envvars.TOPICS, envvars.WAREHOUSE, envvars.DEPS):
         monkeypatch.delenv(variable.name, raising=False)
     monkeypatch.chdir(tmp_path)
-    assert deps_dir() == tmp_path.resolve() / ".deps"
+    # a package installed without a checkout beside it: the current directory's .deps
+    monkeypatch.setattr(jvm, "checkout_deps", lambda: tmp_path / "no-checkout" / ".deps")
+    assert jvm.deps_dir() == tmp_path.resolve() / ".deps"
     assert warehouse_from_env() == str(tmp_path / "warehouse")
     assert topics_path() == str(tmp_path / "topics.yaml")
     # a relative folder is the current directory's (Delta would take it for a table's name)
     assert warehouse_from_env({"DELTAFERRY_WAREHOUSE": "lake/"}) == str(tmp_path / "lake")
     assert warehouse_from_env({"DELTAFERRY_WAREHOUSE": "s3://b/wh/"}) == "s3://b/wh"
     assert not hasattr(__import__("deltaferry.jvm").jvm, "REPO_ROOT")
+
+
+def test_the_jars_are_found_from_any_folder_and_handed_down_resolved(tmp_path, monkeypatch):
+    """A process started in another folder (a warm pool in its runtime folder, a task in
+    Airflow's) finds the jars `make setup` resolved in the checkout, without DELTAFERRY_DEPS,
+    and hands the absolute folder to its children."""
+    from deltaferry import jvm
+    from deltaferry.airflow.connections import KafkaAccess
+    from deltaferry.airflow.operators import child_environment
+    from deltaferry.spark import warm
+
+    checkout = Path(__file__).resolve().parents[2]
+    monkeypatch.delenv("DELTAFERRY_DEPS", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .deps here
+    assert jvm.checkout_deps() == checkout / ".deps"
+    assert jvm.deps_dir() == checkout / ".deps"
+    assert jvm.jars_in("spark")[0].parent == checkout / ".deps" / "jars" / "spark"
+    handed = {"DELTAFERRY_DEPS": str(checkout / ".deps")}
+    assert warm.driver_env({"PATH": "/bin"}).items() >= handed.items()
+    kafka = KafkaAccess(bootstrap="k:9092", options={}, source="test")
+    assert child_environment({}, kafka, "local[1]").items() >= handed.items()
+    # a relative DELTAFERRY_DEPS is this process's folder, handed down absolute
+    (tmp_path / "mine").mkdir()
+    assert warm.driver_env({"DELTAFERRY_DEPS": "mine"})["DELTAFERRY_DEPS"] == str(
+        tmp_path / "mine")
+
+
+def test_no_jars_anywhere_is_one_clear_error(tmp_path, monkeypatch):
+    from deltaferry import jvm
+    from deltaferry.errors import SetupError
+
+    monkeypatch.delenv("DELTAFERRY_DEPS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(jvm, "checkout_deps", lambda: tmp_path / "pkg" / ".deps")
+    with pytest.raises(SetupError) as caught:
+        jvm.jars_in("spark")
+    message = str(caught.value)
+    assert str(tmp_path / ".deps" / "jars" / "spark") in message
+    assert str(tmp_path / "pkg" / ".deps") in message
+    assert "make setup" in message and "DELTAFERRY_DEPS" in message
+    monkeypatch.setenv("DELTAFERRY_DEPS", str(tmp_path / "set"))
+    with pytest.raises(SetupError, match=r"set/jars/spark \(DELTAFERRY_DEPS\)"):
+        jvm.jars_in("spark")

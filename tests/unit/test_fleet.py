@@ -8,6 +8,7 @@ import pytest
 from deltaferry import fleet
 from deltaferry.config import parse_topics
 from deltaferry.errors import ConfigError
+from deltaferry.jvm import deps_env
 from deltaferry.spark import warm
 
 
@@ -91,7 +92,7 @@ def test_a_pool_is_picked_by_the_settings_a_driver_reads_and_nothing_else():
     assert warm.pool_key({**base, "AWS_SECRET_ACCESS_KEY": "t"}, "local[*]", 2) != key
     assert warm.pool_key(base, "local[2]", 2) != key and warm.pool_key(base, "local[*]", 3) != key
     assert len(key) == 16 and all(c in "0123456789abcdef" for c in key)  # a digest
-    assert warm.driver_env(same) == base
+    assert warm.driver_env(same) == {**base, **deps_env()}  # + the jars' folder, resolved
 
 
 def test_warm_drivers_are_for_local_masters_unless_turned_off():
@@ -100,3 +101,35 @@ def test_warm_drivers_are_for_local_masters_unless_turned_off():
     assert not warm.enabled("local[*]", {warm.ENABLED_VAR: "off"})
     with pytest.raises(ConfigError, match="DELTAFERRY_WARM_DRIVERS"):
         warm.enabled("local[*]", {warm.ENABLED_VAR: "maybe"})
+
+
+def test_the_pool_problem_names_the_pool_and_the_command_that_fixes_it():
+    command = fleet.pool_command("deltaferry", 3)
+    assert command == ('airflow pools set deltaferry 3 '
+                       '"deltaferry: Spark drivers of the topic DAGs (one slot per driver)"')
+    missing = fleet.pool_problem(None, 3, {})
+    assert missing.startswith("the Airflow pool 'deltaferry' does not exist") and command in missing
+    fewer = fleet.pool_problem(1, 3, {"DELTAFERRY_POOL": "spark"})
+    assert "'spark' has 1 slot(s), fewer than the 3" in fewer
+    assert fleet.pool_command("spark", 3) in fewer
+    assert "more than the 3" in fleet.pool_problem(5, 3, {})
+    assert fleet.pool_problem(3, 3, {}) is None
+
+
+def test_each_task_is_bounded_by_the_topics_step_timeout(tmp_path):
+    from datetime import timedelta
+
+    from deltaferry.airflow.factory import build
+
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("defaults:\n  step_timeout_minutes: 20\ntopics:\n  - name: a\n"
+                      "  - name: b\n    step_timeout_minutes: 7.5\n  - name: c\n"
+                      "    step_timeout_minutes: 0\n")
+    built = build(str(topics), str(tmp_path / "wh"), log_errors=False)
+    assert {t.execution_timeout for t in built.dags["ingest_a"].tasks} == {timedelta(minutes=20)}
+    assert {t.execution_timeout for t in built.dags["ingest_b"].tasks} == {
+        timedelta(minutes=7.5)}
+    assert any("step_timeout_minutes" in e and "'c'" in e for e in built.errors), built.errors
+    topics.write_text("topics:\n  - name: a\n")
+    default = build(str(topics), str(tmp_path / "wh"), log_errors=False).dags["ingest_a"]
+    assert {t.execution_timeout for t in default.tasks} == {timedelta(minutes=55)}

@@ -699,3 +699,31 @@ def test_topics_page_shows_the_expectation_counts_beside_the_quarantined_message
     assert cell[1].startswith("2")
     assert shown == [(" failed", "amount_not_negative 1 quarantined"),
                      ("", "has_customer 0 landed with a warning")]
+
+
+def test_topics_page_says_when_the_airflow_pool_is_missing_or_small(warehouse, monkeypatch):
+    """The plugin's `pool` callback (deltaferry.airflow.ui.pool_problem) reads the pool from
+    Airflow's database; here its answer is the database's as `slots_in_airflow` returns it."""
+    import html
+
+    from deltaferry.airflow import pool
+    from deltaferry.airflow.ui import pool_problem
+
+    _, env = warehouse
+    client = client_for(env, pool=pool_problem)
+    for existing, said in ((None, "the Airflow pool 'deltaferry' does not exist"),
+                           (1, "the Airflow pool 'deltaferry' has 1 slot(s), fewer than")):
+        monkeypatch.setattr(pool, "slots_in_airflow", lambda env=None, n=existing: n)
+        monkeypatch.setattr(pool.fleet, "slots", lambda configured=None, env=None: 2)
+        page = html.unescape(client.get("/").text)
+        assert said in page and "airflow pools set deltaferry 2" in page
+    monkeypatch.setattr(pool, "slots_in_airflow", lambda env=None: 2)
+    assert "pool-notice" not in client.get("/").text
+
+    def no_database(env=None):
+        raise RuntimeError("no such table: slot_pool")
+
+    monkeypatch.setattr(pool, "slots_in_airflow", no_database)
+    page = html.unescape(client.get("/").text)
+    assert "the Airflow pool 'deltaferry' could not be read: no such table: slot_pool" in page
+    assert "Bad entries of the topics file" in page  # the rest of the page still shows

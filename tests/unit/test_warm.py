@@ -210,7 +210,8 @@ def test_only_the_requests_own_end_marker_ends_a_step():
 
 
 def test_what_a_driver_reads_at_start_picks_the_pool_and_the_rest_travels_with_the_step():
-    base = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:9092", "PATH": "/bin"}
+    base = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:9092", "PATH": "/bin",
+            "DELTAFERRY_DEPS": "/opt/deltaferry-deps"}  # as resolved: drivers get it too
     key = warm.pool_key(base, "local[*]", 2)
     started_with = {"HTTPS_PROXY": "http://proxy:3128", "https_proxy": "http://proxy:3128",
                     "HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "localhost",

@@ -29,7 +29,7 @@ SQLITE_CONNECT_ARGS = {"timeout": 60}
 def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None = None,
                 **extra: str) -> dict[str, str]:
     """The environment of a local Airflow process: `base` (default os.environ) plus the home,
-    the repository's dags/, plugins/, topics file and .deps (unless set), no example DAGs, and
+    the repository's dags/, plugins/ and topics file (unless set), no example DAGs, and
     `extra`."""
     env = dict(os.environ if base is None else base)
     env["AIRFLOW_HOME"] = str(Path(home or env.get("AIRFLOW_HOME") or DEFAULT_HOME).resolve())
@@ -37,7 +37,6 @@ def airflow_env(home: Path | str | None = None, base: Mapping[str, str] | None =
     env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO_ROOT / "plugins")
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     env.setdefault("DELTAFERRY_TOPICS", str(REPO_ROOT / "topics.yaml"))
-    env.setdefault("DELTAFERRY_DEPS", str(REPO_ROOT / ".deps"))
     if env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "sqlite").startswith("sqlite"):
         for key in ("SQL_ALCHEMY_CONNECT_ARGS", "SQL_ALCHEMY_CONNECT_ARGS_ASYNC"):
             env.setdefault(f"AIRFLOW__DATABASE__{key}",

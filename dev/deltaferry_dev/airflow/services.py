@@ -160,21 +160,16 @@ def ensure_pool(env: Mapping[str, str], say) -> int:
     import subprocess
 
     from deltaferry import fleet
-    from deltaferry.config import load_topics
-    from deltaferry.errors import ConfigError
+    from deltaferry.airflow.pool import wanted_slots
 
-    try:
-        configured = load_topics(env.get("DELTAFERRY_TOPICS")).spark_slots
-    except ConfigError:
-        configured = None  # the DAG file reports the bad file; the pool still gets slots
-    slots = fleet.slots(configured, env)
+    slots = wanted_slots(env)
     name = fleet.pool_name(env)
     done = subprocess.run(airflow_command("pools", "set", name, str(slots),
                                           fleet.POOL_DESCRIPTION),
                           env=dict(env), capture_output=True, text=True)
     if done.returncode != 0:
         raise StackError(f"`airflow pools set {name} {slots}` failed:\n{done.stderr[-2000:]}")
-    say(f"Airflow pool {name!r}: {slots} slot(s) ({'topics file' if configured else 'derived'})")
+    say(f"Airflow pool {name!r}: {slots} slot(s)")
     return slots
 
 
@@ -234,10 +229,13 @@ def local_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
-       say=lambda text: print(text, file=sys.stderr, flush=True)) -> Services:
+       say=lambda text: print(text, file=sys.stderr, flush=True),
+       create_pool: bool = True) -> Services:
     """Start the four components unless they already run in `home`; the running Services.
     `env` (default os.environ) is the base of their environment: DELTAFERRY_* settings there
-    reach every task."""
+    reach every task. With `create_pool` (the default), the Airflow pool of the topic DAGs is
+    created or resized first (`ensure_pool`); without it, Airflow starts as any Airflow would
+    and the deltaferry plugin creates the pool when a topic's run starts."""
     base = dict(os.environ if env is None else env)
     folder = resolve_home(home, base)
     current = read_state(folder)
@@ -253,7 +251,8 @@ def up(home: Path | str | None = None, env: Mapping[str, str] | None = None,
     worker_logs, trigger_logs = free_ports(2)
     child_env = services_env(folder, port, (worker_logs, trigger_logs), base)
     ensure_database(child_env)
-    ensure_pool(child_env, say)
+    if create_pool:
+        ensure_pool(child_env, say)
     logs = folder / "logs" / "services"
     say(f"starting Airflow ({', '.join(COMPONENTS)}) on http://localhost:{port}, home {folder}")
     processes: dict[str, ManagedProcess] = {}

@@ -1,0 +1,18 @@
+"""The deltaferry plugin's Airflow listener (pluggy finds its hooks on this module): a run of a
+topic DAG that starts gets the Airflow pool of its tasks created first, if it is missing
+(deltaferry.airflow.pool)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+
+@hookimpl
+def on_dag_run_running(dag_run: Any, msg: str) -> None:
+    """In the scheduler, when a run leaves the queue: the pool of its tasks, created if missing
+    (`deltaferry.airflow.pool.on_run_started`)."""
+    from deltaferry.airflow.pool import on_run_started
+
+    on_run_started(dag_run)
