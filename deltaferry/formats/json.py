@@ -338,7 +338,7 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     )
     parsed = raw.withColumn("data", data)
     added = new_fields(schema, seen) if seen is not None else []
-    if added:
+    if seen is not None and added:
         wide = F.from_json("raw_value", StructType.fromJson(seen))
         names = F.filter(F.array(*[F.when(present(wide, steps), F.lit(path))
                                    for path, steps in added]), lambda p: p.isNotNull())
