@@ -100,6 +100,7 @@ class SchemaMode(StrEnum):
     EVOLVE = "evolve"
     FREEZE = "freeze"
     DISCARD_NEW_FIELDS = "discard_new_fields"
+    RESCUE = "rescue"
 
 
 SCHEMA_MODES = tuple(m.value for m in SchemaMode)
@@ -521,7 +522,8 @@ class TopicConfig:
         "evolve", "json topics: evolve (a new field becomes a column, a type widens) | freeze "
         "(a message with a new field or a type that does not fit is quarantined; the table's "
         "schema stays) | discard_new_fields (the row lands without its new fields, counted per "
-        "field) (see Schema contracts)")
+        "field) | rescue (the row lands; its new fields and values that do not fit go into "
+        "the _rescued column as JSON) (see Schema contracts)")
     on_bad_messages: Annotated[str, _one_of(BAD_MESSAGE_ACTIONS)] = option(
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written (see Schema "

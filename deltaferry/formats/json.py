@@ -5,6 +5,7 @@ has not read)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
 import time
@@ -48,6 +49,8 @@ REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)
 #: A value whose field at `path` is of another type than the schema's (`misfit_reason`).
 REASON_FIELD = "value does not fit schema v{version}: field {path} is {found} in the message, " \
     "{expected} in the schema"
+#: The column of a ``schema: rescue`` topic's table holding what of a row did not fit.
+RESCUED = "_rescued"
 #: A value with fields the schema does not have, under ``schema: freeze``.
 REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
@@ -264,27 +267,82 @@ def json_type(value: Column) -> Column:
             .otherwise(F.lower(kind)))
 
 
+def misfits(schema: dict) -> list[tuple[str, str, Column, Column]]:
+    """The fields of `schema` a misfit can be named at (`field_types`: reachable through
+    structs; a name a variant path cannot spell is left out), innermost first: each as its
+    path, its type's name, whether the value (parsed into `data`) holds something there that
+    was read as null (it did not fit: Spark reads the other fields of such a value), and the
+    value found there (a variant)."""
+    from pyspark.sql import functions as F
+
+    message = F.try_parse_json(F.col("raw_value"))
+    found = []
+    for path, names, expected in field_types(schema):
+        if any("'" in n or "\\" in n for n in names):
+            continue
+        typed = F.col("data")
+        for name in names:
+            typed = typed.getField(name)
+        value = F.try_variant_get(message, "$" + "".join(f"['{n}']" for n in names), "variant")
+        found.append((path, expected, typed.isNull() & json_type(value).isNotNull(), value))
+    return found
+
+
 def misfit_reason(schema: dict, version: int) -> Column:
     """For a value that did not fit `schema` (parsed into `data`): the first field, innermost
     first, that holds a value but was read as null, named with its path and both types
     (REASON_FIELD); REASON_SCHEMA where none can be named (a misfit inside an array's or a
-    map's values). Spark reads the other fields of such a value (partial results)."""
+    map's values)."""
     from pyspark.sql import functions as F
 
-    message = F.try_parse_json(F.col("raw_value"))
     named = []
-    for path, names, expected in field_types(schema):
-        if any("'" in n or "\\" in n for n in names):
-            continue  # not expressible in a variant path; the general reason is said
-        typed = F.col("data")
-        for name in names:
-            typed = typed.getField(name)
-        found = json_type(F.try_variant_get(message, "$" + "".join(f"['{n}']" for n in names),
-                                            "variant"))
+    for path, expected, misfit, value in misfits(schema):
         said = REASON_FIELD.format(version=version, path=path.replace("%", "%%"), found="%s",
                                    expected=expected)
-        named.append(F.when(typed.isNull() & found.isNotNull(), F.format_string(said, found)))
+        named.append(F.when(misfit, F.format_string(said, json_type(value))))
     return F.coalesce(*named, F.lit(REASON_SCHEMA.format(version=version)))
+
+
+def picked(value: Column, steps: tuple[str, ...]) -> Column:
+    """What `value` holds at `steps` (`new_fields`' steps): an array of what each element
+    holds past a ``[]``, a map of what each value holds past a ``{}``."""
+    from pyspark.sql import functions as F
+
+    if not steps:
+        return value
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        return F.transform(value, lambda v: picked(v, rest))
+    if step == "{}":
+        return F.transform_values(value, lambda _, v: picked(v, rest))
+    return picked(value.getField(step), rest)
+
+
+def rescued(schema: dict, seen: dict | None) -> Column:
+    """``schema: rescue``: what of a value did not fit `schema`, as a JSON object of each
+    field's path and value (``{"coupon":"SAVE","amount":"fifty"}``), null if everything did:
+    the fields not in `schema` (`seen` has them) and the misfits `misfits` names."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    message = F.try_parse_json(F.col("raw_value"))
+    corrupt = F.col(f"data.{CORRUPT}").isNotNull()  # only such a value has a misfit
+    entries = [F.when(corrupt & misfit, F.concat(F.lit(json.dumps(path) + ":"),
+                                                 F.to_json(value)))
+               for path, _, misfit, value in misfits(schema)]
+    if seen is not None:
+        wide = F.from_json("raw_value", StructType.fromJson(seen))
+        for path, steps in new_fields(schema, seen):
+            if any(s in ("[]", "{}") or "'" in s or "\\" in s for s in steps):
+                value = F.regexp_extract(F.to_json(F.array(picked(wide, steps))),
+                                         r"^\[(.*)\]$", 1)
+            else:
+                value = F.to_json(F.try_variant_get(
+                    message, "$" + "".join(f"['{n}']" for n in steps), "variant"))
+            entries.append(F.when(present(wide, steps),
+                                  F.concat(F.lit(json.dumps(path) + ":"), value)))
+    found = F.filter(F.array(*entries), lambda e: e.isNotNull())
+    return F.when(F.size(found) > 0, F.concat(F.lit("{"), F.array_join(found, ","), F.lit("}")))
 
 
 def present(value: Column, steps: tuple[str, ...]) -> Column:
@@ -308,13 +366,16 @@ NEW_FIELDS = "__deltaferry_new_fields"
 
 def parse_json(raw: DataFrame, schema: dict, version: int,
                hints: tuple[Hint, ...] = (), seen: dict | None = None,
-               frozen: bool = False) -> DataFrame:
+               mode: str = SchemaMode.EVOLVE) -> DataFrame:
     """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used
     (a hinted field that does not fit its hint is named, see `hint_problem`; a field of
     another type is named with both types, see `misfit_reason`). With `seen` (`schema` and
     the fields the batch has beyond it, a contract topic's), `NEW_FIELDS` lists each value's
-    fields not in `schema` (the rest of the value is read as if they were not there); if
-    `frozen`, such a value is not usable (REASON_NEW_FIELDS)."""
+    fields not in `schema` (the rest of the value is read as if they were not there). The
+    schema `mode` (a contract's) says what such a value is: not usable under freeze
+    (REASON_NEW_FIELDS); under rescue, a value whose misfits are all named (`misfits`; none
+    where an array or a map it holds may hide one) is usable too, and `data` gets RESCUED
+    (`rescued`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -334,7 +395,8 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
         F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
         F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
         .when(~is_object, REASON_NOT_OBJECT)
-        .otherwise(misfit_reason(schema, version)),
+        .otherwise(misfit_reason(schema, version) if mode != SchemaMode.RESCUE
+                   else rescuable(schema).otherwise(misfit_reason(schema, version))),
     )
     parsed = raw.withColumn("data", data)
     added = new_fields(schema, seen) if seen is not None else []
@@ -343,20 +405,44 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
         names = F.filter(F.array(*[F.when(present(wide, steps), F.lit(path))
                                    for path, steps in added]), lambda p: p.isNotNull())
         parsed = parsed.withColumn(NEW_FIELDS, names)
-        if frozen:
+        if mode == SchemaMode.FREEZE:
             problem = problem.when(F.size(F.col(NEW_FIELDS)) > 0, F.concat(
                 F.lit(REASON_NEW_FIELDS.format(version=version)),
                 F.array_join(F.col(NEW_FIELDS), ", ")))
-    return parsed.withColumn("problem", problem)
+    parsed = parsed.withColumn("problem", problem)
+    if mode == SchemaMode.RESCUE:
+        parsed = parsed.withColumn("data", F.col("data").withField(RESCUED,
+                                                                   rescued(schema, seen)))
+    return parsed
+
+
+def rescuable(schema: dict) -> Column:
+    """A CASE WHEN that is null (no problem) for a value that did not fit `schema` where every
+    misfit can be named (`misfits`), so that `rescued` holds them: some field is named, and no
+    array or map the value holds could hide one inside its elements or values (partial
+    results there read an element's field as null without a word)."""
+    from pyspark.sql import functions as F
+
+    named = F.lit(False)
+    for _, _, misfit, _ in misfits(schema):
+        named = named | misfit
+    for _, names, expected in field_types(schema):
+        if expected.startswith(("array", "map")):
+            typed = F.col("data")
+            for name in names:
+                typed = typed.getField(name)
+            named = named & typed.isNull()
+    return F.when(named, F.lit(None).cast("string"))
 
 
 class JsonDecoder:
     """JSON values parsed with the topic's cached schema, grown first when a batch holds
     offsets the infer step never read (messages produced after it), so no new field is
-    silently dropped. Under a schema contract (``schema: freeze`` or ``discard_new_fields``)
-    the schema is never grown: the batch's fields beyond it are found by inference over the
-    whole batch, and its values that have them are quarantined (freeze) or read without them,
-    counted per field in `discarded` (discard_new_fields)."""
+    silently dropped. Under a schema contract (``schema: freeze``, ``discard_new_fields`` or
+    ``rescue``) the schema is never grown: the batch's fields beyond it are found by
+    inference over the whole batch, and its values that have them are quarantined (freeze),
+    read without them, counted per field in `discarded` (discard_new_fields), or read with
+    them and their misfits in RESCUED (rescue, see `parse_json`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -405,6 +491,8 @@ class JsonDecoder:
             return None
         objects = json_objects(raw, keyed=False)
         seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
+        if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields too
+            seen = merge_schemas(seen, infer_from_records(self.spark, objects)).schema
         return seen if new_fields(schema, seen) else None
 
     def decode(self, raw: DataFrame) -> Any:
@@ -413,13 +501,13 @@ class JsonDecoder:
         version = self.current_schema(raw)
         self.schema_version = version.version
         seen = self.seen_schema(raw, version.schema)
-        frozen = self.topic.schema == SchemaMode.FREEZE
+        mode = self.topic.schema
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
-                             seen, frozen)
+                             seen, mode)
         self.discarded = {}
         if seen is None:
             return decoded
-        if not frozen:
+        if mode == SchemaMode.DISCARD_NEW_FIELDS:
             found = (decoded.where(F.col("problem").isNull())
                      .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
             self.discarded = {r["field"]: int(r["count"]) for r in found.collect()}

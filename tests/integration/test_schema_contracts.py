@@ -1,5 +1,5 @@
 """Schema contracts on the real broker and Spark (issue 49): JSON topics under ``schema:
-evolve``, ``freeze`` and ``discard_new_fields`` fed the same stream over two runs (a new field,
+evolve``, ``freeze``, ``discard_new_fields`` and ``rescue`` fed the same stream over two runs (a new field,
 a renamed field, a new nested field, a type change, bad JSON), their tables read back by
 delta-rs and Polars (compared with Spark), the quarantine's reasons naming the field's path
 and both types; ``on_bad_messages: fail`` stopping the run at the first bad message with
@@ -72,17 +72,17 @@ def payload_columns(ctx) -> list[str]:
 def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         spark, kafka_bootstrap, new_topic, tmp_path):
     ctxs = {}
-    for mode in ("evolve", "freeze", "discard_new_fields"):
+    for mode in ("evolve", "freeze", "discard_new_fields", "rescue"):
         topic = new_topic(f"contract-{mode.replace('_', '-')}", partitions=1)
         produce(kafka_bootstrap, topic, FIRST)
         # a hinted column is held to its hint under a contract too
         hints = {"schema_hints": {"amount": "decimal(18,2)"}} if mode == "discard_new_fields" \
             else {}
         ctxs[mode] = context(topic, tmp_path / "wh", kafka_bootstrap, schema=mode, json=hints)
-    for ctx in ctxs.values():
+    for mode, ctx in ctxs.items():
         report = run(spark, ctx)
         assert (report.messages_read, report.quarantined, report.schema_version) == (2, 0, 1)
-        assert payload_columns(ctx) == PAYLOAD
+        assert payload_columns(ctx) == PAYLOAD + (["_rescued"] if mode == "rescue" else [])
     for ctx in ctxs.values():
         produce(kafka_bootstrap, ctx.topic.name, SECOND)
     reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
@@ -130,6 +130,19 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
     assert "new fields left out: coupon 1, customer.since 1, full_name 1" in report.summary()
     assert sorted(reasons(ctx)) == [4, 5]
     assert reasons(ctx)[4] == "value does not fit the topic's schema hints: amount decimal(18,2)"
+
+    # rescue: every row lands, what did not fit in _rescued as JSON, the schema stays
+    ctx = ctxs["rescue"]
+    table = rows(spark, ctx)
+    assert sorted(table) == ["a", "b", "c", "d", "e", "g"]
+    assert payload_columns(ctx) == [*PAYLOAD, "_rescued"]
+    assert ctx.store.versions() == [1]
+    assert {k: r["_rescued"] for k, r in table.items()} == {
+        "a": None, "b": None, "c": '{"coupon":"SAVE"}', "d": '{"full_name":"w"}',
+        "e": '{"amount":"fifty"}', "g": '{"customer.since":2020}'}
+    assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
+    assert table["g"]["customer"] == {"tier": "bronze"}
+    assert reasons(ctx) == {5: "value is not valid JSON"}
 
 
 def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(

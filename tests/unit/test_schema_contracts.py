@@ -35,13 +35,13 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
     assert loaded.errors == []
     assert [(t.schema, t.on_bad_messages) for t in loaded.topics] == [
         ("freeze", "fail"), ("evolve", "fail")]
-    assert parse_topic({"name": "a", "schema": "discard_new_fields"}, 0).schema == \
-        "discard_new_fields"
+    assert [parse_topic({"name": "a", "schema": mode}, 0).schema
+            for mode in ("discard_new_fields", "rescue")] == ["discard_new_fields", "rescue"]
 
 
 @pytest.mark.parametrize("entry, said", [
-    ({"schema": "rescue"}, "schema: 'rescue' is not a supported schema mode (supported: evolve, "
-                           "freeze, discard_new_fields)"),
+    ({"schema": "variant"}, "schema: 'variant' is not a supported schema mode (supported: evolve, "
+                            "freeze, discard_new_fields, rescue)"),
     ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail, got 'stop'"),
     ({"schema": "freeze", "format": "avro"},
      "schema freeze is not yet supported with format avro"),
