@@ -212,6 +212,8 @@ class IngestReport(Report):
     expectations: dict[str, dict] = field(default_factory=dict)
     schema_version: int = 0
     widened_columns: list[str] = field(default_factory=list)
+    #: ``schema: discard_new_fields``: per field left out of the rows, the messages it was in.
+    discarded_fields: dict[str, int] = field(default_factory=dict)
     #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
     offsets_read_to: dict[str, int] = field(default_factory=dict)
     lag: int = 0
@@ -233,7 +235,10 @@ class IngestReport(Report):
             f"ingest {self.topic}: {self.messages_read} messages in {self.batches} batch(es), "
             f"{describe_counts(self.mode, asdict(self))}, "
             f"{self.quarantined} quarantined{describe_expectations(self.expectations)}, "
-            f"schema v{self.schema_version}; read up to "
+            + ("new fields left out: " + ", ".join(
+                f"{f} {n}" for f, n in sorted(self.discarded_fields.items())) + ", "
+               if self.discarded_fields else "")
+            + f"schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
         )

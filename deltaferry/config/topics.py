@@ -94,6 +94,19 @@ _UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 36
 #: Subject name strategies of avro topics (see deltaferry.registry).
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
+class SchemaMode(StrEnum):
+    """What a JSON topic's table does with a message that does not fit its schema
+    (`schema:`; see docs/schema-contracts.md)."""
+
+    EVOLVE = "evolve"
+    FREEZE = "freeze"
+    DISCARD_NEW_FIELDS = "discard_new_fields"
+    RESCUE = "rescue"
+
+
+SCHEMA_MODES = tuple(m.value for m in SchemaMode)
+#: What a message ingest cannot use (the quarantine's reasons) does to the run.
+BAD_MESSAGE_ACTIONS = ("quarantine", "fail")
 #: What a crossed threshold does to the run (see deltaferry.alerts).
 ALERT_ACTIONS = ("warn", "fail")
 #: What a row failing an expectation does (see deltaferry.expectations).
@@ -510,6 +523,16 @@ class TopicConfig:
         (), "data-quality rules on the decoded rows, by name: {rule: <Spark SQL boolean>, "
         "action: warn | quarantine | fail} (see Expectations)",
         json_schema_extra={"shown": "mapping of names to {rule, action}"})
+    schema: Annotated[str, _supported("schema mode", SCHEMA_MODES)] = option(
+        "evolve", "json topics: evolve (a new field becomes a column, a type widens) | freeze "
+        "(a message with a new field or a type that does not fit is quarantined; the table's "
+        "schema stays) | discard_new_fields (the row lands without its new fields, counted per "
+        "field) | rescue (the row lands; its new fields and values that do not fit go into "
+        "the _rescued column as JSON) (see Schema contracts)")
+    on_bad_messages: Annotated[str, _one_of(BAD_MESSAGE_ACTIONS)] = option(
+        "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
+        "fail: the run stops at the first one, nothing of its micro-batch written (see Schema "
+        "contracts)")
     avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")
@@ -689,6 +712,10 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
         raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
                           "does not use; leave key_format out (the key is kept as text)")
     _check_cdc(topic, where)
+    if topic.schema != SchemaMode.EVOLVE and (topic.format != Format.JSON or topic.cdc):
+        what = f"cdc {topic.cdc}" if topic.cdc else f"format {topic.format}"
+        raise ConfigError(where, f"schema {topic.schema} is not yet supported with {what} (only "
+                          "plain json topics; their schema evolves): leave schema out")
     if topic.start_spread_minutes:
         try:
             spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)

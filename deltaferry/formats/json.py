@@ -5,6 +5,7 @@ has not read)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
 import time
@@ -12,12 +13,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from deltaferry.config import Settings, TopicConfig
+from deltaferry.config import SchemaMode, Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
 from deltaferry.reports import InferReport
 from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches, type_at
-from deltaferry.schema.merge import describe, is_decimal, merge_schemas
+from deltaferry.schema.merge import (
+    describe,
+    field_types,
+    is_decimal,
+    merge_schemas,
+    new_fields,
+)
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
@@ -39,6 +46,13 @@ REASON_NOT_JSON = "value is not valid JSON"
 REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in raw_value)"
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
+#: A value whose field at `path` is of another type than the schema's (`misfit_reason`).
+REASON_FIELD = "value does not fit schema v{version}: field {path} is {found} in the message, " \
+    "{expected} in the schema"
+#: The column of a ``schema: rescue`` topic's table holding what of a row did not fit.
+RESCUED = "_rescued"
+#: A value with fields the schema does not have, under ``schema: freeze``.
+REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
 
 
@@ -91,17 +105,27 @@ def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | N
 
 
 def commit_schema(
-    store: SchemaStore, inferred: dict, covered: dict[int, int], hints: tuple[Hint, ...] = ()
+    store: SchemaStore, inferred: dict, covered: dict[int, int], hints: tuple[Hint, ...] = (),
+    grow: bool = True,
 ) -> tuple[SchemaVersion, bool, str]:
     """Merge `inferred`, with the topic's schema `hints` applied, into the newest stored schema
     and store it if it changed (hinted on both sides, a hinted field is never widened away
-    from its hint; a field not seen yet but hinted is added).
+    from its hint; a field not seen yet but hinted is added). Without `grow` (a topic whose
+    schema is a contract: freeze, discard_new_fields) a stored schema never changes: only the
+    first version is stored, and `covered` is recorded on the newest.
 
     Retries on top of a version another run wrote meanwhile. Returns (version, changed, changes).
     """
     inferred = apply_hints(inferred, hints) if hints else inferred
     for _ in range(COMMIT_ATTEMPTS):
         cached = store.latest()
+        if cached is not None and not grow:
+            result = merge_schemas(cached.schema, inferred)
+            if result.changed:
+                log.info("schema v%d is the topic's contract and stays as it is; the new data "
+                         "would have changed it (%s)", cached.version, describe(result))
+            store.set_covered(covered, cached.version)
+            return cached, False, "no change (schema contract)"
         if cached is not None:
             for hint, kind in hint_mismatches(cached.schema, hints):
                 log.warning("schema hint %s: the field is cached as %s (stored before the "
@@ -175,7 +199,8 @@ def infer_schema(
             f"{', keys set' if topic.by_kafka_key else ''})"
         )
     version, changed, changes = commit_schema(store, inferred, offsets.end(),
-                                              topic.json.schema_hints)
+                                              topic.json.schema_hints,
+                                              grow=topic.schema == SchemaMode.EVOLVE)
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,
                          time.monotonic() - started)
     log.info(report.summary())
@@ -228,10 +253,129 @@ def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
     return F.nullif(F.concat_ws(", ", *failed), F.lit(""))
 
 
+def json_type(value: Column) -> Column:
+    """The JSON type of a variant `value` in the words of a schema's types: string, long,
+    double, boolean, struct (an object), array; null where it is missing or JSON null."""
+    from pyspark.sql import functions as F
+
+    kind = F.schema_of_variant(value)
+    return (F.when(value.isNull() | (kind == "VOID"), F.lit(None))
+            .when(kind.startswith("OBJECT"), "struct")
+            .when(kind.startswith("ARRAY"), "array")
+            .when(kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT"), "double")
+            .when(kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT"), "long")
+            .otherwise(F.lower(kind)))
+
+
+def misfits(schema: dict) -> list[tuple[str, str, Column, Column]]:
+    """The fields of `schema` a misfit can be named at (`field_types`: reachable through
+    structs; a name a variant path cannot spell is left out), innermost first: each as its
+    path, its type's name, whether the value (parsed into `data`) holds something there that
+    was read as null (it did not fit: Spark reads the other fields of such a value), and the
+    value found there (a variant)."""
+    from pyspark.sql import functions as F
+
+    message = F.try_parse_json(F.col("raw_value"))
+    found = []
+    for path, names, expected in field_types(schema):
+        if any("'" in n or "\\" in n for n in names):
+            continue
+        typed = F.col("data")
+        for name in names:
+            typed = typed.getField(name)
+        value = F.try_variant_get(message, "$" + "".join(f"['{n}']" for n in names), "variant")
+        found.append((path, expected, typed.isNull() & json_type(value).isNotNull(), value))
+    return found
+
+
+def misfit_reason(schema: dict, version: int) -> Column:
+    """For a value that did not fit `schema` (parsed into `data`): the first field, innermost
+    first, that holds a value but was read as null, named with its path and both types
+    (REASON_FIELD); REASON_SCHEMA where none can be named (a misfit inside an array's or a
+    map's values)."""
+    from pyspark.sql import functions as F
+
+    named = []
+    for path, expected, misfit, value in misfits(schema):
+        said = REASON_FIELD.format(version=version, path=path.replace("%", "%%"), found="%s",
+                                   expected=expected)
+        named.append(F.when(misfit, F.format_string(said, json_type(value))))
+    return F.coalesce(*named, F.lit(REASON_SCHEMA.format(version=version)))
+
+
+def picked(value: Column, steps: tuple[str, ...]) -> Column:
+    """What `value` holds at `steps` (`new_fields`' steps): an array of what each element
+    holds past a ``[]``, a map of what each value holds past a ``{}``."""
+    from pyspark.sql import functions as F
+
+    if not steps:
+        return value
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        return F.transform(value, lambda v: picked(v, rest))
+    if step == "{}":
+        return F.transform_values(value, lambda _, v: picked(v, rest))
+    return picked(value.getField(step), rest)
+
+
+def rescued(schema: dict, seen: dict | None) -> Column:
+    """``schema: rescue``: what of a value did not fit `schema`, as a JSON object of each
+    field's path and value (``{"coupon":"SAVE","amount":"fifty"}``), null if everything did:
+    the fields not in `schema` (`seen` has them) and the misfits `misfits` names."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    message = F.try_parse_json(F.col("raw_value"))
+    corrupt = F.col(f"data.{CORRUPT}").isNotNull()  # only such a value has a misfit
+    entries = [F.when(corrupt & misfit, F.concat(F.lit(json.dumps(path) + ":"),
+                                                 F.to_json(value)))
+               for path, _, misfit, value in misfits(schema)]
+    if seen is not None:
+        wide = F.from_json("raw_value", StructType.fromJson(seen))
+        for path, steps in new_fields(schema, seen):
+            if any(s in ("[]", "{}") or "'" in s or "\\" in s for s in steps):
+                value = F.regexp_extract(F.to_json(F.array(picked(wide, steps))),
+                                         r"^\[(.*)\]$", 1)
+            else:
+                value = F.to_json(F.try_variant_get(
+                    message, "$" + "".join(f"['{n}']" for n in steps), "variant"))
+            entries.append(F.when(present(wide, steps),
+                                  F.concat(F.lit(json.dumps(path) + ":"), value)))
+    found = F.filter(F.array(*entries), lambda e: e.isNotNull())
+    return F.when(F.size(found) > 0, F.concat(F.lit("{"), F.array_join(found, ","), F.lit("}")))
+
+
+def present(value: Column, steps: tuple[str, ...]) -> Column:
+    """Whether `value` holds something (not null) at `steps` (`new_fields`' steps)."""
+    from pyspark.sql import functions as F
+
+    if not steps:
+        return value.isNotNull()
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        return F.coalesce(F.exists(value, lambda v: present(v, rest)), F.lit(False))
+    if step == "{}":
+        return F.coalesce(F.exists(F.map_values(value), lambda v: present(v, rest)),
+                          F.lit(False))
+    return present(value.getField(step), rest)
+
+
+#: The column of a decoded value naming the fields it has beyond its schema (`parse_json`).
+NEW_FIELDS = "__deltaferry_new_fields"
+
+
 def parse_json(raw: DataFrame, schema: dict, version: int,
-               hints: tuple[Hint, ...] = ()) -> DataFrame:
+               hints: tuple[Hint, ...] = (), seen: dict | None = None,
+               mode: str = SchemaMode.EVOLVE) -> DataFrame:
     """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used
-    (a hinted field that does not fit its hint is named, see `hint_problem`)."""
+    (a hinted field that does not fit its hint is named, see `hint_problem`; a field of
+    another type is named with both types, see `misfit_reason`). With `seen` (`schema` and
+    the fields the batch has beyond it, a contract topic's), `NEW_FIELDS` lists each value's
+    fields not in `schema` (the rest of the value is read as if they were not there). The
+    schema `mode` (a contract's) says what such a value is: not usable under freeze
+    (REASON_NEW_FIELDS); under rescue, a value whose misfits are all named (`misfits`; none
+    where an array or a map it holds may hide one) is usable too, and `data` gets RESCUED
+    (`rescued`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -251,15 +395,54 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
         F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
         F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
         .when(~is_object, REASON_NOT_OBJECT)
-        .otherwise(REASON_SCHEMA.format(version=version)),
+        .otherwise(misfit_reason(schema, version) if mode != SchemaMode.RESCUE
+                   else rescuable(schema).otherwise(misfit_reason(schema, version))),
     )
-    return raw.withColumn("data", data).withColumn("problem", problem)
+    parsed = raw.withColumn("data", data)
+    added = new_fields(schema, seen) if seen is not None else []
+    if seen is not None and added:
+        wide = F.from_json("raw_value", StructType.fromJson(seen))
+        names = F.filter(F.array(*[F.when(present(wide, steps), F.lit(path))
+                                   for path, steps in added]), lambda p: p.isNotNull())
+        parsed = parsed.withColumn(NEW_FIELDS, names)
+        if mode == SchemaMode.FREEZE:
+            problem = problem.when(F.size(F.col(NEW_FIELDS)) > 0, F.concat(
+                F.lit(REASON_NEW_FIELDS.format(version=version)),
+                F.array_join(F.col(NEW_FIELDS), ", ")))
+    parsed = parsed.withColumn("problem", problem)
+    if mode == SchemaMode.RESCUE:
+        parsed = parsed.withColumn("data", F.col("data").withField(RESCUED,
+                                                                   rescued(schema, seen)))
+    return parsed
+
+
+def rescuable(schema: dict) -> Column:
+    """A CASE WHEN that is null (no problem) for a value that did not fit `schema` where every
+    misfit can be named (`misfits`), so that `rescued` holds them: some field is named, and no
+    array or map the value holds could hide one inside its elements or values (partial
+    results there read an element's field as null without a word)."""
+    from pyspark.sql import functions as F
+
+    named = F.lit(False)
+    for _, _, misfit, _ in misfits(schema):
+        named = named | misfit
+    for _, names, expected in field_types(schema):
+        if expected.startswith(("array", "map")):
+            typed = F.col("data")
+            for name in names:
+                typed = typed.getField(name)
+            named = named & typed.isNull()
+    return F.when(named, F.lit(None).cast("string"))
 
 
 class JsonDecoder:
     """JSON values parsed with the topic's cached schema, grown first when a batch holds
     offsets the infer step never read (messages produced after it), so no new field is
-    silently dropped."""
+    silently dropped. Under a schema contract (``schema: freeze``, ``discard_new_fields`` or
+    ``rescue``) the schema is never grown: the batch's fields beyond it are found by
+    inference over the whole batch, and its values that have them are quarantined (freeze),
+    read without them, counted per field in `discarded` (discard_new_fields), or read with
+    them and their misfits in RESCUED (rescue, see `parse_json`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -270,6 +453,13 @@ class JsonDecoder:
             raise NoSchemaError(f"topic {topic.name!r}: no schema cached in {store.location}; "
                                 "run the infer step first")
         self.schema_version = latest.version
+        #: discard_new_fields: the last decoded batch's usable values, per field left out.
+        self.discarded: dict[str, int] = {}
+
+    @property
+    def evolves(self) -> bool:
+        """Whether new fields become columns (``schema: evolve``)."""
+        return self.topic.schema == SchemaMode.EVOLVE
 
     def raw_columns(self, batch_df: DataFrame) -> Any:
         return with_raw_columns(batch_df)
@@ -280,6 +470,8 @@ class JsonDecoder:
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
+        if not self.evolves:
+            return version
         fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
         if fresh.isEmpty():
             return version
@@ -292,10 +484,39 @@ class JsonDecoder:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
 
+    def seen_schema(self, raw: DataFrame, schema: dict) -> dict | None:
+        """Under a schema contract, `schema` with the fields the batch's values have beyond it
+        (inferred over the whole batch; None when there are none); None when it evolves."""
+        if self.evolves:
+            return None
+        objects = json_objects(raw, keyed=False)
+        seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
+        if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields too
+            seen = merge_schemas(seen, infer_from_records(self.spark, objects)).schema
+        return seen if new_fields(schema, seen) else None
+
     def decode(self, raw: DataFrame) -> Any:
+        from pyspark.sql import functions as F
+
         version = self.current_schema(raw)
         self.schema_version = version.version
-        return parse_json(raw, version.schema, version.version, self.topic.json.schema_hints)
+        seen = self.seen_schema(raw, version.schema)
+        mode = self.topic.schema
+        decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
+                             seen, mode)
+        self.discarded = {}
+        if seen is None:
+            return decoded
+        if mode == SchemaMode.DISCARD_NEW_FIELDS:
+            found = (decoded.where(F.col("problem").isNull())
+                     .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
+            self.discarded = {r["field"]: int(r["count"]) for r in found.collect()}
+            if self.discarded:
+                log.warning("ingest %s: schema discard_new_fields: left out of the rows, fields "
+                            "not in schema v%d: %s", self.topic.name, version.version,
+                            ", ".join(f"{f} ({n} message(s))"
+                                      for f, n in sorted(self.discarded.items())))
+        return decoded.drop(NEW_FIELDS)
 
 
 class JsonFormat:

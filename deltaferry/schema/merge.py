@@ -329,6 +329,50 @@ def merge_schemas(cached: dict | None, inferred: dict) -> MergeResult:
 
 
 # --------------------------------------------------------------------------------------------
+# Contracts: what a message has beyond a schema, where a field of it can be checked
+
+
+def new_fields(contract: dict, seen: dict, path: str = "",
+               steps: tuple[str, ...] = ()) -> list[tuple[str, tuple[str, ...]]]:
+    """The fields `seen` (a schema holding the messages' fields) has and `contract` has not,
+    outermost only (a new struct's own fields are not listed): each as its path and the steps
+    to it (field names, ``[]`` into an array's elements, ``{}`` into a map's values). Names
+    are compared as Spark's JSON parsing matches them: with their letter case."""
+    kind = kind_of(seen)
+    if kind != kind_of(contract) or isinstance(seen, str):
+        return []
+    if kind == "array":
+        return new_fields(contract["elementType"], seen["elementType"], path + "[]",
+                          steps + ("[]",))
+    if kind == "map":
+        return new_fields(contract["valueType"], seen["valueType"], path + "{}", steps + ("{}",))
+    if kind != "struct":
+        return []
+    known = {f["name"]: f["type"] for f in contract["fields"]}
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for f in seen["fields"]:
+        here = child_path(path, f["name"])
+        if f["name"] not in known:
+            found.append((here, steps + (f["name"],)))
+        else:
+            found += new_fields(known[f["name"]], f["type"], here, steps + (f["name"],))
+    return found
+
+
+def field_types(schema: dict, path: str = "", names: tuple[str, ...] = ()
+                ) -> list[tuple[str, tuple[str, ...], str]]:
+    """Every field reachable through structs alone (not inside an array or a map), innermost
+    first: its path, its names from the top, and its type's short name (`type_name`)."""
+    found: list[tuple[str, tuple[str, ...], str]] = []
+    for f in schema["fields"]:
+        here, at = child_path(path, f["name"]), names + (f["name"],)
+        if kind_of(f["type"]) == "struct":
+            found += field_types(f["type"], here, at)
+        found.append((here, at, type_name(f["type"])))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
 # Reporting
 
 

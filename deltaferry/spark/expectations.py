@@ -36,6 +36,11 @@ RECORD = "__deltaferry_record"
 CHECKED = "__deltaferry_checked"
 
 
+#: The key of `Checker.tally`'s counts for the bad messages of a topic whose
+#: ``on_bad_messages`` is fail (no expectation's name: those start with a letter).
+BAD_MESSAGES = "(bad messages)"
+
+
 def failed_column(index: int) -> str:
     """The boolean column of the `index`-th expectation: true where the record failed it."""
     return f"__deltaferry_expectation_{index}"
@@ -68,6 +73,21 @@ class ExpectationFailedError(DeltaferryError):
                          "make the action quarantine, then run again")
 
 
+class BadMessageError(DeltaferryError):
+    """A message of a topic whose ``on_bad_messages`` is fail could not be used (it would have
+    gone to the quarantine): nothing of the micro-batch was written (table, quarantine,
+    checkpoint), as for a fail expectation (`ExpectationFailedError`)."""
+
+    exit_code = 3
+
+    def __init__(self, topic: str, batch_id: int, count: int, first: str):
+        self.topic = topic
+        super().__init__(f"ingest {topic}: bad message at {first} ({count} in the micro-batch); "
+                         f"on_bad_messages is fail, so micro-batch {batch_id} was not written "
+                         "(table, quarantine and checkpoint unchanged): fix the producer or "
+                         "the schema, or make on_bad_messages quarantine, then run again")
+
+
 def spark_problem(exc: Exception) -> str:
     """What Spark said, on one line: the error class and the message, without the Java
     exception's name and the position Spark appends to an analysis error."""
@@ -85,7 +105,8 @@ class Checker:
     """The expectations of one topic, for one query: `check` and `tally` per micro-batch. The
     rules are resolved against a batch's columns the first time a schema is seen (a rule Spark
     cannot evaluate raises `ExpectationRuleError` then, before anything of the batch is
-    written)."""
+    written). A topic whose ``on_bad_messages`` is fail is refused the same way when a
+    record of the batch has a reason of its own (not an expectation's): `BAD_MESSAGES`."""
 
     topic: TopicConfig
     #: The schemas (as JSON) the rules were resolved against already.
@@ -172,7 +193,19 @@ class Checker:
             flag = F.col(failed_column(i))
             found.append(F.count_if(flag))
             found.append(F.min(F.when(flag, F.struct("kafka_partition", "kafka_offset"))))
+        if self.fails_on_bad_messages:  # a reason, and no expectation failed (none checked it)
+            bad = F.col("reason").isNotNull()
+            for i in range(len(self.expectations)):
+                bad = bad & ~F.col(failed_column(i))
+            found.append(F.count_if(bad))
+            found.append(F.min(F.when(bad, F.struct("kafka_partition", "kafka_offset",
+                                                    "reason"))))
         return found
+
+    @property
+    def fails_on_bad_messages(self) -> bool:
+        """Whether a bad message stops the run (``on_bad_messages: fail``)."""
+        return self.topic.on_bad_messages == "fail"
 
     def tally(self, values: Sequence) -> dict[str, tuple[int, str]]:
         """The aggregated `values` (`tally_columns`' order) as expectation name -> (records
@@ -182,14 +215,23 @@ class Checker:
             count, first = values[2 * i], values[2 * i + 1]
             example = f"partition {first[0]} offset {first[1]}" if first is not None else ""
             result[expectation.name] = (int(count or 0), example)
+        if self.fails_on_bad_messages:
+            count, first = values[-2], values[-1]
+            example = (f"partition {first[0]} offset {first[1]}: {first[2]}"
+                       if first is not None else "")
+            result[BAD_MESSAGES] = (int(count or 0), example)
         return result
 
     def refuse(self, batch_id: int, counts: dict[str, tuple[int, str]]) -> None:
-        """Raise `ExpectationFailedError` if a record of the batch failed a fail expectation."""
+        """Raise `ExpectationFailedError` if a record of the batch failed a fail expectation,
+        else `BadMessageError` if it had a bad message and ``on_bad_messages`` is fail."""
         failures = [(e, *counts[e.name]) for e in self.expectations
                     if e.action == "fail" and counts[e.name][0]]
         if failures:
             raise ExpectationFailedError(self.topic.name, batch_id, failures)
+        bad, first = counts.get(BAD_MESSAGES, (0, ""))
+        if bad:
+            raise BadMessageError(self.topic.name, batch_id, bad, first)
 
 
 def counts_of(topic: TopicConfig,

@@ -118,7 +118,8 @@ class BatchWriter:
         #: How the usable records become rows and reach the table.
         self.table: TableWriter = writer_for(topic, paths, self.keys)
         #: The topic's expectations (None without any: nothing evaluated, no column added).
-        self.checker = Checker(topic) if topic.expectations else None
+        self.checker = Checker(topic) if topic.expectations or topic.on_bad_messages == "fail" \
+            else None
         self._app_id: str | None = None
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
@@ -238,6 +239,9 @@ class BatchWriter:
             total.add(name, seconds)
         self.report.quarantined += quarantined
         add_counts(self.report.expectations, self.topic, failed)
+        for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json's only
+            self.report.discarded_fields[field_] = \
+                self.report.discarded_fields.get(field_, 0) + count_
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
         log.info(

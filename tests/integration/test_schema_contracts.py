@@ -1,0 +1,177 @@
+"""Schema contracts on the real broker and Spark (issue 49): JSON topics under ``schema:
+evolve``, ``freeze``, ``discard_new_fields`` and ``rescue`` fed the same stream over two runs (a new field,
+a renamed field, a new nested field, a type change, bad JSON), their tables read back by
+delta-rs and Polars (compared with Spark), the quarantine's reasons naming the field's path
+and both types; ``on_bad_messages: fail`` stopping the run at the first bad message with
+nothing of the batch written."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from deltaferry.kafka import produce
+from deltaferry.lake import open_table
+from deltaferry.pipeline import run_step
+from deltaferry.spark.expectations import BadMessageError
+from deltaferry.state import read_checkpoint
+from deltaferry.storage import storage_for
+
+from .readers import assert_readers_agree
+from .test_expectations import by_offset, commits
+from .test_pipeline import context
+
+pytestmark = pytest.mark.integration
+
+FIRST = [
+    ("a", {"id": 1, "name": "x", "amount": 10, "customer": {"tier": "gold"}}),
+    ("b", {"id": 2, "name": "y", "amount": 20, "customer": {"tier": "silver"}}),
+]
+SECOND = [
+    ("c", {"id": 3, "name": "z", "amount": 30, "customer": {"tier": "gold"},
+           "coupon": "SAVE"}),                                                 # 2: new field
+    ("d", {"id": 4, "full_name": "w", "amount": 40, "customer": {"tier": "gold"}}),  # 3: renamed
+    ("e", {"id": 5, "name": "v", "amount": "fifty", "customer": {"tier": "gold"}}),  # 4: type
+    ("f", "{not json"),                                                        # 5: bad JSON
+    ("g", {"id": 7, "name": "u", "amount": 70,
+           "customer": {"tier": "bronze", "since": 2020}}),                    # 6: nested new
+]
+PAYLOAD = ["amount", "customer", "id", "name"]  # inferred: in name order
+
+
+def run(spark, ctx):
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    return report
+
+
+def rows(spark, ctx) -> dict[str, dict]:
+    return {r["kafka_key"]: r for r in assert_readers_agree(spark, ctx.paths.table)}
+
+
+def reasons(ctx) -> dict[int, str]:
+    return {offset: r["reason"] for offset, r in by_offset(ctx.paths.quarantine).items()}
+
+
+def version_of(path: str) -> int | None:
+    """The Delta table's version at `path`, None where there is no table yet."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return open_table(path).version()
+    except TableNotFoundError:
+        return None
+
+
+def payload_columns(ctx) -> list[str]:
+    return [f.name for f in open_table(ctx.paths.table).schema().fields
+            if not f.name.startswith("kafka_")]
+
+
+def test_evolve_freeze_and_discard_new_fields_over_two_runs(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    ctxs = {}
+    for mode in ("evolve", "freeze", "discard_new_fields", "rescue"):
+        topic = new_topic(f"contract-{mode.replace('_', '-')}", partitions=1)
+        produce(kafka_bootstrap, topic, FIRST)
+        # a hinted column is held to its hint under a contract too
+        hints = {"schema_hints": {"amount": "decimal(18,2)"}} if mode == "discard_new_fields" \
+            else {}
+        ctxs[mode] = context(topic, tmp_path / "wh", kafka_bootstrap, schema=mode, json=hints)
+    for mode, ctx in ctxs.items():
+        report = run(spark, ctx)
+        assert (report.messages_read, report.quarantined, report.schema_version) == (2, 0, 1)
+        assert payload_columns(ctx) == PAYLOAD + (["_rescued"] if mode == "rescue" else [])
+    for ctx in ctxs.values():
+        produce(kafka_bootstrap, ctx.topic.name, SECOND)
+    reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
+
+    # evolve: every new field a column, the type change and the bad JSON quarantined
+    ctx = ctxs["evolve"]
+    table = rows(spark, ctx)
+    assert sorted(table) == ["a", "b", "c", "d", "g"]
+    assert payload_columns(ctx) == [*PAYLOAD, "coupon", "full_name"]
+    assert (table["c"]["coupon"], table["d"]["full_name"], table["d"]["name"]) == \
+        ("SAVE", "w", None)
+    assert table["g"]["customer"] == {"tier": "bronze", "since": 2020}
+    assert ctx.store.versions() == [1, 2]
+    assert reasons(ctx) == {
+        4: "value does not fit schema v2: field amount is string in the message, long in the "
+           "schema",
+        5: "value is not valid JSON"}
+
+    # freeze: nothing new lands, the table and the stored schema stay as they were
+    ctx = ctxs["freeze"]
+    table = rows(spark, ctx)
+    assert sorted(table) == ["a", "b"]
+    assert payload_columns(ctx) == PAYLOAD
+    assert ctx.store.versions() == [1]
+    assert reports["freeze"].quarantined == 5
+    assert reasons(ctx) == {
+        2: "value has field(s) not in schema v1 (schema: freeze): coupon",
+        3: "value has field(s) not in schema v1 (schema: freeze): full_name",
+        4: "value does not fit schema v1: field amount is string in the message, long in the "
+           "schema",
+        5: "value is not valid JSON",
+        6: "value has field(s) not in schema v1 (schema: freeze): customer.since"}
+
+    # discard_new_fields: the rows land without their new fields, counted per field
+    ctx = ctxs["discard_new_fields"]
+    table = rows(spark, ctx)
+    assert sorted(table) == ["a", "b", "c", "d", "g"]
+    assert payload_columns(ctx) == PAYLOAD
+    assert ctx.store.versions() == [1]
+    assert (table["c"]["name"], table["d"]["name"], table["g"]["customer"]) == \
+        ("z", None, {"tier": "bronze"})
+    assert (table["c"]["amount"], table["g"]["amount"]) == (Decimal("30.00"), Decimal("70.00"))
+    report = reports["discard_new_fields"]
+    assert report.discarded_fields == {"coupon": 1, "full_name": 1, "customer.since": 1}
+    assert "new fields left out: coupon 1, customer.since 1, full_name 1" in report.summary()
+    assert sorted(reasons(ctx)) == [4, 5]
+    assert reasons(ctx)[4] == "value does not fit the topic's schema hints: amount decimal(18,2)"
+
+    # rescue: every row lands, what did not fit in _rescued as JSON, the schema stays
+    ctx = ctxs["rescue"]
+    table = rows(spark, ctx)
+    assert sorted(table) == ["a", "b", "c", "d", "e", "g"]
+    assert payload_columns(ctx) == [*PAYLOAD, "_rescued"]
+    assert ctx.store.versions() == [1]
+    assert {k: r["_rescued"] for k, r in table.items()} == {
+        "a": None, "b": None, "c": '{"coupon":"SAVE"}', "d": '{"full_name":"w"}',
+        "e": '{"amount":"fifty"}', "g": '{"customer.since":2020}'}
+    assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
+    assert table["g"]["customer"] == {"tier": "bronze"}
+    assert reasons(ctx) == {5: "value is not valid JSON"}
+
+
+def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic("contract-fail", partitions=1)
+    produce(kafka_bootstrap, topic, FIRST)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, schema="freeze",
+                  on_bad_messages="fail")
+    assert run(spark, ctx).messages_read == 2
+    produce(kafka_bootstrap, topic, SECOND)
+    table_version = open_table(ctx.paths.table).version()
+    quarantine_version = version_of(ctx.paths.quarantine)
+    committed = commits(ctx)
+    run_step("infer", ctx, spark)
+    with pytest.raises(BadMessageError) as failed:
+        run_step("ingest", ctx, spark)
+    line = str(failed.value)
+    assert "\n" not in line
+    assert line.startswith(f"ingest {topic}: bad message at partition 0 offset 2: value has "
+                           "field(s) not in schema v1 (schema: freeze): coupon (5 in the "
+                           "micro-batch); on_bad_messages is fail")
+    assert open_table(ctx.paths.table).version() == table_version
+    assert version_of(ctx.paths.quarantine) == quarantine_version
+    assert commits(ctx) == committed
+    assert not read_checkpoint(storage_for(ctx.paths.checkpoint), ctx.paths.checkpoint,
+                               topic).committed
+
+    # quarantine instead: the same batch runs again, its bad messages quarantined
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, schema="freeze")
+    report = run(spark, ctx)
+    assert (report.messages_read, report.quarantined) == (5, 5)
+    assert sorted(rows(spark, ctx)) == ["a", "b"]

@@ -1,0 +1,124 @@
+"""Schema contracts (issue 49) without Spark: the ``schema`` and ``on_bad_messages`` options,
+the fields a batch has beyond a contract, the fields a misfit can be named by, a contract's
+stored schema that never grows, the bad-message tally and refusal, the report's counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from deltaferry.config import parse_topic, parse_topics
+from deltaferry.errors import ConfigError
+from deltaferry.formats.json import commit_schema
+from deltaferry.reports import IngestReport
+from deltaferry.schema.merge import field_types, new_fields
+from deltaferry.schema.store import SchemaStore
+from deltaferry.spark.expectations import BAD_MESSAGES, BadMessageError, Checker
+
+
+def field(name, type_):
+    return {"name": name, "type": type_, "nullable": True, "metadata": {}}
+
+
+def struct(*fields):
+    return {"type": "struct", "fields": list(fields)}
+
+
+def array(element):
+    return {"type": "array", "elementType": element, "containsNull": True}
+
+
+def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_defaults():
+    topic = parse_topic({"name": "orders"}, 0)
+    assert (topic.schema, topic.on_bad_messages) == ("evolve", "quarantine")
+    loaded = parse_topics({"defaults": {"schema": "freeze", "on_bad_messages": "fail"},
+                           "topics": [{"name": "a"}, {"name": "b", "schema": "evolve"}]}, "t.yaml")
+    assert loaded.errors == []
+    assert [(t.schema, t.on_bad_messages) for t in loaded.topics] == [
+        ("freeze", "fail"), ("evolve", "fail")]
+    assert [parse_topic({"name": "a", "schema": mode}, 0).schema
+            for mode in ("discard_new_fields", "rescue")] == ["discard_new_fields", "rescue"]
+
+
+@pytest.mark.parametrize("entry, said", [
+    ({"schema": "variant"}, "schema: 'variant' is not a supported schema mode (supported: evolve, "
+                            "freeze, discard_new_fields, rescue)"),
+    ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail, got 'stop'"),
+    ({"schema": "freeze", "format": "avro"},
+     "schema freeze is not yet supported with format avro"),
+    ({"schema": "discard_new_fields", "cdc": "debezium"},
+     "schema discard_new_fields is not yet supported with cdc debezium"),
+])
+def test_a_bad_schema_option_is_the_entrys_own_error(entry, said):
+    with pytest.raises(ConfigError) as raised:
+        parse_topic({"name": "orders", **entry}, 3)
+    assert str(raised.value).startswith("topics[3] ('orders'): ")
+    assert said in str(raised.value)
+
+
+def test_new_fields_are_the_outermost_fields_the_contract_lacks_with_their_steps():
+    contract = struct(field("id", "long"), field("customer", struct(field("tier", "string"))),
+                      field("items", array(struct(field("sku", "string")))))
+    seen = struct(field("id", "long"),
+                  field("customer", struct(field("tier", "string"), field("since", "long"))),
+                  field("items", array(struct(field("sku", "string"), field("qty", "long")))),
+                  field("coupon", struct(field("code", "string"))), field("Id", "long"),
+                  field("a.b", "string"))
+    assert new_fields(contract, seen) == [
+        ("customer.since", ("customer", "since")),
+        ("items[].qty", ("items", "[]", "qty")),
+        ("coupon", ("coupon",)),  # its own fields are not listed
+        ("Id", ("Id",)),  # JSON parsing tells letter case apart
+        ("`a.b`", ("a.b",)),
+    ]
+    assert new_fields(contract, contract) == []
+    # a field of another kind is a misfit, not a new field
+    assert new_fields(contract, struct(field("customer", "string"))) == []
+
+
+def test_field_types_lists_fields_reachable_through_structs_innermost_first():
+    schema = struct(field("id", "long"), field("customer", struct(field("tier", "string"))),
+                    field("items", array(struct(field("sku", "string")))))
+    assert field_types(schema) == [
+        ("id", ("id",), "long"),
+        ("customer.tier", ("customer", "tier"), "string"),
+        ("customer", ("customer",), "struct"),
+        ("items", ("items",), "array<struct>"),
+    ]
+
+
+def test_a_contracts_stored_schema_never_grows_but_its_covered_offsets_move(tmp_path):
+    store = SchemaStore(str(tmp_path / "_schema"))
+    first = struct(field("id", "long"))
+    version, changed, _ = commit_schema(store, first, {0: 2}, grow=False)
+    assert (version.version, changed, store.versions()) == (1, True, [1])  # the first is stored
+    grown = struct(field("id", "double"), field("coupon", "string"))
+    version, changed, changes = commit_schema(store, grown, {0: 7}, grow=False)
+    assert (version.version, changed, changes) == (1, False, "no change (schema contract)")
+    assert store.versions() == [1] and store.latest().schema == first
+    assert store.covered() == {0: 7}
+    version, changed, _ = commit_schema(store, grown, {0: 9})  # evolve: it grows
+    assert (version.version, changed) == (2, True)
+
+
+def test_bad_messages_are_tallied_and_refuse_the_batch_only_when_on_bad_messages_is_fail():
+    failing = Checker(parse_topic({"name": "orders", "on_bad_messages": "fail"}, 0))
+    counts = failing.tally([3, (0, 42, "value is not valid JSON")])
+    assert counts == {BAD_MESSAGES: (3, "partition 0 offset 42: value is not valid JSON")}
+    with pytest.raises(BadMessageError) as raised:
+        failing.refuse(7, counts)
+    assert str(raised.value) == (
+        "ingest orders: bad message at partition 0 offset 42: value is not valid JSON (3 in the "
+        "micro-batch); on_bad_messages is fail, so micro-batch 7 was not written (table, "
+        "quarantine and checkpoint unchanged): fix the producer or the schema, or make "
+        "on_bad_messages quarantine, then run again")
+    failing.refuse(8, failing.tally([0, None]))  # no bad message: nothing raised
+    quarantining = Checker(parse_topic({"name": "orders"}, 0))
+    assert quarantining.tally_columns() == [] and quarantining.tally([]) == {}
+
+
+def test_the_report_says_the_fields_left_out():
+    report = IngestReport("orders", discarded_fields={"full_name": 2, "coupon": 1})
+    assert "0 quarantined, new fields left out: coupon 1, full_name 2, schema v0" in \
+        report.summary()
+    assert "left out" not in IngestReport("orders").summary()
+    assert report.as_dict()["discarded_fields"] == {"full_name": 2, "coupon": 1}
