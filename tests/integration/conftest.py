@@ -110,19 +110,38 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_airflow(stack_env, tmp_path_factory):
+    """The local Airflow shared by the files marked `airflow_shared.MARK` (see there): started
+    when the first of them needs it, stopped at the session's end."""
+    from .airflow_shared import started
+
+    with started(stack_env, tmp_path_factory.mktemp("shared-airflow")) as shared:
+        yield shared
+
+
 #: The slowest test files, slowest first (`make test-integration` prints the 25 slowest steps):
-#: with the files spread over two processes (pytest-xdist, --dist loadfile), those started last
-#: would leave one process working alone at the end.
-SLOW_FIRST = ("test_cluster.py", "test_fleet.py", "test_outages.py", "test_airflow.py",
-              "test_airflow_avro.py", "test_ui.py", "test_ui_quarantine.py", "test_alerts.py",
-              "test_crash.py", "test_tls.py", "test_warm.py", "test_secrets.py")
+#: with the work spread over two processes (pytest-xdist), what starts last would leave one
+#: process working alone at the end. The files sharing one Airflow (`airflow_shared`) are one
+#: unit of work together, the longest: first.
+SLOW_FIRST = ("test_airflow.py", "test_airflow_avro.py", "test_ui_quarantine.py",
+              "test_alerts.py", "test_ui_access.py", "test_cluster.py", "test_fleet.py",
+              "test_outages.py", "test_ui.py", "test_crash.py", "test_tls.py", "test_warm.py",
+              "test_secrets.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     """The slow files' tests first (in SLOW_FIRST's order), the others as collected: the same
-    order in every process, as pytest-xdist requires."""
+    order in every process, as pytest-xdist requires. Every test without an ``xdist_group``
+    mark gets its file's name as group: with ``--dist loadgroup`` (`make test-integration`) a
+    file then runs whole in one process, as its module fixtures need, and the files marked
+    `airflow_shared.MARK` run together in one (their session's Airflow)."""
     def rank(item) -> int:
         name = item.path.name
         return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: a file's tests keep their order
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
