@@ -19,8 +19,9 @@ so the next file finds only its own topics (and the permanent `KEEPER`). What th
   REST API);
 * Spark ``local[2]``.
 
-Files that share it carry ``pytest.mark.xdist_group(GROUP)``: a session fixture exists once
-per pytest-xdist worker, so they must run in the same one (``--dist loadgroup``).
+The files that use it are listed in `FILES`: a session fixture exists once per pytest-xdist
+worker, so they must run in the same one (conftest.py's ``pytest_xdist_make_scheduler`` makes
+them one unit of work; a file using it and not listed is refused).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from deltaferry.errors import DeltaferryError
 from deltaferry.paths import TopicPaths
 from deltaferry_dev import REPO_ROOT
@@ -46,10 +45,12 @@ from deltaferry_dev.stack.process import free_ports
 from .per_dag_auth import ACCESS_FILE_VAR
 from .test_tls import mutual_tls_options
 
-#: The pytest-xdist group of the files sharing the Airflow.
-GROUP = "airflow"
-#: The mark those files carry.
-MARK = pytest.mark.xdist_group(GROUP)
+#: The test files using the shared Airflow.
+FILES = ("test_airflow.py", "test_airflow_avro.py", "test_alerts.py", "test_ui_access.py",
+         "test_ui_quarantine.py")
+#: Their unit of work for pytest-xdist (the scope name of tests/integration/conftest.py's
+#: scheduler).
+GROUP = "shared-airflow"
 ZONE = "Asia/Kolkata"
 READER = "reader"
 #: A topic always in the topics file: its DAG (never scheduled, paused) names the DAG file to

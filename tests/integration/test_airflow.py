@@ -16,11 +16,10 @@ from deltaferry.kafka import create_topic, produce
 from deltaferry.schema.store import SchemaStore
 from deltaferry_dev.airflow.rest import follow, wait_until
 
-from . import airflow_shared
 from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state
 
-pytestmark = [pytest.mark.integration, airflow_shared.MARK]
+pytestmark = pytest.mark.integration
 
 BAD_ENTRY = "broken_schedule"
 

@@ -18,11 +18,10 @@ import pytest
 from deltaferry.kafka import create_topic, produce
 from deltaferry_dev.airflow.rest import wait_until
 
-from . import airflow_shared
 from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run
 
-pytestmark = [pytest.mark.integration, airflow_shared.MARK]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

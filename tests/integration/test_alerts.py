@@ -28,9 +28,7 @@ from deltaferry.kafka import create_topic, produce
 from deltaferry_dev.airflow.rest import follow, wait_until
 from deltaferry_dev.receiver import LINEAGE_PATH, WebhookReceiver
 
-from . import airflow_shared
-
-pytestmark = [pytest.mark.integration, airflow_shared.MARK]
+pytestmark = pytest.mark.integration
 
 CLI = str(Path(sys.executable).parent / "deltaferry")
 ENTRY = """  - name: {name}

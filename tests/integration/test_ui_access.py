@@ -14,11 +14,10 @@ from deltaferry.kafka import create_topic
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import wait_until
 
-from . import airflow_shared
 from .airflow_shared import KEEPER, READER
 from .test_ui import browser, text_of  # noqa: F401 - the browser fixture
 
-pytestmark = [pytest.mark.integration, airflow_shared.MARK]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,11 @@ from deltaferry.kafka import create_topic, produce
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import AirflowClient, wait_until
 
-from . import airflow_shared
 from .airflow_shared import READER, ZONE
 from .test_ui import browser, run_to_success, shot, text_of  # noqa: F401 - the browser fixture
 from .test_ui_access import sign_in
 
-pytestmark = [pytest.mark.integration, airflow_shared.MARK]
+pytestmark = pytest.mark.integration
 
 #: Values longer than this are quarantined, until the topics file raises it.
 SMALL = 128
