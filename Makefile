@@ -80,12 +80,14 @@ docs: setup
 
 # The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
 # Two processes (pytest-xdist), a test file at a time each, so a file's module fixtures (its
-# Airflow, a stack part it stops) stay in one process; the slowest files start first
-# (tests/integration/conftest.py). INTEGRATION_WORKERS=1 runs them one after another.
+# Airflow, a stack part it stops) stay in one process; the files sharing one Airflow
+# (tests/integration/airflow_shared.py) go to one process together (conftest.py's scheduler).
+# The slowest start first, in conftest.py's order (--no-loadscope-reorder: xdist would
+# otherwise start the files with the most tests first). INTEGRATION_WORKERS=1 runs them one after another.
 INTEGRATION_WORKERS ?= 2
 test-integration: setup
 	scripts/ensure-browser.sh
-	$(BIN)/pytest tests/integration -q -m integration --durations=25 -n $(INTEGRATION_WORKERS) --dist loadfile
+	$(BIN)/pytest tests/integration -q -m integration --durations=25 -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder
 
 demo: setup
 	$(BIN)/python -m deltaferry_dev.demo

@@ -110,19 +110,60 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_airflow(stack_env, tmp_path_factory):
+    """The local Airflow shared by the files marked `airflow_shared.MARK` (see there): started
+    when the first of them needs it, stopped at the session's end."""
+    from .airflow_shared import started
+
+    with started(stack_env, tmp_path_factory.mktemp("shared-airflow")) as shared:
+        yield shared
+
+
 #: The slowest test files, slowest first (`make test-integration` prints the 25 slowest steps):
-#: with the files spread over two processes (pytest-xdist, --dist loadfile), those started last
-#: would leave one process working alone at the end.
-SLOW_FIRST = ("test_cluster.py", "test_fleet.py", "test_outages.py", "test_airflow.py",
-              "test_airflow_avro.py", "test_ui.py", "test_ui_quarantine.py", "test_alerts.py",
-              "test_crash.py", "test_tls.py", "test_warm.py", "test_secrets.py")
+#: with the work spread over two processes (pytest-xdist), what starts last would leave one
+#: process working alone at the end. The files sharing one Airflow (`airflow_shared.FILES`) are
+#: one unit of work together, the longest: first.
+SLOW_FIRST = ("test_airflow.py", "test_airflow_avro.py", "test_ui_quarantine.py",
+              "test_alerts.py", "test_ui_access.py", "test_cluster.py", "test_fleet.py",
+              "test_outages.py", "test_ui.py", "test_crash.py", "test_tls.py", "test_warm.py",
+              "test_secrets.py")
 
 
 def pytest_collection_modifyitems(items):
     """The slow files' tests first (in SLOW_FIRST's order), the others as collected: the same
-    order in every process, as pytest-xdist requires."""
+    order in every process, as pytest-xdist requires. A test outside `airflow_shared.FILES`
+    that uses the shared Airflow is refused (its file would get a second one in another
+    process)."""
+    from .airflow_shared import FILES
+
     def rank(item) -> int:
         name = item.path.name
         return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: a file's tests keep their order
+    strays = sorted({i.path.name for i in items
+                     if "shared_airflow" in getattr(i, "fixturenames", ())} - set(FILES))
+    if strays:
+        raise pytest.UsageError(f"{', '.join(strays)} use(s) shared_airflow: add them to "
+                                "tests/integration/airflow_shared.py FILES")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadfile`` (`make test-integration`), pytest-xdist's file by file
+    scheduling, except that the files sharing one Airflow (`airflow_shared.FILES`) are one unit
+    of work together: one process runs them, so they get one Airflow (a session fixture exists
+    once per process). (``--dist loadgroup`` with ``xdist_group`` marks would say the same,
+    but pytest-xdist 3.8 does not group under pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    from .airflow_shared import FILES, GROUP
+
+    class SharedAirflowScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return GROUP if scope.rsplit("/", 1)[-1] in FILES else scope
+
+    return SharedAirflowScheduling(config, log)

@@ -3,8 +3,9 @@
 Airflow's SimpleAuthManager gives every user a role for all DAGs; deployments that restrict a
 user to some DAGs use an auth manager that can (FAB's roles, Keycloak). This one is the simple
 one with that ability added, the way Airflow documents extending an auth manager: users named
-in ``DELTAFERRY_TEST_DAG_ACCESS`` (a JSON object, user -> list of DAG ids) may read only those
-DAGs; everyone else is as SimpleAuthManager decides. The api-server loads it from
+in the JSON file ``DELTAFERRY_TEST_DAG_ACCESS_FILE`` names (an object, user -> list of DAG ids)
+may read only those DAGs; everyone else is as SimpleAuthManager decides. The file is read at
+each question, so a test can change who reads what in a running Airflow (`airflow_shared`). The api-server loads it from
 ``AIRFLOW__CORE__AUTH_MANAGER``; deltaferry's pages ask it through `is_authorized_dag` as they
 ask any auth manager.
 """
@@ -16,7 +17,7 @@ import os
 
 from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 
-ACCESS_VAR = "DELTAFERRY_TEST_DAG_ACCESS"
+ACCESS_FILE_VAR = "DELTAFERRY_TEST_DAG_ACCESS_FILE"
 
 
 class PerDagAuthManager(SimpleAuthManager):
@@ -24,7 +25,8 @@ class PerDagAuthManager(SimpleAuthManager):
 
     @staticmethod
     def _allowed(username: str) -> set[str] | None:
-        listed = json.loads(os.environ.get(ACCESS_VAR) or "{}").get(username)
+        with open(os.environ[ACCESS_FILE_VAR], encoding="utf-8") as access:
+            listed = json.load(access).get(username)
         return None if listed is None else set(listed)
 
     def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:

@@ -1,23 +1,20 @@
 """End to end through a real Airflow, as users run it: the project's launcher starts the
-api-server, scheduler, dag-processor and triggerer (SQLite, LocalExecutor) on a free port; the
-topic's DAG must load in the dag-processor (only the deliberately bad entry is an import
-error); unpausing it lets the *scheduler* run it; a run triggered through the REST API with
+api-server, scheduler, dag-processor and triggerer (SQLite, LocalExecutor) on a free port (the
+Airflow shared with other files, `airflow_shared`: the tasks reach Kafka through its
+``kafka_default`` connection); the topic's DAG must load in the dag-processor (only the
+deliberately bad entry is an import error); unpausing it lets the *scheduler* run it; a run triggered through the REST API with
 {"reinfer": true} brings in new fields; a run with nothing new skips every step without
 starting Spark. The table is checked with Spark and with delta-rs after each run."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
 
 from deltaferry.kafka import create_topic, produce
-from deltaferry.paths import TopicPaths
 from deltaferry.schema.store import SchemaStore
-from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import follow, wait_until
-from deltaferry_dev.stack.process import free_ports
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state
@@ -43,26 +40,14 @@ def second_events():
 
 
 @pytest.fixture(scope="module")
-def airflow(stack_env, kafka_bootstrap, tmp_path_factory):
-    """A running local Airflow on a free, non-default port, its topics file holding one real
-    topic (no retries: a failure fails the test at once) and one bad entry."""
-    folder = tmp_path_factory.mktemp("airflow")
+def airflow(shared_airflow, kafka_bootstrap):
+    """The shared Airflow hosting one real topic (no retries: a failure fails the test at
+    once) and one bad entry."""
     topic = f"airflow-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
-    topics_file = folder / "topics.yaml"
-    topics_file.write_text(f"topics:\n  - name: {topic}\n    retries: 0\n"
-                           f"  - name: {BAD_ENTRY}\n    schedule: every hour\n")
-    warehouse = folder / "warehouse"
-    (port,) = free_ports(1)
-    env = {**stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "DELTAFERRY_TOPICS": str(topics_file), "DELTAFERRY_WAREHOUSE": str(warehouse),
-           "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port)}
-    running = services.up(folder / "home", env={**os.environ, **env})
-    try:
-        assert running.port == port
-        yield running, topic, TopicPaths.for_topic(str(warehouse), topic)
-    finally:
-        services.down(folder / "home")
+    with shared_airflow.hosting(f"  - name: {topic}\n    retries: 0\n"
+                                f"  - name: {BAD_ENTRY}\n    schedule: every hour\n"):
+        yield shared_airflow.running, topic, shared_airflow.paths(topic)
 
 
 def finished_run(client, dag_id, run_id):

@@ -7,65 +7,37 @@ scheduler runs the DAG on messages of two registry versions (DynamicSchemaProduc
 framed message and a tombstone; a run triggered after a third version appeared brings in its
 field. The table is checked with Spark and delta-rs; the infer task's XCom is the registry's
 report. A protobuf topic (confluent-kafka's ProtobufSerializer, two versions) runs through the
-same scheduler. One Airflow (module fixture) serves every check."""
+same scheduler. The Airflow shared with other files (`airflow_shared`) serves every check."""
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 
 import pytest
 
 from deltaferry.kafka import create_topic, produce
-from deltaferry.paths import TopicPaths
-from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import wait_until
-from deltaferry_dev.stack.process import free_ports
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run
-from .test_tls import mutual_tls_options
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def avro_airflow(stack_env, kafka_bootstrap, schema_registry_url, tmp_path_factory):
-    """A running local Airflow whose topics file holds one avro topic (no retries), Kafka and
-    the registry given only as the Airflow connections kafka_default (mutual TLS) and
-    schema_registry_default (HTTPS)."""
-    folder = tmp_path_factory.mktemp("airflow-avro")
+def avro_airflow(shared_airflow, kafka_bootstrap):
+    """The shared Airflow (Kafka and the registry given only as its connections kafka_default,
+    mutual TLS, and schema_registry_default, HTTPS) hosting one avro and one protobuf topic (no
+    retries)."""
     topic = f"avro-airflow-{uuid.uuid4().hex[:10]}"
     proto_topic = f"proto-airflow-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
     create_topic(kafka_bootstrap, proto_topic, partitions=2)
-    topics_file = folder / "topics.yaml"
-    topics_file.write_text(f"topics:\n  - name: {topic}\n    format: avro\n    retries: 0\n"
-                           f"  - name: {proto_topic}\n    format: protobuf\n"
-                           f"    message: shop.Order\n    retries: 0\n")
-    warehouse = folder / "warehouse"
-    (port,) = free_ports(1)
-    env = {k: v for k, v in {**os.environ, **stack_env}.items()
-           if not k.startswith(("DELTAFERRY_SCHEMA_REGISTRY", "DELTAFERRY_KAFKA",
-                                "DELTAFERRY_TLS"))}
-    env.update({
-        "DELTAFERRY_TOPICS": str(topics_file),
-        "DELTAFERRY_WAREHOUSE": str(warehouse), "DELTAFERRY_SPARK_MASTER": "local[2]",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {
-            "bootstrap.servers": stack_env["DELTAFERRY_KAFKA_SSL_BOOTSTRAP"],
-            **mutual_tls_options(stack_env)}}),
-        "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps({"conn_type": "http", "extra": {
-            "url": stack_env["DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL"],
-            "ca_bundle": stack_env["DELTAFERRY_TLS_CA_FILE"]}}),
-    })
-    running = services.up(folder / "home", env=env)
-    try:
-        yield (running, topic, TopicPaths.for_topic(str(warehouse), topic), proto_topic,
-               TopicPaths.for_topic(str(warehouse), proto_topic))
-    finally:
-        services.down(folder / "home")
+    with shared_airflow.hosting(f"  - name: {topic}\n    format: avro\n    retries: 0\n"
+                                f"  - name: {proto_topic}\n    format: protobuf\n"
+                                f"    message: shop.Order\n    retries: 0\n"):
+        yield (shared_airflow.running, topic, shared_airflow.paths(topic), proto_topic,
+               shared_airflow.paths(proto_topic))
 
 
 def first_scheduled_run(client, dag_id: str) -> dict:

@@ -1,7 +1,8 @@
 """Alerts end to end: a topic with ``max_quarantined_ratio: 0.05`` gets 20 % bad messages.
 
-Through a real Airflow (the project's launcher, one instance for both cases) whose
-``alerts_hook`` connection is a local webhook: with action warn the run succeeds and the
+Through a real Airflow (the project's launcher; the one shared with other files,
+`airflow_shared`) whose ``alerts_hook`` connection, defined through its REST API, is a local
+webhook: with action warn the run succeeds and the
 webhook gets exactly one POST naming the topic and the threshold; with action fail the ingest
 task fails after the webhook got the alert, and its result still carries it. Through
 `deltaferry run`: with action fail the exit status is 3 and stderr's last line names the
@@ -24,10 +25,8 @@ from pathlib import Path
 import pytest
 
 from deltaferry.kafka import create_topic, produce
-from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import follow, wait_until
 from deltaferry_dev.receiver import LINEAGE_PATH, WebhookReceiver
-from deltaferry_dev.stack.process import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -47,30 +46,19 @@ def one_in_five_bad(n: int = 10):
 
 
 @pytest.fixture(scope="module")
-def airflow(stack_env, kafka_bootstrap, tmp_path_factory):
-    """A running local Airflow whose topics file holds a warn topic and a fail topic (both
-    with 20 % bad messages produced) and whose ``alerts_hook`` connection is a local webhook."""
-    folder = tmp_path_factory.mktemp("alerts")
+def airflow(shared_airflow, kafka_bootstrap):
+    """The shared Airflow hosting a warn topic and a fail topic (both with 20 % bad messages
+    produced), its ``alerts_hook`` connection defined through the REST API as the webhook of
+    its receiver (which also gets its OpenLineage events)."""
     names = {action: f"alerts-{action}-{uuid.uuid4().hex[:8]}" for action in ("warn", "fail")}
     for name in names.values():
         create_topic(kafka_bootstrap, name, partitions=1)
         produce(kafka_bootstrap, name, one_in_five_bad())
-    topics_file = folder / "topics.yaml"
-    topics_file.write_text("topics:\n" + "".join(ENTRY.format(name=name, action=action)
-                                                   for action, name in names.items()))
-    (port,) = free_ports(1)
-    with WebhookReceiver() as receiver:
-        env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-               "DELTAFERRY_TOPICS": str(topics_file),
-               "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
-               "DELTAFERRY_SPARK_MASTER": "local[2]", "AIRFLOW__API__PORT": str(port),
-               "AIRFLOW_CONN_ALERTS_HOOK": json.dumps(receiver.connection()),
-               "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(receiver.lineage_transport())}
-        running = services.up(folder / "home", env=env)
-        try:
-            yield running, names, receiver
-        finally:
-            services.down(folder / "home")
+    receiver = shared_airflow.receiver
+    shared_airflow.client().set_connection("alerts_hook", receiver.connection())
+    with shared_airflow.hosting("".join(ENTRY.format(name=name, action=action)
+                                        for action, name in names.items())):
+        yield shared_airflow.running, names, receiver
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +142,10 @@ def lineage_event(receiver: WebhookReceiver, dag_id: str, task_id: str,
 
 
 def test_the_runs_emit_openlineage_events_from_the_topic_to_the_table(airflow, runs, stack_env,
-                                                                      kafka_bootstrap):
+                                                                      shared_airflow):
     running, names, receiver = airflow
     client = running.client()
-    warehouse = (running.home.parent / "warehouse").resolve()
+    warehouse = shared_airflow.warehouse.resolve()
     for action, topic in names.items():
         dag_id = f"ingest_{topic}"
         finished(client, topic, runs[action])
@@ -165,7 +153,9 @@ def test_the_runs_emit_openlineage_events_from_the_topic_to_the_table(airflow, r
         event = wait_until(partial(lineage_event, receiver, dag_id, "ingest", ending), 60,
                            interval=0.5, what=f"the {ending} event of {dag_id}.ingest")
         (source,) = event["inputs"]
-        assert (source["namespace"], source["name"]) == (f"kafka://{kafka_bootstrap}", topic)
+        # the brokers the tasks read from: the shared Airflow's kafka_default connection's
+        assert (source["namespace"], source["name"]) == (
+            f"kafka://{shared_airflow.task_bootstrap}", topic)
         assert source["inputFacets"]["inputStatistics"]["rowCount"] == 10
         table, quarantine = event["outputs"]
         assert (table["namespace"], table["name"]) == ("file", str(warehouse / topic / "table"))

@@ -1,54 +1,34 @@
 """Per-DAG access to deltaferry's pages, in a real browser against a real Airflow: a user who
 may read one topic's DAG and not another's (an auth manager with per-DAG access,
 `per_dag_auth`) sees only that topic on the topics page and is refused the other topic's pages
-when asking for them by address; the admin sees both."""
+when asking for them by address; the admin sees both. The Airflow is the one shared with
+other files (`airflow_shared`)."""
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 
 import pytest
 
 from deltaferry.kafka import create_topic
-from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import wait_until
-from deltaferry_dev.stack.process import free_ports
 
-from .per_dag_auth import ACCESS_VAR
+from .airflow_shared import KEEPER, READER
 from .test_ui import browser, text_of  # noqa: F401 - the browser fixture
 
 pytestmark = pytest.mark.integration
-READER = "reader"
 
 
 @pytest.fixture(scope="module")
-def access_airflow(stack_env, tmp_path_factory):
-    """An Airflow whose user `reader` may read the DAG of topic `mine` only."""
-    folder = tmp_path_factory.mktemp("access")
+def access_airflow(shared_airflow, stack_env):
+    """The shared Airflow, whose user `reader` may read the DAG of topic `mine` only."""
     mine, theirs = (f"acl-{uuid.uuid4().hex[:8]}" for _ in range(2))
     for topic in (mine, theirs):
         create_topic(stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, partitions=1)
-    topics_file = folder / "topics.yaml"
-    topics_file.write_text(f"topics:\n  - name: {mine}\n  - name: {theirs}\n")
-    (port,) = free_ports(1)
-    env = {**os.environ, **stack_env, "DELTAFERRY_TOPICS": str(topics_file),
-           "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"), "AIRFLOW__API__PORT": str(port),
-           "AIRFLOW__CORE__AUTH_MANAGER": "tests.integration.per_dag_auth.PerDagAuthManager",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{services.USER}:admin,{READER}:viewer",
-           ACCESS_VAR: json.dumps({READER: [f"ingest_{mine}"]}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                       os.environ.get("PYTHONPATH")]))}
-    running = services.up(folder / "home", env=env)
-    try:
-        client = running.client()
-        wait_until(lambda: client.dag(f"ingest_{mine}") and client.dag(f"ingest_{theirs}"),
-                   180, what="both DAGs parsed")
-        yield running, mine, theirs
-    finally:
-        services.down(folder / "home")
+    with shared_airflow.hosting(f"  - name: {mine}\n  - name: {theirs}\n",
+                                access={READER: [f"ingest_{mine}"]}):
+        yield shared_airflow.running, mine, theirs
 
 
 def sign_in(browser, running, user: str) -> None:  # noqa: F811 - the fixture's browser
@@ -91,6 +71,6 @@ def test_a_user_sees_only_the_topics_whose_dags_they_may_read(access_airflow, br
     browser.get(f"{running.url}/deltaferry/dags/ingest_{theirs}/health")
     assert "Not allowed" in text_of(browser, "body")
     sign_in(browser, running, services.USER)
-    assert listed(browser, running) == {mine, theirs}
+    assert listed(browser, running) == {mine, theirs, KEEPER}  # KEEPER: the shared Airflow's
     browser.get(f"{running.url}/deltaferry/topics/{theirs}/schema")
     assert "Not allowed" not in text_of(browser, "body")

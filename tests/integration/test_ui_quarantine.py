@@ -1,7 +1,8 @@
 """The quarantine page as a search tool, its replay button, and the pages in Airflow's look, in
 a real browser against a real Airflow.
 
-One Airflow (the project's launcher) whose ``[core] default_timezone`` is Asia/Kolkata (IST,
+One Airflow (the project's launcher; the one shared with other files, `airflow_shared`) whose
+``[core] default_timezone`` is Asia/Kolkata (IST,
 UTC+05:30, never summer time) and whose auth manager restricts a second user, ``reader``
 (Airflow's viewer role: may read, may not trigger), to the topic's DAG. A JSON topic with a
 small ``max_value_bytes`` is ingested by the scheduler: three values too large, twelve that are
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import uuid
 from datetime import datetime, timedelta
@@ -30,19 +30,15 @@ import httpx
 import pytest
 
 from deltaferry.kafka import create_topic, produce
-from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.airflow import services
 from deltaferry_dev.airflow.rest import AirflowClient, wait_until
-from deltaferry_dev.stack.process import free_ports
 
-from .per_dag_auth import ACCESS_VAR
+from .airflow_shared import READER, ZONE
 from .test_ui import browser, run_to_success, shot, text_of  # noqa: F401 - the browser fixture
 from .test_ui_access import sign_in
 
 pytestmark = pytest.mark.integration
 
-READER = "reader"
-ZONE = "Asia/Kolkata"
 #: Values longer than this are quarantined, until the topics file raises it.
 SMALL = 128
 LONG_KEY = "customer-0042-eu-west-1a"
@@ -62,43 +58,27 @@ def messages():
     yield "bin", BINARY                                   # not UTF-8: stays
 
 
-def topics_text(topic: str, max_value_bytes: int) -> str:
-    return f"topics:\n  - name: {topic}\n    retries: 0\n    max_value_bytes: {max_value_bytes}\n"
+def topic_entry(topic: str, max_value_bytes: int) -> str:
+    return f"  - name: {topic}\n    retries: 0\n    max_value_bytes: {max_value_bytes}\n"
 
 
 @pytest.fixture(scope="module")
-def quarantine_airflow(stack_env, tmp_path_factory):
-    """An Airflow in IST whose reader may read the topic's DAG and not trigger it; the topic's
-    first run done by the scheduler."""
-    folder = tmp_path_factory.mktemp("uiq")
+def quarantine_airflow(shared_airflow, stack_env):
+    """The shared Airflow (in IST) hosting the topic, whose reader may read the topic's DAG and
+    not trigger it; the topic's first run done by the scheduler."""
     topic = f"uiq-{uuid.uuid4().hex[:8]}"
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
     create_topic(bootstrap, topic, partitions=2)
-    topics_file = folder / "topics.yaml"
-    topics_file.write_text(topics_text(topic, SMALL))
-    warehouse = folder / "warehouse"
-    (port,) = free_ports(1)
-    env = {**os.environ, **stack_env, "DELTAFERRY_TOPICS": str(topics_file),
-           "DELTAFERRY_WAREHOUSE": str(warehouse), "DELTAFERRY_SPARK_MASTER": "local[2]",
-           "AIRFLOW__API__PORT": str(port), "AIRFLOW__CORE__DEFAULT_TIMEZONE": ZONE,
-           "AIRFLOW__CORE__AUTH_MANAGER": "tests.integration.per_dag_auth.PerDagAuthManager",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{services.USER}:admin,{READER}:viewer",
-           ACCESS_VAR: json.dumps({READER: [f"ingest_{topic}"]}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                       os.environ.get("PYTHONPATH")]))}
-    running = services.up(folder / "home", env=env)
-    try:
+    dag_id = f"ingest_{topic}"
+    with shared_airflow.hosting(topic_entry(topic, SMALL), access={READER: [dag_id]}):
+        running = shared_airflow.running
         client = running.client()
-        dag_id = f"ingest_{topic}"
-        wait_until(lambda: client.dag(dag_id), 180, what=f"{dag_id} parsed")
         produce(bootstrap, topic, list(messages()))
         client.set_paused(dag_id, False)
         scheduled = wait_until(lambda: client.runs(dag_id), 120, interval=1.0,
                                what="a scheduled run")[0]
         run_to_success(client, dag_id, scheduled["dag_run_id"])
-        yield running, topic, topics_file, warehouse, folder / "home"
-    finally:
-        services.down(folder / "home")
+        yield running, topic, shared_airflow, shared_airflow.warehouse, running.home
 
 
 def read(uri) -> list[dict]:
@@ -348,7 +328,7 @@ def test_the_dag_page_tabs_fit_one_line_at_1400_px(quarantine_airflow, browser):
 def test_replay_from_the_page_lands_what_now_parses(quarantine_airflow, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
 
-    running, topic, topics_file, warehouse, home = quarantine_airflow
+    running, topic, shared, warehouse, home = quarantine_airflow
     dag_id = f"ingest_{topic}"
     client = running.client()
     base = f"{running.url}/deltaferry/topics/{topic}/quarantine"
@@ -372,7 +352,7 @@ def test_replay_from_the_page_lands_what_now_parses(quarantine_airflow, browser)
     runs_before = len(client.runs(dag_id))
 
     # the fix: the topic takes larger values; the admin replays two of the three large ones
-    topics_file.write_text(topics_text(topic, 2**20))
+    shared.add_topics(topic_entry(topic, 2**20))
     sign_in(browser, running, services.USER)
     browser.get(f"{base}?reason={TOO_LARGE.replace(' ', '+')}&key=big-")
     assert text_of(browser, "#replay-button") == "Replay 2 message(s)…"
