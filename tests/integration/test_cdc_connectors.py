@@ -1,0 +1,291 @@
+"""`cdc: debezium` topics of the MySQL, SQL Server and Oracle connectors, each with its own
+``source`` block as the connector writes it (Debezium's SourceInfoStructMakers and connector
+docs), through the JsonConverter with and without schemas, on the real broker and one Spark
+session: a snapshot, a key updated by two transactions within one second (MySQL's binlog time
+has one-second resolution), an older copy of the first redelivered after them (a higher Kafka
+offset), and, over later runs, the log rotating (``mysql-bin.000009`` to ``.000010``, and
+``999999`` to ``1000000``, which compares wrong as text; Oracle SCNs across a digit more and
+past 2^64) with old events redelivered. The table must keep each key's newest row by the
+connector's own position, read back by Spark, delta-rs and Polars. A connector deltaferry does
+not know fails the run naming ``sequence_by``; with it, the named fields order the topic."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from deltaferry.errors import ConfigError
+from deltaferry.kafka import produce
+from deltaferry.pipeline import run_step
+from deltaferry_dev.debezium_events import (
+    BASE_TS_MS,
+    Event,
+    customer,
+    expected_rows,
+    messages,
+    mysql_event,
+    oracle_event,
+    sqlserver_event,
+)
+
+from .readers import assert_readers_agree
+from .test_cdc import table_state, typed
+from .test_pipeline import context
+
+pytestmark = pytest.mark.integration
+
+T = BASE_TS_MS  # 2026-01-01T00:00:00Z, a whole second
+S = 1000  # one second
+
+
+def mysql_runs(connector: str = "mysql") -> list[list[Event]]:
+    """Three runs of a MySQL topic (`connector` mariadb: the same binlog shape)."""
+    def ev(op, key, file_no, pos, row, ts, version=None, before=None, gtid=None):
+        after = customer(key, version) if version is not None else None
+        return mysql_event(op, key, file_no, pos, row, ts, gtid=gtid, connector=connector,
+                           after=after, before=customer(key, before) if before is not None
+                           else None)
+
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    tx_a = ev("u", 1, 9, 2000, 0, T + 2 * S, 1, 0, gtid=f"{uuid}:10")
+    tx_b = ev("u", 1, 9, 2600, 0, T + 2 * S, 2, 1, gtid=f"{uuid}:11")  # the same second
+    snapshot = [ev("r", k, 9, 154, 0, T, 0) for k in (1, 2, 3)]
+    old_4 = ev("u", 4, 999999, 500, 0, T + 5 * S, 3, 1)
+    return [
+        [*snapshot,
+         ev("c", 4, 9, 1000, 0, T + S, 0),
+         tx_a, tx_b,
+         ev("d", 2, 9, 3000, 0, T + 3 * S, before=0),
+         # one UPDATE statement changing two rows: one binlog event, rows 0 and 1
+         ev("u", 3, 9, 3500, 0, T + 3 * S, 1, 0), ev("u", 4, 9, 3500, 1, T + 3 * S, 1, 0),
+         tx_a],  # redelivered after a Kafka Connect restart: older, at a higher offset
+        [ev("u", 3, 10, 154, 0, T + 4 * S, 2, 1),  # the binlog rotated
+         tx_a, snapshot[1], tx_b,  # redelivered: older than 1's row, than 2's delete; the same
+         old_4, ev("u", 4, 1000000, 4, 0, T + 6 * S, 4, 3)],  # rotated past 999999
+        [old_4, tx_a, ev("u", 3, 10, 154, 0, T + 4 * S, 2, 1)],  # all redelivered
+    ]
+
+
+def sqlserver_runs() -> list[list[Event]]:
+    def ev(op, key, commit, change, serial, ts, version=None, before=None):
+        return sqlserver_event(op, key, commit, change, serial, ts,
+                               after=customer(key, version) if version is not None else None,
+                               before=customer(key, before) if before is not None else None)
+
+    tx_a = ev("u", 1, (0x27, 0xac0, 0x7), (0x27, 0xac0, 0x2), 2, T + 2 * S, 1, 0)
+    tx_b = ev("u", 1, (0x27, 0xdb0, 0x7), (0x27, 0xdb0, 0x5), 2, T + 2 * S, 2, 1)
+    snapshot = [ev("r", k, (0x25, 0xd98, 0xa2), None, None, T, 0) for k in (1, 2, 3, 4)]
+    return [
+        [*snapshot, tx_a, tx_b,
+         ev("d", 2, (0x28, 0x10, 0x3), (0x28, 0x10, 0x2), 1, T + 3 * S, before=0),
+         # two changes of 4 in one transaction: one commit LSN, their own change LSNs
+         ev("u", 4, (0x28, 0x40, 0x9), (0x28, 0x40, 0x2), 2, T + 3 * S, 1, 0),
+         ev("u", 4, (0x28, 0x40, 0x9), (0x28, 0x40, 0x6), 2, T + 3 * S, 2, 1),
+         tx_a],
+        [ev("u", 3, (0xff, 0xfffffff0, 0x3), (0xff, 0xfffffff0, 0x2), 2, T + 4 * S, 1, 0),
+         ev("u", 3, (0x100, 0x8, 0x2), (0x100, 0x8, 0x1), 2, T + 5 * S, 2, 1),
+         tx_a, snapshot[1], tx_b],
+    ]
+
+
+def oracle_runs() -> list[list[Event]]:
+    def ev(op, key, scn, commit, ts, version=None, before=None, tx=None, ssn=0):
+        return oracle_event(op, key, scn, commit, ts, tx=tx, ssn=ssn,
+                            after=customer(key, version) if version is not None else None,
+                            before=customer(key, before) if before is not None else None)
+
+    tx_a = ev("u", 1, 999997, 999998, T + 2 * S, 1, 0, tx="6.28.808")
+    # "1000001" < "999997" as text
+    tx_b = ev("u", 1, 1000001, 1000002, T + 2 * S, 2, 1, tx="6.29.810")
+    snapshot = [ev("r", k, 999990, None, T, 0) for k in (1, 2, 3, 4)]
+    big = 2**64 + 10  # an SCN past any 64-bit integer
+    return [
+        [*snapshot, tx_a, tx_b,
+         ev("d", 2, 1000010, 1000011, T + 3 * S, before=0, tx="6.30.811"),
+         # one transaction, one SCN: the SQL sequence numbers order its two changes of 4
+         ev("u", 4, 1000020, 1000021, T + 3 * S, 1, 0, tx="6.31.812", ssn=0),
+         ev("u", 4, 1000020, 1000021, T + 3 * S, 2, 1, tx="6.31.812", ssn=1),
+         tx_a],
+        [ev("u", 3, big, big + 1, T + 4 * S, 1, 0, tx="7.1.900"),
+         tx_a, snapshot[1], tx_b],
+    ]
+
+
+def positions(event: Event) -> list[Decimal]:
+    return [Decimal(n) for n in event.position]
+
+
+def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> None:
+    """Each live key's row is its newest event's (by the connector's own log), with that
+    event's position; the readers agree."""
+    expected = expected_rows(events)
+    actual = table_state(spark, ctx.paths.table)
+    assert sorted(actual) == sorted(expected), ctx.topic.name
+    for key, event in expected.items():
+        row = actual[key]
+        assert event.after is not None
+        assert {k: row[k] for k in typed(event.after, wrapped)} == \
+            typed(event.after, wrapped), (ctx.topic.name, key)
+        assert (row["__op"], row["__source_ts_ms"], row["__source_lsn"]) == \
+            (event.op, event.ts_ms, None), (ctx.topic.name, key)
+        assert row["__source_position"] == positions(event), (ctx.topic.name, key)
+    assert_readers_agree(spark, ctx.paths.table)
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
+def test_each_connector_orders_a_keys_changes_by_its_own_log(
+        spark, kafka_bootstrap, new_topic, tmp_path, wrapped):
+    # (runs, the stale events each run must count: older than, or the same as, an earlier
+    # event of their key in the batch or the table's row; an older one followed by a newer
+    # event of its key in the batch is not counted, the newer one replaces it)
+    cases = {"mysql": (mysql_runs(), [1, 2, 3]),
+             "sqlserver": (sqlserver_runs(), [1, 2]),
+             "oracle": (oracle_runs(), [1, 2])}
+    if not wrapped:
+        cases["mariadb"] = (mysql_runs("mariadb")[:2], [1, 2])
+    for connector, (runs, stale) in cases.items():
+        topic = new_topic(f"{connector}.inventory.customers", partitions=2)
+        ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+        events: list[Event] = []
+        for run, stale_count in zip(runs, stale, strict=True):
+            produce(kafka_bootstrap, topic, messages(run, wrapped))
+            run_step("infer", ctx, spark)
+            (report,) = run_step("ingest", ctx, spark)
+            events += run
+            assert_connector_table(spark, ctx, events, wrapped)
+            assert (report.stale, report.quarantined) == (stale_count, 0), \
+                (connector, report.summary())
+        # the key updated by two transactions within one second holds the second's row
+        row = table_state(spark, ctx.paths.table)[1]
+        assert row["email"] == customer(1, 2).email, connector
+        deletes = spark.read.format("delta").load(ctx.paths.deletes).collect()
+        assert [(r["id"], r["__source_position"]) for r in deletes] == \
+            [(2, positions(next(e for e in runs[0] if e.op == "d")))], connector
+
+
+def other_connector_event(connector: str, key: int, commit: int, change: int, ts: int,
+                          version: int, op: str = "u") -> Event:
+    """An event of a connector deltaferry has no position for (Informix-shaped: its LSNs are
+    plain integers)."""
+    source = {"connector": connector, "schema": "informix", "table": "customers",
+              "begin_lsn": commit - 100,
+              "commit_lsn": commit, "change_lsn": change, "txId": commit}
+    return Event(op, key, None, ts, commit, after=customer(key, version),
+                 source=source, order=(commit, change))
+
+
+def test_an_unknown_connector_needs_sequence_by_and_is_ordered_by_it(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    events = [other_connector_event("informix", 1, 5000, 4990, T, 0, "c"),
+              other_connector_event("informix", 1, 6000, 5990, T, 1),
+              other_connector_event("informix", 1, 7000, 6990, T, 2),
+              other_connector_event("informix", 1, 6000, 5990, T, 1)]  # redelivered
+    bad = json.loads(messages([other_connector_event("informix", 2, 1, 1, T, 0, "c")],
+                              False)[0][1])
+    bad["source"]["commit_lsn"] = "1.5e9"
+    topic = new_topic("informix.customers", partitions=1)
+    produce(kafka_bootstrap, topic, messages(events, False))
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    run_step("infer", ctx, spark)
+    with pytest.raises(ConfigError) as failure:
+        run_step("ingest", ctx, spark)
+    message = str(failure.value)
+    assert "\n" not in message and "'informix'" in message and "sequence_by" in message, message
+    assert spark.read.format("delta").load(ctx.paths.table).count() == 0  # nothing guessed
+
+    # the same topic, ordered by the fields the user names
+    ordered = context(topic, tmp_path / "wh2", kafka_bootstrap, cdc="debezium",
+                      sequence_by=("source.commit_lsn", "source.change_lsn"))
+    produce(kafka_bootstrap, topic, [('{"id": 2}', json.dumps(bad))])
+    run_step("infer", ordered, spark)
+    (report,) = run_step("ingest", ordered, spark)
+    assert (report.stale, report.quarantined) == (1, 1), report.summary()
+    (row,) = spark.read.format("delta").load(ordered.paths.table).collect()
+    assert (row["id"], row["email"], row["__source_position"]) == \
+        (1, customer(1, 2).email, [Decimal(7000), Decimal(6990)])
+    (reason,) = [r["reason"] for r in
+                 spark.read.format("delta").load(ordered.paths.quarantine).collect()]
+    assert "source.commit_lsn" in reason and "'1.5e9'" in reason, reason
+
+
+# Source blocks as each connector documents them (Debezium's connector pages and
+# SourceInfoStructMakers), with the position each must read as, element by element.
+SOURCE_BLOCKS = [
+    ({"connector": "postgresql", "lsn": 24023128, "txId": 555,
+      "sequence": '["24023119","24023128"]'}, [24023128, 24023119], "555"),
+    ({"connector": "postgresql", "lsn": 33227720, "txId": 502, "sequence": None},
+     [33227720, -1], "502"),
+    ({"connector": "postgresql", "lsn": 33227720, "sequence": '[null,"33227720"]'},
+     [33227720, -1], None),
+    ({"connector": "mysql", "file": "mysql-bin.000003", "pos": 570, "row": 0,
+      "server_id": 223344, "gtid": None}, [3, 570, 0], None),
+    ({"connector": "mariadb", "file": "mariadb-bin.1000000", "pos": 4, "row": 2,
+      "gtid": "0-1-42"}, [1000000, 4, 2], "0-1-42"),
+    ({"connector": "sqlserver", "change_lsn": "00000027:00000758:0003",
+      "commit_lsn": "00000027:00000758:0005", "event_serial_no": 1},
+     [0x27, 0x758, 5, 0x27, 0x758, 3, 1], "00000027:00000758:0005"),
+    ({"connector": "sqlserver", "change_lsn": None, "commit_lsn": "00000025:00000d98:00a2",
+      "event_serial_no": None}, [0x25, 0xd98, 0xa2, -1, -1, -1, -1],
+     "00000025:00000d98:00a2"),
+    ({"connector": "oracle", "txId": "6.28.807", "scn": "2122185", "commit_scn": "2122185",
+      "rs_id": "001234.00012345.0124", "ssn": 1},
+     [2122185, 2122185, 0x1234, 0x12345, 0x124, 1], "6.28.807"),
+    ({"connector": "oracle", "scn": "98765432109876543210987654321", "commit_scn": None,
+      "ssn": 0}, [-1, 98765432109876543210987654321, -1, -1, -1, 0], None),
+    ({"connector": "mongodb", "ts_ms": 1558965508000, "ord": 31, "lsid": None,
+      "txnNumber": None}, [1558965508, 31], None),
+    ({"connector": "mongodb", "ts_ms": 1558965508999, "ord": 2,
+      "lsid": '{"id": "abc"}', "txnNumber": 7}, [1558965508, 2], '{"id": "abc"}/7'),
+]
+BAD_BLOCKS = [  # (source, the reason's fragments)
+    ({"connector": "mysql", "file": "mysql-bin", "pos": 5}, ["source.file", "'mysql-bin'"]),
+    ({"connector": "mysql", "file": "mysql-bin.000003"}, ["source.pos", "missing"]),
+    ({"connector": "sqlserver", "commit_lsn": "27:758"}, ["source.commit_lsn", "'27:758'"]),
+    ({"connector": "oracle", "scn": "2.1e6"}, ["source.scn", "'2.1e6'"]),
+    ({"connector": "postgresql", "lsn": -5}, ["source.lsn", "'-5'"]),
+    ({"connector": "mongodb", "ts_ms": 1558965508000, "ord": 1.5}, ["source.ord", "'1.5'"]),
+]
+
+
+def test_each_connectors_source_block_reads_as_its_position(spark):
+    """The position (and transaction) read from each connector's real source block, exactly,
+    with the JsonConverter's schema wrapper or without it; a field that does not read is the
+    event's problem, naming the field and its value; an unknown connector has no position."""
+    from deltaferry.formats.debezium import envelope
+
+    def value(source: dict, wrapped: bool) -> str:
+        payload = {"before": None, "after": {"id": 1}, "op": "u",
+                   "source": {"version": "2.7.4.Final", "ts_ms": 1, **source}}
+        return json.dumps({"schema": {"type": "struct"}, "payload": payload} if wrapped
+                          else payload)
+
+    blocks = [s for s, _, _ in SOURCE_BLOCKS] + [s for s, _ in BAD_BLOCKS] + \
+        [{"connector": "db2", "commit_lsn": "00000000:0000150f:0000000000048fca"}]
+    rows = [(value(s, w), '{"id": 1}') for w in (True, False) for s in blocks]
+    raw = spark.createDataFrame(rows, "raw_value string, kafka_key string")
+    read = envelope(raw).select("__source_position", "__source_tx",
+                                "__position_problem").collect()
+    n = len(blocks)
+    for half in (read[:n], read[n:]):
+        for row, (_, position, transaction) in zip(half, SOURCE_BLOCKS, strict=False):
+            assert row["__source_position"] == [Decimal(p) for p in position], row
+            assert (row["__source_tx"], row["__position_problem"]) == (transaction, None)
+        bad = half[len(SOURCE_BLOCKS):-1]
+        for row, (_, fragments) in zip(bad, BAD_BLOCKS, strict=True):
+            assert row["__source_position"] is None
+            assert all(f in row["__position_problem"] for f in fragments), row
+        unknown = half[-1]
+        assert (unknown["__source_position"], unknown["__position_problem"]) == (None, None)
+    # compared as Spark compares them, the positions keep each log's order
+    ordered = spark.createDataFrame(
+        [(1, "mysql-bin.999999", 900), (2, "mysql-bin.1000000", 4),
+         (3, "mysql-bin.000009", 2000)], "n int, file string, pos long")
+    source = "to_json(named_struct('connector', 'mysql', 'file', file, 'pos', pos, 'row', 0))"
+    events = ordered.selectExpr(
+        "n", f"to_json(named_struct('op', 'u', 'after', named_struct('id', 1), "
+        f"'source', from_json({source}, 'connector string, file string, pos long, "
+        f"row int'))) AS raw_value", "'{\"id\": 1}' AS kafka_key")
+    newest = envelope(events).orderBy("__source_position").select("n").collect()
+    assert [r["n"] for r in newest] == [3, 1, 2]
