@@ -289,3 +289,74 @@ def test_each_connectors_source_block_reads_as_its_position(spark):
         f"row int'))) AS raw_value", "'{\"id\": 1}' AS kafka_key")
     newest = envelope(events).orderBy("__source_position").select("n").collect()
     assert [r["n"] for r in newest] == [3, 1, 2]
+
+
+def delete_and_history_runs() -> list[list[Event]]:
+    """Two runs of a MySQL topic with GTIDs: key 1 updated by two transactions within one
+    second, then deleted with a minimal row image (``before`` only the primary key); key 2
+    deleted without a before image (``before`` null), its old insert redelivered later; key 3
+    updated twice by one transaction split across the two runs."""
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+    def ev(op, key, pos, ts, version, gtid_no, before=None, image=None):
+        return mysql_event(op, key, 9, pos, 0, ts, gtid=f"{uuid}:{gtid_no}",
+                           after=customer(key, version) if version is not None else None,
+                           before=before, extra={"before": image} if image else {})
+
+    minimal = {f: None for f in customer(1).payload()} | {"id": 1}
+    create_2 = ev("c", 2, 200, T, 0, 2)
+    return [
+        [ev("c", 1, 100, T, 0, 1), create_2, ev("c", 3, 300, T, 0, 3),
+         ev("u", 1, 400, T + 2 * S, 1, 4, customer(1)),
+         ev("u", 1, 500, T + 2 * S, 2, 5, customer(1, 1)),  # another transaction, same second
+         ev("u", 3, 600, T + 3 * S, 1, 6, customer(3)),  # transaction 6, its first change
+         ev("d", 2, 700, T + 3 * S, None, 7)],  # no before image
+        [ev("u", 3, 800, T + 3 * S, 2, 6, customer(3, 1)),  # transaction 6, its second
+         ev("d", 1, 900, T + 4 * S, None, 8, image=minimal),
+         create_2],  # redelivered: older than 2's delete
+    ]
+
+
+def at(ms: int | None):
+    from datetime import datetime, timedelta
+
+    return None if ms is None else datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+
+
+def test_deletes_without_a_before_image_and_history_by_transaction(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """A delete with no before image, or only the key's, deletes the key (current) and ends its
+    version (scd2), keyed by the message key; scd2 keeps two transactions sharing a second as
+    two versions in source order, and one transaction's changes split across runs as one."""
+    runs = delete_and_history_runs()
+    current_topic = new_topic("mysql.inventory.deletes", partitions=2)
+    history_topic = new_topic("mysql.inventory.history", partitions=2)
+    current = context(current_topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    history = context(history_topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium",
+                      history="scd2")
+    for n, run in enumerate(runs):
+        for ctx, wrapped in ((current, False), (history, True)):
+            produce(kafka_bootstrap, ctx.topic.name, messages(run, wrapped))
+            run_step("infer", ctx, spark)
+            (report,) = run_step("ingest", ctx, spark)
+            assert report.quarantined == 0, report.summary()
+        if n == 0:
+            assert sorted(table_state(spark, current.paths.table)) == [1, 3]
+    rows = table_state(spark, current.paths.table)
+    assert list(rows) == [3] and rows[3]["email"] == customer(3, 2).email
+    deletes = spark.read.format("delta").load(current.paths.deletes).collect()
+    assert sorted((r["id"], r["__source_position"][1]) for r in deletes) == \
+        [(1, Decimal(900)), (2, Decimal(700))]
+
+    versions = sorted(
+        (r["id"], r["__start_at"], r["__end_at"], r["email"], r["__source_tx"][-2:])
+        for r in spark.read.format("delta").load(history.paths.table).collect())
+    assert versions == [
+        (1, at(T), at(T + 2 * S), customer(1, 0).email, ":1"),
+        (1, at(T + 2 * S), at(T + 2 * S), customer(1, 1).email, ":4"),  # zero-length, kept
+        (1, at(T + 2 * S), at(T + 4 * S), customer(1, 2).email, ":5"),  # ended by the delete
+        (2, at(T), at(T + 3 * S), customer(2, 0).email, ":2"),  # ended by the delete
+        (3, at(T), at(T + 3 * S), customer(3, 0).email, ":3"),
+        (3, at(T + 3 * S), None, customer(3, 2).email, ":6"),  # one version of transaction 6
+    ], versions
+    assert_readers_agree(spark, history.paths.table)
