@@ -359,6 +359,26 @@ AVRO_VALUE_SCHEMA = {
                        {"name": "data_collection_order", "type": "long"}]}],
          "default": None},
     ]}
+#: The MySQL connector's source block as the AvroConverter derives it (`SOURCE_SCHEMAS`).
+AVRO_MYSQL_SOURCE_SCHEMA = {
+    "type": "record", "name": "Source", "namespace": "io.debezium.connector.mysql",
+    "connect.name": "io.debezium.connector.mysql.Source",
+    "fields": [
+        *[f for f in AVRO_SOURCE_SCHEMA["fields"]
+          if f["name"] in ("version", "connector", "name", "ts_ms", "snapshot", "db",
+                           "sequence")],
+        {"name": "table", "type": ["null", "string"], "default": None},
+        {"name": "server_id", "type": "long"},
+        {"name": "gtid", "type": ["null", "string"], "default": None},
+        {"name": "file", "type": "string"}, {"name": "pos", "type": "long"},
+        {"name": "row", "type": "int"},
+        {"name": "thread", "type": ["null", "long"], "default": None},
+        {"name": "query", "type": ["null", "string"], "default": None},
+    ]}
+AVRO_MYSQL_VALUE_SCHEMA = {
+    **AVRO_VALUE_SCHEMA,
+    "fields": [{**f, "type": AVRO_MYSQL_SOURCE_SCHEMA} if f["name"] == "source" else f
+               for f in AVRO_VALUE_SCHEMA["fields"]]}
 AVRO_KEY_SCHEMA = {
     "type": "record", "name": "Key", "namespace": TOPIC_PREFIX,
     "connect.name": f"{TOPIC_PREFIX}.Key",

@@ -360,3 +360,109 @@ def test_deletes_without_a_before_image_and_history_by_transaction(
         (3, at(T + 3 * S), None, customer(3, 2).email, ":6"),  # one version of transaction 6
     ], versions
     assert_readers_agree(spark, history.paths.table)
+
+
+def with_amount(event: Event, amount: dict | None, **after) -> str:
+    """`event` as the JsonConverter writes it with schemas, its rows with one more column,
+    ``amount``, a Postgres ``numeric`` without precision (Debezium's VariableScaleDecimal),
+    and the `after` fields given replaced."""
+    value = json.loads(messages([event], True)[0][1])
+    variable = {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal",
+                "version": 1, "doc": "Variable scaled decimal", "field": "amount",
+                "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                           {"type": "bytes", "optional": False, "field": "value"}]}
+    for part in value["schema"]["fields"][:2]:
+        part["fields"].append(variable)
+    value["payload"]["after"].update({"amount": amount, **after})
+    return json.dumps(value)
+
+
+def unscaled(n: int) -> str:
+    import base64
+
+    return base64.b64encode(n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True)).decode()
+
+
+def test_a_value_that_does_not_convert_is_quarantined_naming_column_and_value(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """Nothing turns silently into NULL: a decimal with more digits than its precision, a
+    ZonedTimestamp that is no time, are quarantined with the column and the value; numeric
+    without precision (VariableScaleDecimal) lands as its exact decimal text."""
+    from deltaferry_dev.debezium_events import key_text
+
+    def create(key):
+        return Event("c", key, 1000 + key, T, 500 + key, after=customer(key))
+
+    topic = new_topic("pg.inventory.values", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    values = [
+        (1, with_amount(create(1), {"scale": 4, "value": unscaled(-1234500)})),
+        (2, with_amount(create(2), {"scale": 0, "value": unscaled(2**100)})),
+        (3, with_amount(create(3), {"scale": -3, "value": unscaled(7)})),
+        (4, with_amount(create(4), None)),
+        (5, with_amount(create(5), None, balance=unscaled(10**12))),  # 13 digits > 10
+        (6, with_amount(create(6), None, updated_at="yesterday")),
+        (7, with_amount(create(7), {"scale": 0, "value": unscaled(10**40)})),  # > 38 digits
+    ]
+    produce(kafka_bootstrap, topic, [(key_text(k, True), v) for k, v in values])
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.quarantined) == (4, 3), report.summary()
+    rows = table_state(spark, ctx.paths.table)
+    assert {k: r["amount"] for k, r in rows.items()} == \
+        {1: "-123.4500", 2: str(2**100), 3: "7000", 4: None}
+    assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["amount"] == "string"
+    reasons = {json.loads(r["kafka_key"])["payload"]["id"]: r["reason"] for r in
+               spark.read.format("delta").load(ctx.paths.quarantine).collect()}
+    assert reasons[5].startswith(f"column balance: {unscaled(10**12)} does not convert to "
+                                 "decimal(10,2)"), reasons
+    assert reasons[6].startswith("column updated_at: yesterday does not convert to "
+                                 "timestamp"), reasons
+    assert reasons[7].startswith("column amount: {\"scale\":0,\"value\":"), reasons
+
+
+def test_avro_mysql_change_events_order_by_the_binlog(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    """Debezium's AvroConverter (`format: avro`) on a MySQL topic: the source block's binlog
+    position read from the Avro record orders a key's changes as from JSON; the older copy
+    redelivered after two transactions within one second changes nothing."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from deltaferry_dev.debezium_events import (
+        AVRO_KEY_SCHEMA,
+        AVRO_MYSQL_VALUE_SCHEMA,
+        avro_key,
+        avro_value,
+    )
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("mysql.inventory.avro", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", format="avro")
+    runs = mysql_runs()
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    keys = AvroSerializer(client, json.dumps(AVRO_KEY_SCHEMA))
+    values = AvroSerializer(client, json.dumps(AVRO_MYSQL_VALUE_SCHEMA))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    events: list[Event] = []
+    for run in runs[:2]:
+        for event in run:
+            key = keys(avro_key(event.key), SerializationContext(topic, MessageField.KEY))
+            value = avro_value(event)
+            producer.produce(topic, key=key, value=values(
+                value, SerializationContext(topic, MessageField.VALUE)))
+        assert producer.flush(30) == 0
+        run_step("infer", ctx, spark)
+        (report,) = run_step("ingest", ctx, spark)
+        assert report.quarantined == 0, report.summary()
+        events += run
+        expected = expected_rows(events)
+        rows = table_state(spark, ctx.paths.table)
+        assert sorted(rows) == sorted(expected)
+        for key, event in expected.items():
+            assert event.after is not None
+            assert (rows[key]["email"], rows[key]["__source_position"]) == \
+                (event.after.email, positions(event)), key
+    assert table_state(spark, ctx.paths.table)[1]["email"] == customer(1, 2).email

@@ -213,7 +213,8 @@ def typed_by_connect(raw: DataFrame, inferred: dict) -> dict:
 class Shape:
     """How one micro-batch's rows and keys are read: the Spark types (JSON form) the row
     and the key are parsed as, the SQL that converts each parsed struct (at the column
-    ``__row`` or ``__keyv``) into the table's types, and the key's field names."""
+    ``__row`` or ``__keyv``) into the table's types, the key's field names, and the SQL of
+    why a row did not convert (`connect.problem_sql`; None: nothing is converted)."""
 
     row_parse: dict
     row_sql: str
@@ -221,6 +222,7 @@ class Shape:
     key_parse: dict
     key_sql: str
     key_fields: tuple[str, ...]
+    row_problem: str | None = None
 
 
 def _identity_sql(path: str, struct: dict) -> str:
@@ -257,7 +259,8 @@ def connect_shape(row: dict, key: dict | None, cached: dict) -> Shape:
     return Shape(connect.parse_type(row), connect.conversion_sql("`__row`", row),
                  connect.table_type(row), connect.parse_type(key),
                  connect.conversion_sql("`__keyv`", key),
-                 tuple(f["field"] for f in key.get("fields") or []))
+                 tuple(f["field"] for f in key.get("fields") or []),
+                 connect.problem_sql("`__row`", "`__rowc`", row))
 
 
 def _with_corrupt(struct: dict):
@@ -322,7 +325,8 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
         .when(row_bad, REASON_ROW)
         .when(key_bad, REASON_KEY.format(fields=", ".join(keys) or "none known"))
-        .otherwise(F.coalesce(null_field, F.col("__position_problem")))
+        .otherwise(F.coalesce(null_field, F.expr(shape.row_problem or "NULL"),
+                              F.col("__position_problem")))
     )
     return parsed.withColumn("problem", problem).drop(
         "__envelope", "__before", "__after", "__image", "__key_text", "__row", "__keyv",

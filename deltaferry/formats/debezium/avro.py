@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 PRIMITIVES = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
               "boolean": "boolean", "string": "string", "bytes": "bytes", "null": "string",
               "enum": "string", "fixed": "bytes"}
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 REASON_NOT_ENVELOPE = ("not a Debezium change event: the value's Avro schema is not an "
                        "envelope (no op, before or after field)")
 
@@ -80,9 +81,12 @@ def connect_schema(schema: Any, names: dict[str, Any] | None = None) -> dict:
     _remember(schema, names)
     kind = schema.get("type")
     if kind == "record":
-        return {"type": "struct", "fields": [
+        record = {"type": "struct", "fields": [
             {**connect_schema(f["type"], names), "field": f["name"]}
             for f in schema.get("fields") or []]}
+        if schema.get("connect.name") == VARIABLE_SCALE_DECIMAL:  # its own conversion
+            record["name"] = VARIABLE_SCALE_DECIMAL
+        return record
     if kind == "array":
         return {"type": "array", "items": connect_schema(schema["items"], names)}
     if kind == "map":
@@ -192,7 +196,8 @@ def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...
         .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
         .when((op != "d") & F.col("__after").isNull(),
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
-        .otherwise(F.coalesce(null_field, F.col("__position_problem"))))
+        .otherwise(F.coalesce(null_field, F.expr(connect.problem_sql(
+            "`__image`", "`__rowc`", row) or "NULL"), F.col("__position_problem"))))
     return parsed.withColumn("problem", problem).drop("__image", "__after", "__rowc",
                                                       "__position_problem")
 
