@@ -266,6 +266,9 @@ class ChangeWriter:
 
         path = self.paths.deletes
         if DeltaTable.isDeltaTable(spark, path):
+            # one remembered before positions were kept gains their column (not inside the
+            # batch's transaction either: that write would carry its id)
+            delta_table.add_new_columns(spark, path, fresh.select(POSITION).schema)
             return True
         if fresh.where(F.col(delta_table.DELETED)).isEmpty():
             return False
@@ -290,8 +293,6 @@ class ChangeWriter:
         kept: dict[str, str | Column] = {
             q(c): F.col(f"s.{q(c)}") for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)}
         newer = F.expr(newer_sql())
-        # a table remembered before positions were kept gains their column
-        delta_table.add_new_columns(spark, path, source.drop(deleted).schema)
         ensure_held(path, f"the MERGE into {path}")
         (DeltaTable.forPath(spark, path).alias("t")
          .merge(source.alias("s"), delta_table.merge_condition(self.keys))
