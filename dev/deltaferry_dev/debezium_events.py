@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import cast
 
 SERVER, SCHEMA, TABLE = "pg", "inventory", "customers"
 TOPIC_PREFIX = f"{SERVER}.{SCHEMA}.{TABLE}"
@@ -364,7 +365,7 @@ AVRO_MYSQL_SOURCE_SCHEMA = {
     "type": "record", "name": "Source", "namespace": "io.debezium.connector.mysql",
     "connect.name": "io.debezium.connector.mysql.Source",
     "fields": [
-        *[f for f in AVRO_SOURCE_SCHEMA["fields"]
+        *[f for f in cast(list, AVRO_SOURCE_SCHEMA["fields"])
           if f["name"] in ("version", "connector", "name", "ts_ms", "snapshot", "db",
                            "sequence")],
         {"name": "table", "type": ["null", "string"], "default": None},
@@ -378,7 +379,7 @@ AVRO_MYSQL_SOURCE_SCHEMA = {
 AVRO_MYSQL_VALUE_SCHEMA = {
     **AVRO_VALUE_SCHEMA,
     "fields": [{**f, "type": AVRO_MYSQL_SOURCE_SCHEMA} if f["name"] == "source" else f
-               for f in AVRO_VALUE_SCHEMA["fields"]]}
+               for f in cast(list, AVRO_VALUE_SCHEMA["fields"])]}
 AVRO_KEY_SCHEMA = {
     "type": "record", "name": "Key", "namespace": TOPIC_PREFIX,
     "connect.name": f"{TOPIC_PREFIX}.Key",
