@@ -219,6 +219,27 @@ def _merge_key(value: Any) -> tuple[str, ...] | None:
     return tuple(fields_)
 
 
+def _sequence_by(value: Any) -> tuple[str, ...] | None:
+    """null, or a non-empty list of distinct dotted paths into a change event (``source.scn``,
+    ``transaction.total_order``; one path alone may be given as a string)."""
+    if value is None:
+        return None
+    paths = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
+        else value
+    if not isinstance(paths, list) or not paths:
+        raise ValueError(f"must be a list of the change event's fields, e.g. [source.scn], "
+                         f"got {value!r}")
+    for path in paths:
+        if not isinstance(path, str) or not all(
+                re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path.split(".")):
+            raise ValueError(f"each entry must be a dotted path of field names in the change "
+                             f"event, e.g. source.scn, got {path!r}")
+    repeated = sorted({p for p in paths if paths.count(p) > 1})
+    if repeated:
+        raise ValueError(f"fields {', '.join(repeated)} more than once")
+    return tuple(paths)
+
+
 def _notify(value: Any) -> tuple[str, ...]:
     """null or a list of distinct Airflow connection ids (one id alone may be given as text)."""
     if value is None:
@@ -519,6 +540,12 @@ class TopicConfig:
         lambda v: _is_number(v) and v > 0, "must be a number of hours > 0", float)] = option(
         168.0, "cdc topics: how long a deleted key's source position is remembered, so that "
         "an older event of the key arriving later does not bring it back")
+    sequence_by: Annotated[tuple[str, ...] | None, BeforeValidator(_sequence_by)] = option(
+        None, "cdc topics: order a key's change events by these fields of the event (dotted "
+        "paths, e.g. [source.scn]; each an integer or a string of decimal digits, compared "
+        "as numbers in turn) instead of the connector's own position; needed for a connector "
+        "deltaferry does not know (see Change data capture)",
+        json_schema_extra={"shown": "list of field paths"})
     expectations: Annotated[tuple[Expectation, ...], BeforeValidator(_expectations)] = option(
         (), "data-quality rules on the decoded rows, by name: {rule: <Spark SQL boolean>, "
         "action: warn | quarantine | fail} (see Expectations)",
@@ -729,6 +756,9 @@ def _check_cdc(topic: TopicConfig, where: str) -> None:
         if topic.history != History.CURRENT:
             raise ConfigError(where, f"history {topic.history} is for change-data-capture "
                               "topics: add cdc: debezium, or leave history out")
+        if topic.sequence_by:
+            raise ConfigError(where, "sequence_by orders change-data-capture events: add cdc: "
+                              "debezium, or leave sequence_by out")
         return
     if topic.format not in (Format.JSON, Format.AVRO):
         raise ConfigError(where, f"cdc {topic.cdc} reads change events as Kafka Connect's "

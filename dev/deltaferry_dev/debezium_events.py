@@ -2,7 +2,11 @@
 ``inventory.customers`` (id serial primary key, name text, email text, balance numeric(10,2),
 created_at timestamp, birth_date date, updated_at timestamptz), through Kafka Connect's
 JsonConverter with ``schemas.enable=true`` (`wrapped`) and without it; and the state a table
-must hold after them (`expected_rows`), by the rule: within a key the higher (LSN, ts_ms) wins.
+must hold after them (`expected_rows`), by the rule: within a key the higher position wins.
+The same table's events as the MySQL (and MariaDB), SQL Server and Oracle connectors write
+them (`mysql_event`, `sqlserver_event`, `oracle_event`): their own ``source`` blocks
+(`SOURCE_SCHEMAS`, as each connector's SourceInfoStructMaker builds it), positioned by their
+own logs.
 
 The same events as Debezium's AvroConverter writes them through a Schema Registry:
 `AVRO_VALUE_SCHEMA` and `AVRO_KEY_SCHEMA` (as the converter derives them from the Connect
@@ -19,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import cast
 
 SERVER, SCHEMA, TABLE = "pg", "inventory", "customers"
 TOPIC_PREFIX = f"{SERVER}.{SCHEMA}.{TABLE}"
@@ -42,25 +47,61 @@ ROW_FIELDS = [
 ]
 ROW_SCHEMA = {"type": "struct", "fields": ROW_FIELDS, "optional": True,
               "name": f"{TOPIC_PREFIX}.Value"}
-SOURCE_SCHEMA = {"type": "struct", "fields": [
+#: The fields every connector's source block starts with (Debezium's SchemaFactory).
+COMMON_SOURCE_FIELDS = [
     _field("version", "string", optional=False), _field("connector", "string", optional=False),
     _field("name", "string", optional=False), _field("ts_ms", "int64", optional=False),
     _field("snapshot", "string", name="io.debezium.data.Enum", version=1,
            parameters={"allowed": "true,last,false,incremental"}, default="false"),
     _field("db", "string", optional=False), _field("sequence", "string"),
-    _field("ts_us", "int64"), _field("ts_ns", "int64"),
+    _field("ts_us", "int64"), _field("ts_ns", "int64")]
+SOURCE_SCHEMA = {"type": "struct", "fields": [
+    *COMMON_SOURCE_FIELDS,
     _field("schema", "string", optional=False), _field("table", "string", optional=False),
     _field("txId", "int64"), _field("lsn", "int64"), _field("xmin", "int64")],
     "optional": False, "name": "io.debezium.connector.postgresql.Source"}
-VALUE_SCHEMA = {"type": "struct", "fields": [
-    {**ROW_SCHEMA, "field": "before"}, {**ROW_SCHEMA, "field": "after"},
-    {**SOURCE_SCHEMA, "field": "source"}, _field("op", "string", optional=False),
-    _field("ts_ms", "int64"), _field("ts_us", "int64"), _field("ts_ns", "int64"),
-    {"type": "struct", "fields": [
-        _field("id", "string", optional=False), _field("total_order", "int64", optional=False),
-        _field("data_collection_order", "int64", optional=False)],
-     "optional": True, "name": "event.block", "version": 1, "field": "transaction"}],
-    "optional": False, "name": f"{TOPIC_PREFIX}.Envelope", "version": 2}
+#: The source blocks of the other connectors, as their SourceInfoStructMakers build them.
+SOURCE_SCHEMAS = {
+    "postgresql": SOURCE_SCHEMA,
+    **{name: {"type": "struct", "fields": [
+        *COMMON_SOURCE_FIELDS, _field("table", "string"),
+        _field("server_id", "int64", optional=False), _field("gtid", "string"),
+        _field("file", "string", optional=False), _field("pos", "int64", optional=False),
+        _field("row", "int32", optional=False), _field("thread", "int64"),
+        _field("query", "string")],
+        "optional": False, "name": f"io.debezium.connector.{name}.Source"}
+       for name in ("mysql", "mariadb")},
+    "sqlserver": {"type": "struct", "fields": [
+        *COMMON_SOURCE_FIELDS, _field("schema", "string", optional=False),
+        _field("table", "string", optional=False), _field("change_lsn", "string"),
+        _field("commit_lsn", "string"), _field("event_serial_no", "int64")],
+        "optional": False, "name": "io.debezium.connector.sqlserver.Source"},
+    "oracle": {"type": "struct", "fields": [
+        *COMMON_SOURCE_FIELDS, _field("schema", "string", optional=False),
+        _field("table", "string", optional=False), _field("txId", "string"),
+        _field("scn", "string"), _field("commit_scn", "string"),
+        _field("lcr_position", "string"), _field("rs_id", "string"), _field("ssn", "int64"),
+        _field("redo_thread", "int32"), _field("user_name", "string"),
+        _field("row_id", "string"), _field("commit_ts_ms", "int64")],
+        "optional": False, "name": "io.debezium.connector.oracle.Source"},
+}
+
+
+def value_schema(source: dict, prefix: str = TOPIC_PREFIX) -> dict:
+    """The envelope's Connect schema with the `source` block's schema."""
+    return {"type": "struct", "fields": [
+        {**ROW_SCHEMA, "field": "before"}, {**ROW_SCHEMA, "field": "after"},
+        {**source, "field": "source"}, _field("op", "string", optional=False),
+        _field("ts_ms", "int64"), _field("ts_us", "int64"), _field("ts_ns", "int64"),
+        {"type": "struct", "fields": [
+            _field("id", "string", optional=False),
+            _field("total_order", "int64", optional=False),
+            _field("data_collection_order", "int64", optional=False)],
+         "optional": True, "name": "event.block", "version": 1, "field": "transaction"}],
+        "optional": False, "name": f"{prefix}.Envelope", "version": 2}
+
+
+VALUE_SCHEMA = value_schema(SOURCE_SCHEMA)
 KEY_SCHEMA = {"type": "struct", "fields": [_field("id", "int32", optional=False, default=0)],
               "optional": False, "name": f"{TOPIC_PREFIX}.Key"}
 
@@ -106,19 +147,41 @@ def customer(id_: int, version: int = 0) -> Customer:
 
 @dataclass
 class Event:
-    """One change event: its op, rows, source position; `key` the customer's id."""
+    """One change event: its op, rows, source position; `key` the customer's id. Postgres'
+    by default (`lsn`, `tx` its txId); another connector's where `source` gives that
+    connector's own fields (`mysql_event`, `sqlserver_event`, `oracle_event`), with `order`
+    the event's place in the source's log as plain numbers, and `transaction` its
+    transaction (None: none said)."""
 
     op: str
     key: int
-    lsn: int
+    lsn: int | None
     ts_ms: int
-    tx: int
+    tx: int | str | None
     before: Customer | None = None
     after: Customer | None = None
     snapshot: str = "false"
     extra: dict = field(default_factory=dict)
+    source: dict | None = None
+    order: tuple | None = None
+
+    @property
+    def position(self) -> tuple:
+        """Where the event is in the source's log: `order`, else (lsn, ts_ms)."""
+        return self.order if self.order is not None else (self.lsn, self.ts_ms)
+
+    @property
+    def transaction(self) -> str | None:
+        """The event's source transaction (Postgres' txId by default)."""
+        return None if self.tx is None else str(self.tx)
+
+    @property
+    def connector(self) -> str:
+        return self.source["connector"] if self.source else "postgresql"
 
     def payload(self) -> dict:
+        if self.source is not None or self.lsn is None:
+            return self.other_payload()
         return {
             "before": self.before.payload() if self.before else None,
             "after": self.after.payload() if self.after else None,
@@ -132,6 +195,70 @@ class Event:
             "ts_ns": (self.ts_ms + 7) * 1_000_000, "transaction": None, **self.extra}
 
 
+    def other_payload(self) -> dict:
+        """The payload of another connector's event (`source` its own fields)."""
+        assert self.source is not None
+        source = {"version": "2.7.4.Final", "connector": self.connector,
+                  "name": self.connector, "ts_ms": self.ts_ms, "snapshot": self.snapshot,
+                  "db": "inventory", "sequence": None, "ts_us": self.ts_ms * 1000,
+                  "ts_ns": self.ts_ms * 1_000_000, **self.source}
+        return {
+            "before": self.before.payload() if self.before else None,
+            "after": self.after.payload() if self.after else None,
+            "source": source, "op": self.op, "ts_ms": self.ts_ms + 7,
+            "ts_us": (self.ts_ms + 7) * 1000, "ts_ns": (self.ts_ms + 7) * 1_000_000,
+            "transaction": None, **self.extra}
+
+
+def mysql_event(op: str, key: int, file_no: int, pos: int, row: int, ts_ms: int,
+                gtid: str | None = None, connector: str = "mysql", **rows) -> Event:
+    """A MySQL (or MariaDB) connector's event at binlog file ``mysql-bin.<file_no>`` (six
+    digits at least, as MySQL names them), `pos` and `row`; `ts_ms` the binlog event's time,
+    in whole seconds as MySQL keeps it."""
+    assert ts_ms % 1000 == 0, "MySQL's binlog time has one-second resolution"
+    source = {"connector": connector, "table": TABLE, "server_id": 223344, "gtid": gtid,
+              "file": f"{connector}-bin.{file_no:06d}", "pos": pos, "row": row,
+              "thread": 7 if op != "r" else None, "query": None}
+    return Event(op, key, None, ts_ms, gtid, source=source, order=(file_no, pos, row),
+                 snapshot="true" if op == "r" else "false", **rows)
+
+
+def sql_server_lsn(vlf: int, block: int, slot: int) -> str:
+    """A SQL Server LSN as Debezium writes it: ``0000002b:00000d98:0002`` (hex)."""
+    return f"{vlf:08x}:{block:08x}:{slot:04x}"
+
+
+def sqlserver_event(op: str, key: int, commit: tuple[int, int, int],
+                    change: tuple[int, int, int] | None, serial: int | None, ts_ms: int,
+                    **rows) -> Event:
+    """A SQL Server connector's event: its transaction's `commit` LSN, its own `change` LSN
+    and event serial number (none of these two in a snapshot)."""
+    source = {"connector": "sqlserver", "schema": "dbo", "table": TABLE,
+              "commit_lsn": sql_server_lsn(*commit),
+              "change_lsn": sql_server_lsn(*change) if change else None,
+              "event_serial_no": serial}
+    order = (*commit, *(change or (-1, -1, -1)), serial if serial is not None else -1)
+    return Event(op, key, None, ts_ms, source["commit_lsn"], source=source, order=order,
+                 snapshot="true" if op == "r" else "false", **rows)
+
+
+def oracle_event(op: str, key: int, scn: int, commit_scn: int | None, ts_ms: int,
+                 tx: str | None = None, ssn: int = 0, **rows) -> Event:
+    """An Oracle (LogMiner) connector's event: its `scn`, its transaction's `commit_scn`
+    (none in a snapshot), both decimal strings; `tx` the transaction id (``6.28.807``)."""
+    source = {"connector": "oracle", "schema": "INVENTORY", "table": TABLE.upper(),
+              "txId": tx, "scn": str(scn),
+              "commit_scn": str(commit_scn) if commit_scn is not None else None,
+              "lcr_position": None, "rs_id": " 0x00000d.00002b5c.0010 " if tx else None,
+              "ssn": ssn, "redo_thread": 1, "user_name": "DEBEZIUM" if tx else None,
+              "row_id": "AAASgjAAMAAAACnAAA" if tx else None,
+              "commit_ts_ms": ts_ms if tx else None}
+    order = (commit_scn if commit_scn is not None else -1, scn, 0xd, 0x2b5c, 0x10, ssn) \
+        if tx else (-1, scn, -1, -1, -1, ssn)
+    return Event(op, key, None, ts_ms, tx, source=source, order=order,
+                 snapshot="true" if op == "r" else "false", **rows)
+
+
 def key_text(id_: int, wrapped: bool) -> str:
     payload = {"id": id_}
     return json.dumps({"schema": KEY_SCHEMA, "payload": payload} if wrapped else payload)
@@ -139,7 +266,10 @@ def key_text(id_: int, wrapped: bool) -> str:
 
 def value_text(event: Event, wrapped: bool) -> str:
     payload = event.payload()
-    return json.dumps({"schema": VALUE_SCHEMA, "payload": payload} if wrapped else payload)
+    if not wrapped:
+        return json.dumps(payload)
+    schema = value_schema(SOURCE_SCHEMAS[event.connector])
+    return json.dumps({"schema": schema, "payload": payload})
 
 
 def messages(events: list, wrapped: bool) -> list[tuple]:
@@ -159,13 +289,14 @@ def messages(events: list, wrapped: bool) -> list[tuple]:
 
 def expected_rows(events: list) -> dict[int, Event]:
     """The event each live key's row comes from: per key, the event with the highest
-    (lsn, ts_ms) of ops r/c/u/d wins; a key whose winner is a delete has no row."""
+    position (`Event.position`) of ops r/c/u/d wins; a key whose winner is a delete has no
+    row."""
     best: dict[int, Event] = {}
     for event in events:
         if not isinstance(event, Event) or event.op not in ("r", "c", "u", "d"):
             continue
         current = best.get(event.key)
-        if current is None or (event.lsn, event.ts_ms) > (current.lsn, current.ts_ms):
+        if current is None or event.position > current.position:
             best[event.key] = event
     return {k: e for k, e in best.items() if e.op != "d"}
 
@@ -229,6 +360,26 @@ AVRO_VALUE_SCHEMA = {
                        {"name": "data_collection_order", "type": "long"}]}],
          "default": None},
     ]}
+#: The MySQL connector's source block as the AvroConverter derives it (`SOURCE_SCHEMAS`).
+AVRO_MYSQL_SOURCE_SCHEMA = {
+    "type": "record", "name": "Source", "namespace": "io.debezium.connector.mysql",
+    "connect.name": "io.debezium.connector.mysql.Source",
+    "fields": [
+        *[f for f in cast(list, AVRO_SOURCE_SCHEMA["fields"])
+          if f["name"] in ("version", "connector", "name", "ts_ms", "snapshot", "db",
+                           "sequence")],
+        {"name": "table", "type": ["null", "string"], "default": None},
+        {"name": "server_id", "type": "long"},
+        {"name": "gtid", "type": ["null", "string"], "default": None},
+        {"name": "file", "type": "string"}, {"name": "pos", "type": "long"},
+        {"name": "row", "type": "int"},
+        {"name": "thread", "type": ["null", "long"], "default": None},
+        {"name": "query", "type": ["null", "string"], "default": None},
+    ]}
+AVRO_MYSQL_VALUE_SCHEMA = {
+    **AVRO_VALUE_SCHEMA,
+    "fields": [{**f, "type": AVRO_MYSQL_SOURCE_SCHEMA} if f["name"] == "source" else f
+               for f in cast(list, AVRO_VALUE_SCHEMA["fields"])]}
 AVRO_KEY_SCHEMA = {
     "type": "record", "name": "Key", "namespace": TOPIC_PREFIX,
     "connect.name": f"{TOPIC_PREFIX}.Key",

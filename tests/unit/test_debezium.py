@@ -13,7 +13,6 @@ from deltaferry.formats.debezium import connect as c
 from deltaferry.formats.debezium.changes import (
     ChangeWriter,
     HistoryWriter,
-    newer_sql,
     table_column,
 )
 from deltaferry.paths import TopicPaths
@@ -77,7 +76,7 @@ def test_each_logical_type_is_converted_by_its_own_sql():
 
 def test_a_decimals_digits_are_padded_never_cut():
     sql = c.decimal_sql("`b`", 10, 2)
-    assert "greatest(length(" in sql and ", 3), '0')" in sql  # lpad alone cuts longer text
+    assert "greatest(length(" in sql and ", 2 + 1), '0')" in sql  # lpad alone cuts longer
     assert c.decimal_sql("`b`", 5, 0).count("lpad") == 0
 
 
@@ -137,13 +136,6 @@ def test_a_schemaless_topics_shape_comes_from_its_cached_key_and_row():
     assert shape.row_sql == "named_struct('id', `__row`.`id`, 'name', `__row`.`name`)"
 
 
-def test_source_positions_compare_lsn_then_ts_ms_then_the_offset_without_an_lsn():
-    sql = newer_sql("s", "t")
-    assert sql.startswith("named_struct('lsn', coalesce(s.`__source_lsn`, -1L)")
-    assert "'offset', IF(t.`__source_lsn` IS NULL, t.`kafka_offset`, 0L)" in sql
-    assert " > " in sql
-
-
 @pytest.mark.parametrize("name, column", [
     ("email", "email"), ("__op", "payload___op"), ("__SOURCE_LSN", "payload___SOURCE_LSN"),
     ("kafka_offset", "payload_kafka_offset"), ("kafka_headers", "kafka_headers")])
@@ -201,7 +193,33 @@ def test_an_avro_cdc_topic_is_read_by_the_avro_converters_format_through_the_reg
     assert not uses_registry(json_topic)
 
 
+def test_sequence_by_loads_as_field_paths():
+    parsed = parse_topics({"topics": [
+        {"name": "ifx.c", "cdc": "debezium", "sequence_by": ["source.commit_lsn", "ts_ms"]},
+        {"name": "ifx.d", "cdc": "debezium", "sequence_by": "source.scn"}]}, "t.yaml")
+    assert parsed.errors == []
+    assert [t.sequence_by for t in parsed.topics] == [("source.commit_lsn", "ts_ms"),
+                                                      ("source.scn",)]
+    assert TopicConfig(name="pg.c", cdc="debezium").sequence_by is None
+
+
+def test_a_connector_without_a_known_position_has_none_unless_sequence_by_names_one():
+    from deltaferry.formats.debezium.position import SIGNED, parts_of
+
+    assert parts_of("db2", None) is None and parts_of(None, None) is None
+    assert [(p.path, p.kind, p.required) for p in parts_of("db2", ("source.seq",))] == \
+        [("source.seq", SIGNED, True)]
+    # sequence_by wins over a connector's own position
+    assert [p.path for p in parts_of("mysql", ("source.ts_ms",))] == ["source.ts_ms"]
+    assert [p.path for p in parts_of("mysql", None)] == \
+        ["source.file", "source.pos", "source.row"]
+
+
 @pytest.mark.parametrize("entry, fragment", [
+    ("cdc='debezium', sequence_by=[]", "must be a list of the change event's fields"),
+    ("cdc='debezium', sequence_by=['source.']", "a dotted path of field names"),
+    ("cdc='debezium', sequence_by=['a', 'a']", "fields a more than once"),
+    ("sequence_by=['source.scn']", "sequence_by orders change-data-capture events"),
     ("cdc='maxwell'", "cdc: must be debezium or null"),
     ("cdc='debezium', history='scd3'", "'scd3' is not a supported history"),
     ("history='scd2'", "history scd2 is for change-data-capture topics"),

@@ -7,16 +7,19 @@ position: ``lsn``, ``ts_ms``, ...) and the ``op``. The key is the source table's
 
 Each event becomes `data`, the row (``after``; ``before`` for a delete) with the key's fields
 taken from the message key, `__key` (those fields: the table is keyed on them), and the source
-columns `__op`, `__source_lsn` and `__source_ts_ms`. Types: with the wrapper, from the events'
-own Connect schemas (`connect`: Debezium's timestamps, dates and decimals typed), read per
-micro-batch as the Avro decoder reads writer schemas; without it, by JSON inference over the
-rows, cached as for a JSON topic (the infer step stores ``struct<key, row>``).
+columns `__op`, `__source_lsn`, `__source_ts_ms`, `__source_position` (the connector's own
+position, `position`) and `__source_tx` (its source transaction). Types: with the wrapper,
+from the events' own Connect schemas (`connect`: Debezium's timestamps, dates and decimals
+typed), read per micro-batch as the Avro decoder reads writer schemas; without it, by JSON
+inference over the rows, cached as for a JSON topic (the infer step stores ``struct<key,
+row>``).
 
 What cannot be applied goes to the quarantine with its reason (not JSON, no ``op``, an ``op``
 other than ``c r u d``, ``c r u`` without ``after``, a row that does not fit its schema, a key
-that is not an object of the key's fields, a key field null). A truncate (``op: t``) is
-quarantined too (`REASON_TRUNCATE`): deltaferry never empties a table on its own. The tombstone
-Debezium sends after a delete (a null value) changes nothing and is not quarantined.
+that is not an object of the key's fields, a key field null, a position field that does not
+read as its kind). A truncate (``op: t``) is quarantined too (`REASON_TRUNCATE`): deltaferry
+never empties a table on its own. The tombstone Debezium sends after a delete (a null value)
+changes nothing and is not quarantined.
 
 How the rows reach the table, in source order and exactly once: `changes`. Change events
 written by Debezium's AvroConverter (`format: avro`): `avro`, which turns them into the same
@@ -31,7 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import TopicConfig
-from deltaferry.formats.debezium import connect
+from deltaferry.formats.debezium import connect, position
+from deltaferry.formats.debezium.position import POSITION, TRANSACTION
 from deltaferry.formats.json import (
     CORRUPT,
     REASON_NOT_JSON,
@@ -61,7 +65,7 @@ log = logging.getLogger(__name__)
 OP = "__op"
 LSN = "__source_lsn"
 TS_MS = "__source_ts_ms"
-SOURCE_COLUMNS = (OP, LSN, TS_MS)
+SOURCE_COLUMNS = (OP, LSN, TS_MS, POSITION, TRANSACTION)
 #: The key's fields, a struct column of the decoded batch (not of the table).
 KEY = "__key"
 #: The ops applied: snapshot read, create, update, delete.
@@ -82,7 +86,8 @@ REASON_NO_KEY_FIELDS = ("no key seen so far is a JSON object with fields, so the
 
 #: The envelope as Spark reads it: both shapes, every part kept as its JSON text.
 ENVELOPE_DDL = ("`schema` STRING, payload STRUCT<op: STRING, before: STRING, after: STRING, "
-                "source: STRING>, op STRING, before STRING, after STRING, source STRING")
+                "source: STRING, transaction: STRING>, op STRING, before STRING, "
+                "after STRING, source STRING, transaction STRING")
 #: A key, wrapped or not.
 KEY_DDL = "`schema` STRING, payload STRING"
 #: The cached schema of a schemaless cdc topic: the key's fields and the row's.
@@ -95,13 +100,14 @@ def _is_null(column: Column) -> Column:
     return F.coalesce(column.isNull(), F.lit(True))
 
 
-def envelope(raw: DataFrame) -> DataFrame:
+def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None) -> DataFrame:
     """`raw` plus the change event's parts, each its JSON text: `__op`, `__before`, `__after`,
-    `__source` (its position as `__source_lsn` and `__source_ts_ms`, null where absent or not
-    a number), `__image` (the row: after, or before for a delete), `__key_text` (the key's
-    payload) and `__envelope` (null, or with its corrupt-record field set, if the value is
-    not a JSON object of the envelope's shape: Spark's PERMISSIVE parsing keeps what it read
-    of a malformed value)."""
+    `__image` (the row: after, or before for a delete), `__key_text` (the key's payload) and
+    `__envelope` (null, or with its corrupt-record field set, if the value is not a JSON object
+    of the envelope's shape: Spark's PERMISSIVE parsing keeps what it read of a malformed
+    value); the source's `__source_lsn` and `__source_ts_ms` (null where absent or not a
+    number) and the position's columns (`position.columns`, ordered by `sequence_by` where
+    given)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -116,6 +122,16 @@ def envelope(raw: DataFrame) -> DataFrame:
             .otherwise(env.getField(name)) for name in ("op", "before", "after", "source")}
     key_wrapped = key.getField("schema").isNotNull() & key.getField("payload").isNotNull()
     source = part["source"]
+
+    def get(path: str) -> Column:
+        head, _, rest = path.partition(".")
+        if head in ("source", "transaction") and rest:
+            return F.get_json_object(part[head], f"$.{rest}")
+        return F.when(wrapped, F.get_json_object(F.col("raw_value"), f"$.payload.{path}")) \
+            .otherwise(F.get_json_object(F.col("raw_value"), f"$.{path}"))
+
+    part["transaction"] = F.when(wrapped, env.getField("payload").getField("transaction")) \
+        .otherwise(env.getField("transaction"))
     return raw.withColumns({
         "__envelope": env,
         OP: part["op"],
@@ -125,6 +141,7 @@ def envelope(raw: DataFrame) -> DataFrame:
         TS_MS: F.get_json_object(source, "$.ts_ms").try_cast("bigint"),
         "__image": F.when(part["op"] == "d", part["before"]).otherwise(part["after"]),
         "__key_text": F.when(key_wrapped, key.getField("payload")).otherwise(F.col("kafka_key")),
+        **position.columns(get, sequence_by),
     })
 
 
@@ -196,7 +213,8 @@ def typed_by_connect(raw: DataFrame, inferred: dict) -> dict:
 class Shape:
     """How one micro-batch's rows and keys are read: the Spark types (JSON form) the row
     and the key are parsed as, the SQL that converts each parsed struct (at the column
-    ``__row`` or ``__keyv``) into the table's types, and the key's field names."""
+    ``__row`` or ``__keyv``) into the table's types, the key's field names, and the SQL of
+    why a row did not convert (`connect.problem_sql`; None: nothing is converted)."""
 
     row_parse: dict
     row_sql: str
@@ -204,6 +222,7 @@ class Shape:
     key_parse: dict
     key_sql: str
     key_fields: tuple[str, ...]
+    row_problem: str | None = None
 
 
 def _identity_sql(path: str, struct: dict) -> str:
@@ -240,7 +259,8 @@ def connect_shape(row: dict, key: dict | None, cached: dict) -> Shape:
     return Shape(connect.parse_type(row), connect.conversion_sql("`__row`", row),
                  connect.table_type(row), connect.parse_type(key),
                  connect.conversion_sql("`__keyv`", key),
-                 tuple(f["field"] for f in key.get("fields") or []))
+                 tuple(f["field"] for f in key.get("fields") or []),
+                 connect.problem_sql("`__row`", "`__rowc`", row))
 
 
 def _with_corrupt(struct: dict):
@@ -305,11 +325,12 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
         .when(row_bad, REASON_ROW)
         .when(key_bad, REASON_KEY.format(fields=", ".join(keys) or "none known"))
-        .otherwise(null_field)
+        .otherwise(F.coalesce(null_field, F.expr(shape.row_problem or "NULL"),
+                              F.col("__position_problem")))
     )
     return parsed.withColumn("problem", problem).drop(
         "__envelope", "__before", "__after", "__image", "__key_text", "__row", "__keyv",
-        "__rowc", "__keyc")
+        "__rowc", "__keyc", "__position_problem")
 
 
 class DebeziumKeys(StringKeys):
@@ -356,7 +377,7 @@ class DebeziumDecoder(JsonDecoder):
             version = self.current_schema(raw)
             self.schema_version = version.version
             shape = inferred_shape(version.schema)
-        return decode_events(envelope(raw), shape)
+        return decode_events(envelope(raw, self.topic.sequence_by), shape)
 
 
 class DebeziumFormat:

@@ -32,12 +32,13 @@ from deltaferry.formats.debezium import (
     REASON_UNKNOWN_OP,
     TS_MS,
     connect,
+    position,
 )
 from deltaferry.spark.decoding import REASON_NO_KEY
 from deltaferry.spark.kafka_source import RAW_KEY
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from deltaferry.schema.store import SchemaStore
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 PRIMITIVES = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
               "boolean": "boolean", "string": "string", "bytes": "bytes", "null": "string",
               "enum": "string", "fixed": "bytes"}
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 REASON_NOT_ENVELOPE = ("not a Debezium change event: the value's Avro schema is not an "
                        "envelope (no op, before or after field)")
 
@@ -79,9 +81,12 @@ def connect_schema(schema: Any, names: dict[str, Any] | None = None) -> dict:
     _remember(schema, names)
     kind = schema.get("type")
     if kind == "record":
-        return {"type": "struct", "fields": [
+        record = {"type": "struct", "fields": [
             {**connect_schema(f["type"], names), "field": f["name"]}
             for f in schema.get("fields") or []]}
+        if schema.get("connect.name") == VARIABLE_SCALE_DECIMAL:  # its own conversion
+            record["name"] = VARIABLE_SCALE_DECIMAL
+        return record
     if kind == "array":
         return {"type": "array", "items": connect_schema(schema["items"], names)}
     if kind == "map":
@@ -127,23 +132,35 @@ def has_field(schema: Any, *path: str) -> bool:
     return True
 
 
-def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...]
-                   ) -> DataFrame:
+def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...],
+                   sequence_by: tuple[str, ...] | None = None) -> DataFrame:
     """`decoded` (an avro decoder's `data`, the envelope, and `problem`; the key decoder's
     ``key_<field>`` columns) as a change event's columns (`decode_events`'): `data` (the row,
     its Debezium time types converted, the key's fields from the key), `__key`, the source
-    columns and `problem`."""
+    columns (the position `position.columns`', ordered by `sequence_by` where given) and
+    `problem`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     row = envelope_row(envelope)
     env = F.col("data")
+
+    def get(path: str) -> Column:
+        names = path.split(".")
+        if not has_field(envelope, *names):
+            return F.lit(None).cast("string")
+        value = env
+        for name in names:
+            value = value.getField(name)
+        return value.cast("string")
+
     if row is None:  # no envelope: every event is quarantined
         return decoded.withColumns({
             OP: F.lit(None).cast("string"), LSN: F.lit(None).cast("bigint"),
             TS_MS: F.lit(None).cast("bigint"), KEY: F.lit(None).cast(StructType()),
+            **position.columns(lambda path: F.lit(None).cast("string"), sequence_by),
             "problem": F.coalesce(F.col("problem"), F.lit(REASON_NOT_ENVELOPE)),
-        }).withColumn("data", F.lit(None).cast(StructType()))
+        }).withColumn("data", F.lit(None).cast(StructType())).drop("__position_problem")
     op = env.getField("op")
     before = env.getField("before") if has_field(envelope, "before") else F.lit(None)
     after = env.getField("after") if has_field(envelope, "after") else F.lit(None)
@@ -152,7 +169,8 @@ def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...
               for name in ("lsn", "ts_ms")}
     parsed = decoded.withColumns({
         OP: op, LSN: source["lsn"], TS_MS: source["ts_ms"],
-        "__image": F.when(op == "d", before).otherwise(after), "__after": after})
+        "__image": F.when(op == "d", before).otherwise(after), "__after": after,
+        **position.columns(get, sequence_by)})
     parsed = parsed.withColumn("__rowc", F.expr(connect.conversion_sql("`__image`", row)))
     row_type = parsed.schema["__rowc"].dataType
     assert isinstance(row_type, StructType)  # a record's conversion is a struct
@@ -178,8 +196,10 @@ def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...
         .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
         .when((op != "d") & F.col("__after").isNull(),
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
-        .otherwise(null_field))
-    return parsed.withColumn("problem", problem).drop("__image", "__after", "__rowc")
+        .otherwise(F.coalesce(null_field, F.expr(connect.problem_sql(
+            "`__image`", "`__rowc`", row) or "NULL"), F.col("__position_problem"))))
+    return parsed.withColumn("problem", problem).drop("__image", "__after", "__rowc",
+                                                      "__position_problem")
 
 
 class DebeziumAvroKeys(avro.AvroKeyDecoder):
@@ -216,7 +236,8 @@ class DebeziumAvroDecoder(avro.AvroDecoder):
             else ()
 
     def decode(self, raw: DataFrame):
-        return decode_changes(super().decode(raw), self.reader.schema, self.key_fields)
+        return decode_changes(super().decode(raw), self.reader.schema, self.key_fields,
+                              self.topic.sequence_by)
 
 
 class DebeziumAvroFormat(avro.AvroFormat):

@@ -1,12 +1,15 @@
 """How a cdc topic's change events reach its table (history current): in source order, exactly
 once, deletes remembered.
 
-**Position.** Within a key, the event with the higher source position wins: the LSN
-(`__source_lsn`), then the source's commit time (`__source_ts_ms`), then, only where there is
-no LSN, the Kafka offset (`position_sql`). The table keeps the position of each row's event in
-those columns (and `kafka_offset`), so the MERGE compares each change with the row it would
-change: an older event arriving later (a redelivery after a connector restart, a replay) never
-rolls a row back. Two events with the same LSN are the same change delivered twice.
+**Position.** Within a key, the event with the higher source position wins: the connector's
+own position (`__source_position`, `deltaferry.formats.debezium.position`: Postgres' LSN,
+MySQL's binlog file, pos and row, SQL Server's commit and change LSNs, ...; or the topic's
+``sequence_by``), never the Kafka offset (`position_sql`). The table keeps the position of each
+row's event, so the MERGE compares each change with the row it would change: an older event
+arriving later (a redelivery after a connector restart, a replay) never rolls a row back. Two
+events at the same position are the same change delivered twice. A batch with an event of a
+connector that has no known position (and no ``sequence_by``) fails (`UNKNOWN_CONNECTOR`)
+before anything is written.
 
 **Stale events** are skipped and counted (the report's `stale`): an event older than, or the
 same as, an event of its key earlier in the batch, than the table's row of its key, or than the
@@ -19,8 +22,8 @@ back. A newer event of the key (the key inserted again) forgets it. A remembered
 dropped `cdc_delete_retention_hours` after it was landed (168 by default): an event older than
 the delete arriving after that would bring the key back, as DLT's tombstone retention says.
 
-**Two changes of one key in one source transaction** have their own LSNs: the later one wins,
-the earlier one changes nothing (with history current no version is kept in between).
+**Two changes of one key in one source transaction** have their own positions: the later one
+wins, the earlier one changes nothing (with history current no version is kept in between).
 
 **Exactly once.** Both tables are written inside the batch's Delta transaction (query id, batch
 id): the table first, then the remembered deletes, so a batch replayed after a crash is skipped
@@ -34,7 +37,9 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
+from deltaferry.errors import ConfigError
 from deltaferry.formats.debezium import KEY, LSN, OP, SOURCE_COLUMNS, TS_MS
+from deltaferry.formats.debezium.position import CONNECTOR, ELEMENT, POSITION, TRANSACTION
 from deltaferry.formats.json import CORRUPT
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
@@ -49,15 +54,20 @@ log = logging.getLogger(__name__)
 #: When a delete was landed, in the remembered deletes' table (retention counts from it).
 DELETED_AT = "__deleted_at"
 #: The position columns the remembered deletes keep beside the key's fields.
-POSITION_COLUMNS = (LSN, TS_MS, "kafka_partition", "kafka_offset")
+POSITION_COLUMNS = (LSN, TS_MS, POSITION, "kafka_partition", "kafka_offset")
+#: The run's failure when an event's connector has no position deltaferry knows.
+UNKNOWN_CONNECTOR = ("Debezium connector {connector} (the events' source.connector) has no "
+                     "position deltaferry knows to order a key's changes by: set sequence_by: "
+                     "[field, ...] on the topic (see Change data capture: Order)")
 
 
 def position_sql(alias: str | None = None) -> str:
     """SQL of the source position of the row `alias` (none: the current row), comparable
-    with `>`: (LSN, source ts_ms, Kafka offset where there is no LSN), nulls lowest."""
+    with `>` (an array of decimal(38,0), element by element): `POSITION`; for a row landed
+    before that column existed (a Postgres topic's), its LSN alone."""
     p = f"{alias}." if alias else ""
-    return (f"named_struct('lsn', coalesce({p}`{LSN}`, -1L), 'ts_ms', coalesce({p}`{TS_MS}`, -1L), "
-            f"'offset', IF({p}`{LSN}` IS NULL, {p}`kafka_offset`, 0L))")
+    return (f"coalesce({p}`{POSITION}`, "
+            f"array(CAST(coalesce({p}`{LSN}`, -1L) AS {ELEMENT})))")
 
 
 def newer_sql(source: str = "s", target: str = "t") -> str:
@@ -114,10 +124,14 @@ class ChangeWriter:
         usable = parsed.where(F.col("reason").isNull() & F.col("raw_value").isNotNull())
         rows = usable.select(
             *self.columns(parsed), (F.col(OP) == "d").alias(delta_table.DELETED),
+            F.col(CONNECTOR),
         ).withColumn("__position", F.expr(position_sql()))
+        unknown = F.max(F.when(F.col(POSITION).isNull(),
+                               F.coalesce(F.col(CONNECTOR), F.lit("")))).alias("unknown")
         if not self.keys:
             self.stale_in_batch = 0
-            return rows
+            self.refuse_unknown(rows.agg(unknown).first())
+            return rows.drop(CONNECTOR)
         q = delta_table.quote
         order = Window.partitionBy(*[F.col(q(k)) for k in self.keys]) \
             .orderBy("kafka_partition", "kafka_offset") \
@@ -125,8 +139,18 @@ class ChangeWriter:
         earlier = F.max("__position").over(order)
         flagged = rows.withColumn(
             "__stale", F.coalesce(earlier >= F.col("__position"), F.lit(False)))
-        self.stale_in_batch = flagged.where("__stale").count()
-        return flagged.where(~F.col("__stale")).drop("__stale")
+        counted = flagged.agg(F.count_if(F.col("__stale")).alias("stale"), unknown).first()
+        self.refuse_unknown(counted)
+        self.stale_in_batch = counted["stale"] if counted else 0
+        return flagged.where(~F.col("__stale")).drop("__stale", CONNECTOR)
+
+    def refuse_unknown(self, counted) -> None:
+        """Fail the run (ConfigError naming ``sequence_by``) if `counted`'s ``unknown`` says an
+        event's connector has no known position: nothing is guessed, nothing written."""
+        connector = counted["unknown"] if counted is not None else None
+        if connector is not None:
+            raise ConfigError(f"topic {self.topic.name}", UNKNOWN_CONNECTOR.format(
+                connector=repr(connector) if connector else "(none given)"), self.topic.name)
 
     def columns(self, parsed: DataFrame) -> list[Column]:
         """The table columns of `parsed`'s change events: Kafka's (`kafka_key` the key's
@@ -218,12 +242,14 @@ class ChangeWriter:
         from pyspark.sql import functions as F
 
         q = delta_table.quote
-        wanted = [*[q(k) for k in self.keys], q(LSN), q(TS_MS), "kafka_offset"]
+        wanted = [*[q(k) for k in self.keys], q(LSN), q(TS_MS), q(POSITION), "kafka_offset"]
         stale = F.lit(False)
         joined = rows.alias("s")
         for alias, frame in (("t", self.current_rows(spark)), ("m", self._remembered(spark))):
             if frame is None or not all(k in frame.columns for k in self.keys):
                 continue
+            if POSITION not in frame.columns:  # remembered before positions were kept
+                frame = frame.withColumn(POSITION, F.lit(None).cast(f"array<{ELEMENT}>"))
             side = frame.select(*wanted, F.lit(True).alias("__present")).alias(alias)
             joined = joined.join(side, _keys_match(self.keys, "s", alias), "left")
             stale = stale | (F.coalesce(F.col(f"{alias}.__present"), F.lit(False))
@@ -240,6 +266,9 @@ class ChangeWriter:
 
         path = self.paths.deletes
         if DeltaTable.isDeltaTable(spark, path):
+            # one remembered before positions were kept gains their column (not inside the
+            # batch's transaction either: that write would carry its id)
+            delta_table.add_new_columns(spark, path, fresh.select(POSITION).schema)
             return True
         if fresh.where(F.col(delta_table.DELETED)).isEmpty():
             return False
@@ -279,16 +308,20 @@ class ChangeWriter:
 #: and when the one that replaced or deleted it did (null while the version is current).
 START_AT, END_AT = "__start_at", "__end_at"
 #: The extra columns of the MERGE source of `HistoryWriter`.
-ACTION, CLOSE_AT = "__action", "__close_at"
+ACTION, CLOSE_AT, CLOSE_TX = "__action", "__close_at", "__close_tx"
 
 
 class HistoryWriter(ChangeWriter):
     """The table writer of a `cdc: debezium` topic with history scd2: every version of each
     key, `START_AT` to `END_AT`. Each change newer than the key's current version (and its
     remembered delete) closes that version at its own time and, unless it is a delete, adds a
-    version; the changes of one key in one source transaction (one `__source_ts_ms`) make one
-    version, the last one's, and a version that would end when it starts is replaced instead
-    (no zero-length version). Stale events add nothing (`ChangeWriter`)."""
+    version; the changes of one key in one source transaction (one `__source_tx`, within a
+    batch or across batches) make one version, the last one's. Changes of different
+    transactions are versions of their own in source order even when they share a timestamp
+    (the earlier one then ends when it starts: a zero-length version); a change without a
+    transaction is a version of its own. A version the next change would end before it started
+    (the source's clock went back) is replaced instead. Stale events add nothing
+    (`ChangeWriter`)."""
 
     def rows(self, parsed: DataFrame) -> DataFrame:
         """Every usable change of `parsed` but the earlier ones of a transaction, as table rows
@@ -301,7 +334,10 @@ class HistoryWriter(ChangeWriter):
         if not self.keys:
             return events.withColumn(END_AT, F.lit(None).cast("timestamp")).drop("__position")
         key = [F.col(delta_table.quote(k)) for k in self.keys]
-        last = F.max("__position").over(Window.partitionBy(*key, F.col(START_AT)))
+        # a change without a transaction is one of its own
+        transaction = F.coalesce(F.col(TRANSACTION),
+                                 F.concat(F.lit("\u0000"), F.col("__position").cast("string")))
+        last = F.max("__position").over(Window.partitionBy(*key, transaction))
         following = Window.partitionBy(*key).orderBy("__position")
         return (events.withColumn("__last", last)  # a window is not allowed in a filter
                 .where(F.col("__position") == F.col("__last"))
@@ -337,6 +373,7 @@ class HistoryWriter(ChangeWriter):
             order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
             first = fresh.withColumn("__n", F.row_number().over(order)).where("__n = 1")
             closes = first.select(*key, F.col(START_AT).alias(CLOSE_AT),
+                                  F.col(TRANSACTION).alias(CLOSE_TX),
                                   F.lit("close").alias(ACTION))
             columns = [c for c in rows.columns if c != delta_table.DELETED]
             inserts = fresh.where(~F.col(delta_table.DELETED)).select(
@@ -357,8 +394,10 @@ class HistoryWriter(ChangeWriter):
     def merge_versions(self, spark: SparkSession, source: DataFrame,
                        columns: list[str]) -> dict[str, int]:
         """The MERGE of `apply`: a ``close`` row of `source` matches its key's current version
-        and ends it at `CLOSE_AT` (or deletes it if it started then); an ``insert`` row is a
-        new version. Inserted/updated/deleted version counts (zeros if Delta skipped it)."""
+        and ends it at `CLOSE_AT`, or deletes it where the close is of the version's own
+        transaction (`CLOSE_TX`: a transaction split across batches makes one version) or
+        before the version started; an ``insert`` row is a new version. Inserted/updated/
+        deleted version counts (zeros if Delta skipped it)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -369,7 +408,9 @@ class HistoryWriter(ChangeWriter):
         ensure_held(path, f"the MERGE into {path}")
         result = (
             DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition=F.expr(f"t.{q(START_AT)} >= s.{CLOSE_AT}"))
+            .whenMatchedDelete(condition=F.expr(
+                f"coalesce(t.{q(TRANSACTION)} = s.{CLOSE_TX}, false) "
+                f"OR t.{q(START_AT)} > s.{CLOSE_AT}"))
             .whenMatchedUpdate(set={q(END_AT): F.col(f"s.{CLOSE_AT}")})
             .whenNotMatchedInsert(condition=F.expr(f"s.{ACTION} = 'insert'"), values=values)
             .execute()

@@ -17,7 +17,14 @@ column holds once `conversion_sql` has converted it (a timestamp). The logical t
   ``date``;
 * ``org.apache.kafka.connect.data.Decimal`` (the unscaled value's two's-complement bytes,
   base64 in JSON; ``scale`` and ``connect.decimal.precision`` parameters):
-  ``decimal(precision, scale)`` (precision 38 when the schema does not say).
+  ``decimal(precision, scale)`` (precision 38 when the schema does not say);
+* ``io.debezium.data.VariableScaleDecimal`` (a struct of ``scale`` and the unscaled ``value``:
+  Postgres ``numeric`` without precision, Oracle ``NUMBER`` without scale): ``string``, the
+  exact decimal text (``-123.4500``), since each value has its own scale.
+
+A value that does not convert (a decimal with more digits than its precision or than 38, a
+``ZonedTimestamp`` that is no timestamp) is never turned into a null: `problem_sql` says which
+column and value, and the event is quarantined with that reason.
 
 Every other type keeps its primitive: the times of day (``io.debezium.time.Time``,
 ``MicroTime``, ...) stay numbers, as Delta has no time-of-day type.
@@ -41,6 +48,7 @@ LOGICAL = {
     "io.debezium.time.Date": "date_days",
     "org.apache.kafka.connect.data.Date": "date_days",
     "org.apache.kafka.connect.data.Decimal": "decimal",
+    "io.debezium.data.VariableScaleDecimal": "variable_decimal",
 }
 #: The largest precision of a Spark decimal.
 MAX_PRECISION = 38
@@ -53,7 +61,8 @@ class ConnectSchemaError(ValueError):
 def logical(schema: dict) -> str | None:
     """How the value of `schema` is converted (a `LOGICAL` value), or None: kept as parsed."""
     kind = LOGICAL.get(schema.get("name") or "")
-    expected = {"timestamp_text": "string", "date_days": "int32", "decimal": "bytes"}
+    expected = {"timestamp_text": "string", "date_days": "int32", "decimal": "bytes",
+                "variable_decimal": "struct"}
     if kind is None:
         return None
     if kind.startswith("timestamp_") and kind != "timestamp_text":
@@ -82,6 +91,8 @@ def _field(name: str, datatype: Any) -> dict:
 
 def _type(schema: dict, table: bool) -> Any:
     kind = schema.get("type")
+    if table and logical(schema) == "variable_decimal":
+        return "string"
     if kind == "struct":
         fields = schema.get("fields") or []
         return {"type": "struct", "fields": [_field(f["field"], _type(f, table)) for f in fields]}
@@ -116,6 +127,8 @@ def table_type(schema: dict) -> Any:
 def needs_conversion(schema: dict) -> bool:
     """Whether a value of `schema` (or a field, element or value within it) is converted."""
     kind = schema.get("type")
+    if logical(schema) is not None:
+        return True
     if kind == "struct":
         return any(needs_conversion(f) for f in schema.get("fields") or [])
     if kind == "array":
@@ -139,25 +152,34 @@ def _byte(path: str, index: str) -> str:
     return f"CAST(conv(hex(substring({path}, {index}, 1)), 16, 10) AS INT)"
 
 
-def decimal_sql(path: str, precision: int, scale: int) -> str:
-    """SQL turning the bytes at `path` (a Connect Decimal's unscaled value, big-endian two's
-    complement) into decimal(precision, scale); null for null, empty or too large bytes."""
+def decimal_text_sql(path: str, scale: int | str) -> str:
+    """SQL of the exact decimal text of the bytes at `path` (an unscaled value, big-endian
+    two's complement) at `scale` (a number >= 0, or SQL of an integer, each value's own: a
+    negative one appends zeros); null for null or empty bytes, or a value of more than 38
+    digits."""
     negative = f"({_byte(path, '1')} >= 128)"
     # the magnitude of a negative value is its complement plus one: no intermediate overflows
     digit = f"IF({negative}, 255 - {_byte(path, 'i')}, {_byte(path, 'i')})"
     unscaled = (f"aggregate(sequence(1, octet_length({path})), CAST(0 AS DECIMAL(38,0)), "
                 f"(acc, i) -> CAST(try_add(try_multiply(acc, 256), {digit}) AS DECIMAL(38,0)))")
     magnitude = f"CAST(IF({negative}, try_add({unscaled}, 1), {unscaled}) AS STRING)"
-    if scale:
-        # lpad cuts a longer text down to its length: pad only a shorter one
-        padded = f"lpad({magnitude}, greatest(length({magnitude}), {scale + 1}), '0')"
-        text = (f"concat(substring({padded}, 1, length({padded}) - {scale}), '.', "
+    # lpad cuts a longer text down to its length: pad only a shorter one
+    padded = f"lpad({magnitude}, greatest(length({magnitude}), {scale} + 1), '0')"
+    fraction = (f"concat(substring({padded}, 1, length({padded}) - {scale}), '.', "
                 f"substring({padded}, length({padded}) - {scale} + 1))")
+    if isinstance(scale, int):
+        text = fraction if scale else magnitude
     else:
-        text = magnitude
-    signed = f"concat(IF({negative}, '-', ''), {text})"
+        text = (f"CASE WHEN {scale} > 0 THEN {fraction} WHEN {scale} < 0 AND {magnitude} != "
+                f"'0' THEN concat({magnitude}, repeat('0', -{scale})) ELSE {magnitude} END")
     return (f"IF({path} IS NULL OR octet_length({path}) = 0, NULL, "
-            f"try_cast({signed} AS DECIMAL({precision},{scale})))")
+            f"concat(IF({negative}, '-', ''), {text}))")
+
+
+def decimal_sql(path: str, precision: int, scale: int) -> str:
+    """SQL turning the bytes at `path` (a Connect Decimal's unscaled value, big-endian two's
+    complement) into decimal(precision, scale); null for null, empty or too large bytes."""
+    return f"try_cast({decimal_text_sql(path, scale)} AS DECIMAL({precision},{scale}))"
 
 
 def conversion_sql(path: str, schema: dict, depth: int = 0) -> str:
@@ -166,6 +188,9 @@ def conversion_sql(path: str, schema: dict, depth: int = 0) -> str:
     if not needs_conversion(schema):
         return path
     kind = schema.get("type")
+    how = logical(schema)
+    if how == "variable_decimal":
+        return decimal_text_sql(f"{path}.`value`", f"CAST({path}.`scale` AS INT)")
     if kind == "struct":
         parts = ", ".join(
             sql_string(f["field"]) + ", "
@@ -179,7 +204,6 @@ def conversion_sql(path: str, schema: dict, depth: int = 0) -> str:
         k, v = f"k{depth}", f"v{depth}"
         return (f"transform_values({path}, ({k}, {v}) -> "
                 f"{conversion_sql(v, schema['values'], depth + 1)})")
-    how = logical(schema)
     if how == "timestamp_millis":
         return f"timestamp_millis({path})"
     if how == "timestamp_micros":
@@ -191,6 +215,44 @@ def conversion_sql(path: str, schema: dict, depth: int = 0) -> str:
     if how == "date_days":
         return f"date_from_unix_date({path})"
     return decimal_sql(path, *decimal_type(schema))
+
+
+def _shown(path: str, schema: dict) -> str:
+    """SQL of the parsed value at `path` as a reason shows it (bytes as base64, at most 100
+    characters)."""
+    if logical(schema) == "variable_decimal":
+        text = (f"to_json(named_struct('scale', {path}.`scale`, 'value', "
+                f"base64({path}.`value`)))")
+    elif schema.get("type") == "bytes":
+        text = f"base64({path})"
+    else:
+        text = f"CAST({path} AS STRING)"
+    return f"substring({text}, 1, 100)"
+
+
+def problem_sql(parsed: str, converted: str, schema: dict, prefix: str = "") -> str | None:
+    """SQL of why the struct at `parsed` (parsed as `parse_type(schema)`) did not convert into
+    `converted` (its `conversion_sql`): ``column <name>: <value> does not convert to <type>``
+    for the first field (of the struct, or of a struct within it) whose value is there but
+    whose conversion is null; null when every one converted. None where nothing converts.
+    Values within arrays and maps are not checked."""
+    checks: list[str] = []
+    for field in schema.get("fields") or []:
+        name = prefix + field["field"]
+        p, c = f"{parsed}.{quote(field['field'])}", f"{converted}.{quote(field['field'])}"
+        how = logical(field)
+        if how is not None:
+            what = sql_string(f"column {name}: %s does not convert to {table_type(field)} "
+                              f"({field.get('name')})")
+            checks.append(f"IF({p} IS NOT NULL AND {c} IS NULL, "
+                          f"format_string({what}, {_shown(p, field)}), NULL)")
+        elif field.get("type") == "struct" and needs_conversion(field):
+            nested = problem_sql(p, c, field, name + ".")
+            if nested is not None:
+                checks.append(nested)
+    if not checks:
+        return None
+    return checks[0] if len(checks) == 1 else f"coalesce({', '.join(checks)})"
 
 
 def envelope_field(envelope: dict, name: str) -> dict | None:

@@ -1,0 +1,520 @@
+"""`cdc: debezium` topics of the MySQL, SQL Server and Oracle connectors, each with its own
+``source`` block as the connector writes it (Debezium's SourceInfoStructMakers and connector
+docs), through the JsonConverter with and without schemas, on the real broker and one Spark
+session: a snapshot, a key updated by two transactions within one second (MySQL's binlog time
+has one-second resolution), an older copy of the first redelivered after them (a higher Kafka
+offset), and, over later runs, the log rotating (``mysql-bin.000009`` to ``.000010``, and
+``999999`` to ``1000000``, which compares wrong as text; Oracle SCNs across a digit more and
+past 2^64) with old events redelivered. The table must keep each key's newest row by the
+connector's own position, read back by Spark, delta-rs and Polars. A connector deltaferry does
+not know fails the run naming ``sequence_by``; with it, the named fields order the topic."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from deltaferry.errors import ConfigError
+from deltaferry.kafka import produce
+from deltaferry.pipeline import run_step
+from deltaferry_dev.debezium_events import (
+    BASE_TS_MS,
+    Event,
+    customer,
+    expected_rows,
+    messages,
+    mysql_event,
+    oracle_event,
+    sqlserver_event,
+)
+
+from .readers import assert_readers_agree
+from .test_cdc import table_state, typed
+from .test_pipeline import context
+
+pytestmark = pytest.mark.integration
+
+T = BASE_TS_MS  # 2026-01-01T00:00:00Z, a whole second
+S = 1000  # one second
+
+
+def mysql_runs(connector: str = "mysql") -> list[list[Event]]:
+    """Three runs of a MySQL topic (`connector` mariadb: the same binlog shape)."""
+    def ev(op, key, file_no, pos, row, ts, version=None, before=None, gtid=None):
+        after = customer(key, version) if version is not None else None
+        return mysql_event(op, key, file_no, pos, row, ts, gtid=gtid, connector=connector,
+                           after=after, before=customer(key, before) if before is not None
+                           else None)
+
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    tx_a = ev("u", 1, 9, 2000, 0, T + 2 * S, 1, 0, gtid=f"{uuid}:10")
+    tx_b = ev("u", 1, 9, 2600, 0, T + 2 * S, 2, 1, gtid=f"{uuid}:11")  # the same second
+    snapshot = [ev("r", k, 9, 154, 0, T, 0) for k in (1, 2, 3)]
+    old_4 = ev("u", 4, 999999, 500, 0, T + 5 * S, 3, 1)
+    return [
+        [*snapshot,
+         ev("c", 4, 9, 1000, 0, T + S, 0),
+         tx_a, tx_b,
+         ev("d", 2, 9, 3000, 0, T + 3 * S, before=0),
+         # one UPDATE statement changing two rows: one binlog event, rows 0 and 1
+         ev("u", 3, 9, 3500, 0, T + 3 * S, 1, 0), ev("u", 4, 9, 3500, 1, T + 3 * S, 1, 0),
+         tx_a],  # redelivered after a Kafka Connect restart: older, at a higher offset
+        [ev("u", 3, 10, 154, 0, T + 4 * S, 2, 1),  # the binlog rotated
+         tx_a, snapshot[1], tx_b,  # redelivered: older than 1's row, than 2's delete; the same
+         old_4, ev("u", 4, 1000000, 4, 0, T + 6 * S, 4, 3)],  # rotated past 999999
+        [old_4, tx_a, ev("u", 3, 10, 154, 0, T + 4 * S, 2, 1)],  # all redelivered
+    ]
+
+
+def sqlserver_runs() -> list[list[Event]]:
+    def ev(op, key, commit, change, serial, ts, version=None, before=None):
+        return sqlserver_event(op, key, commit, change, serial, ts,
+                               after=customer(key, version) if version is not None else None,
+                               before=customer(key, before) if before is not None else None)
+
+    tx_a = ev("u", 1, (0x27, 0xac0, 0x7), (0x27, 0xac0, 0x2), 2, T + 2 * S, 1, 0)
+    tx_b = ev("u", 1, (0x27, 0xdb0, 0x7), (0x27, 0xdb0, 0x5), 2, T + 2 * S, 2, 1)
+    snapshot = [ev("r", k, (0x25, 0xd98, 0xa2), None, None, T, 0) for k in (1, 2, 3, 4)]
+    return [
+        [*snapshot, tx_a, tx_b,
+         ev("d", 2, (0x28, 0x10, 0x3), (0x28, 0x10, 0x2), 1, T + 3 * S, before=0),
+         # two changes of 4 in one transaction: one commit LSN, their own change LSNs
+         ev("u", 4, (0x28, 0x40, 0x9), (0x28, 0x40, 0x2), 2, T + 3 * S, 1, 0),
+         ev("u", 4, (0x28, 0x40, 0x9), (0x28, 0x40, 0x6), 2, T + 3 * S, 2, 1),
+         tx_a],
+        [ev("u", 3, (0xff, 0xfffffff0, 0x3), (0xff, 0xfffffff0, 0x2), 2, T + 4 * S, 1, 0),
+         ev("u", 3, (0x100, 0x8, 0x2), (0x100, 0x8, 0x1), 2, T + 5 * S, 2, 1),
+         tx_a, snapshot[1], tx_b],
+    ]
+
+
+def oracle_runs() -> list[list[Event]]:
+    def ev(op, key, scn, commit, ts, version=None, before=None, tx=None, ssn=0):
+        return oracle_event(op, key, scn, commit, ts, tx=tx, ssn=ssn,
+                            after=customer(key, version) if version is not None else None,
+                            before=customer(key, before) if before is not None else None)
+
+    tx_a = ev("u", 1, 999997, 999998, T + 2 * S, 1, 0, tx="6.28.808")
+    # "1000001" < "999997" as text
+    tx_b = ev("u", 1, 1000001, 1000002, T + 2 * S, 2, 1, tx="6.29.810")
+    snapshot = [ev("r", k, 999990, None, T, 0) for k in (1, 2, 3, 4)]
+    big = 2**64 + 10  # an SCN past any 64-bit integer
+    return [
+        [*snapshot, tx_a, tx_b,
+         ev("d", 2, 1000010, 1000011, T + 3 * S, before=0, tx="6.30.811"),
+         # one transaction, one SCN: the SQL sequence numbers order its two changes of 4
+         ev("u", 4, 1000020, 1000021, T + 3 * S, 1, 0, tx="6.31.812", ssn=0),
+         ev("u", 4, 1000020, 1000021, T + 3 * S, 2, 1, tx="6.31.812", ssn=1),
+         tx_a],
+        [ev("u", 3, big, big + 1, T + 4 * S, 1, 0, tx="7.1.900"),
+         tx_a, snapshot[1], tx_b],
+    ]
+
+
+def positions(event: Event) -> list[Decimal]:
+    return [Decimal(n) for n in event.position]
+
+
+def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> None:
+    """Each live key's row is its newest event's (by the connector's own log), with that
+    event's position; the readers agree."""
+    expected = expected_rows(events)
+    actual = table_state(spark, ctx.paths.table)
+    assert sorted(actual) == sorted(expected), ctx.topic.name
+    for key, event in expected.items():
+        row = actual[key]
+        assert event.after is not None
+        assert {k: row[k] for k in typed(event.after, wrapped)} == \
+            typed(event.after, wrapped), (ctx.topic.name, key)
+        assert (row["__op"], row["__source_ts_ms"], row["__source_lsn"]) == \
+            (event.op, event.ts_ms, None), (ctx.topic.name, key)
+        assert row["__source_position"] == positions(event), (ctx.topic.name, key)
+    assert_readers_agree(spark, ctx.paths.table)
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
+def test_each_connector_orders_a_keys_changes_by_its_own_log(
+        spark, kafka_bootstrap, new_topic, tmp_path, wrapped):
+    # (runs, the stale events each run must count: older than, or the same as, an earlier
+    # event of their key in the batch or the table's row; an older one followed by a newer
+    # event of its key in the batch is not counted, the newer one replaces it)
+    cases = {"mysql": (mysql_runs(), [1, 2, 3]),
+             "sqlserver": (sqlserver_runs(), [1, 2]),
+             "oracle": (oracle_runs(), [1, 2])}  # MariaDB's binlog: as MySQL's (below)
+    for connector, (runs, stale) in cases.items():
+        topic = new_topic(f"{connector}.inventory.customers", partitions=2)
+        ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+        events: list[Event] = []
+        for run, stale_count in zip(runs, stale, strict=True):
+            produce(kafka_bootstrap, topic, messages(run, wrapped))
+            run_step("infer", ctx, spark)
+            (report,) = run_step("ingest", ctx, spark)
+            events += run
+            assert_connector_table(spark, ctx, events, wrapped)
+            assert (report.stale, report.quarantined) == (stale_count, 0), \
+                (connector, report.summary())
+        # the key updated by two transactions within one second holds the second's row
+        row = table_state(spark, ctx.paths.table)[1]
+        assert row["email"] == customer(1, 2).email, connector
+        deletes = spark.read.format("delta").load(ctx.paths.deletes).collect()
+        assert [(r["id"], r["__source_position"]) for r in deletes] == \
+            [(2, positions(next(e for e in runs[0] if e.op == "d")))], connector
+
+
+def other_connector_event(connector: str, key: int, commit: int, change: int, ts: int,
+                          version: int, op: str = "u") -> Event:
+    """An event of a connector deltaferry has no position for (Informix-shaped: its LSNs are
+    plain integers)."""
+    source = {"connector": connector, "schema": "informix", "table": "customers",
+              "begin_lsn": commit - 100,
+              "commit_lsn": commit, "change_lsn": change, "txId": commit}
+    return Event(op, key, None, ts, commit, after=customer(key, version),
+                 source=source, order=(commit, change))
+
+
+def test_an_unknown_connector_needs_sequence_by_and_is_ordered_by_it(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    events = [other_connector_event("informix", 1, 5000, 4990, T, 0, "c"),
+              other_connector_event("informix", 1, 6000, 5990, T, 1),
+              other_connector_event("informix", 1, 7000, 6990, T, 2),
+              other_connector_event("informix", 1, 6000, 5990, T, 1)]  # redelivered
+    bad = json.loads(messages([other_connector_event("informix", 2, 1, 1, T, 0, "c")],
+                              False)[0][1])
+    bad["source"]["commit_lsn"] = "1.5e9"
+    topic = new_topic("informix.customers", partitions=1)
+    produce(kafka_bootstrap, topic, messages(events, False))
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    run_step("infer", ctx, spark)
+    with pytest.raises(ConfigError) as failure:
+        run_step("ingest", ctx, spark)
+    message = str(failure.value)
+    assert "\n" not in message and "'informix'" in message and "sequence_by" in message, message
+    assert spark.read.format("delta").load(ctx.paths.table).count() == 0  # nothing guessed
+
+    # the same topic, ordered by the fields the user names
+    ordered = context(topic, tmp_path / "wh2", kafka_bootstrap, cdc="debezium",
+                      sequence_by=("source.commit_lsn", "source.change_lsn"))
+    produce(kafka_bootstrap, topic, [('{"id": 2}', json.dumps(bad))])
+    run_step("infer", ordered, spark)
+    (report,) = run_step("ingest", ordered, spark)
+    assert (report.stale, report.quarantined) == (1, 1), report.summary()
+    (row,) = spark.read.format("delta").load(ordered.paths.table).collect()
+    assert (row["id"], row["email"], row["__source_position"]) == \
+        (1, customer(1, 2).email, [Decimal(7000), Decimal(6990)])
+    (reason,) = [r["reason"] for r in
+                 spark.read.format("delta").load(ordered.paths.quarantine).collect()]
+    assert "source.commit_lsn" in reason and "'1.5e9'" in reason, reason
+
+
+# Source blocks as each connector documents them (Debezium's connector pages and
+# SourceInfoStructMakers), with the position each must read as, element by element.
+SOURCE_BLOCKS = [
+    ({"connector": "postgresql", "lsn": 24023128, "txId": 555,
+      "sequence": '["24023119","24023128"]'}, [24023128, 24023119], "555"),
+    ({"connector": "postgresql", "lsn": 33227720, "txId": 502, "sequence": None},
+     [33227720, -1], "502"),
+    ({"connector": "postgresql", "lsn": 33227720, "sequence": '[null,"33227720"]'},
+     [33227720, -1], None),
+    ({"connector": "mysql", "file": "mysql-bin.000003", "pos": 570, "row": 0,
+      "server_id": 223344, "gtid": None}, [3, 570, 0], None),
+    ({"connector": "mariadb", "file": "mariadb-bin.1000000", "pos": 4, "row": 2,
+      "gtid": "0-1-42"}, [1000000, 4, 2], "0-1-42"),
+    ({"connector": "sqlserver", "change_lsn": "00000027:00000758:0003",
+      "commit_lsn": "00000027:00000758:0005", "event_serial_no": 1},
+     [0x27, 0x758, 5, 0x27, 0x758, 3, 1], "00000027:00000758:0005"),
+    ({"connector": "sqlserver", "change_lsn": None, "commit_lsn": "00000025:00000d98:00a2",
+      "event_serial_no": None}, [0x25, 0xd98, 0xa2, -1, -1, -1, -1],
+     "00000025:00000d98:00a2"),
+    ({"connector": "oracle", "txId": "6.28.807", "scn": "2122185", "commit_scn": "2122185",
+      "rs_id": "001234.00012345.0124", "ssn": 1},
+     [2122185, 2122185, 0x1234, 0x12345, 0x124, 1], "6.28.807"),
+    ({"connector": "oracle", "scn": "98765432109876543210987654321", "commit_scn": None,
+      "ssn": 0}, [-1, 98765432109876543210987654321, -1, -1, -1, 0], None),
+    ({"connector": "mongodb", "ts_ms": 1558965508000, "ord": 31, "lsid": None,
+      "txnNumber": None}, [1558965508, 31], None),
+    ({"connector": "mongodb", "ts_ms": 1558965508999, "ord": 2,
+      "lsid": '{"id": "abc"}', "txnNumber": 7}, [1558965508, 2], '{"id": "abc"}/7'),
+]
+BAD_BLOCKS = [  # (source, the reason's fragments)
+    ({"connector": "mysql", "file": "mysql-bin", "pos": 5}, ["source.file", "'mysql-bin'"]),
+    ({"connector": "mysql", "file": "mysql-bin.000003"}, ["source.pos", "missing"]),
+    ({"connector": "sqlserver", "commit_lsn": "27:758"}, ["source.commit_lsn", "'27:758'"]),
+    ({"connector": "oracle", "scn": "2.1e6"}, ["source.scn", "'2.1e6'"]),
+    ({"connector": "postgresql", "lsn": -5}, ["source.lsn", "'-5'"]),
+    ({"connector": "mongodb", "ts_ms": 1558965508000, "ord": 1.5}, ["source.ord", "'1.5'"]),
+]
+
+
+def test_each_connectors_source_block_reads_as_its_position(spark):
+    """The position (and transaction) read from each connector's real source block, exactly,
+    with the JsonConverter's schema wrapper or without it; a field that does not read is the
+    event's problem, naming the field and its value; an unknown connector has no position."""
+    from deltaferry.formats.debezium import envelope
+
+    def value(source: dict, wrapped: bool) -> str:
+        payload = {"before": None, "after": {"id": 1}, "op": "u",
+                   "source": {"version": "2.7.4.Final", "ts_ms": 1, **source}}
+        return json.dumps({"schema": {"type": "struct"}, "payload": payload} if wrapped
+                          else payload)
+
+    blocks = [s for s, _, _ in SOURCE_BLOCKS] + [s for s, _ in BAD_BLOCKS] + \
+        [{"connector": "db2", "commit_lsn": "00000000:0000150f:0000000000048fca"}]
+    rows = [(value(s, w), '{"id": 1}') for w in (True, False) for s in blocks]
+    raw = spark.createDataFrame(rows, "raw_value string, kafka_key string")
+    read = envelope(raw).select("__source_position", "__source_tx",
+                                "__position_problem").collect()
+    n = len(blocks)
+    for half in (read[:n], read[n:]):
+        for row, (_, position, transaction) in zip(half, SOURCE_BLOCKS, strict=False):
+            assert row["__source_position"] == [Decimal(p) for p in position], row
+            assert (row["__source_tx"], row["__position_problem"]) == (transaction, None)
+        bad = half[len(SOURCE_BLOCKS):-1]
+        for row, (_, fragments) in zip(bad, BAD_BLOCKS, strict=True):
+            assert row["__source_position"] is None
+            assert all(f in row["__position_problem"] for f in fragments), row
+        unknown = half[-1]
+        assert (unknown["__source_position"], unknown["__position_problem"]) == (None, None)
+    # compared as Spark compares them, the positions keep each log's order
+    ordered = spark.createDataFrame(
+        [(1, "mysql-bin.999999", 900), (2, "mysql-bin.1000000", 4),
+         (3, "mysql-bin.000009", 2000)], "n int, file string, pos long")
+    source = "to_json(named_struct('connector', 'mysql', 'file', file, 'pos', pos, 'row', 0))"
+    events = ordered.selectExpr(
+        "n", f"to_json(named_struct('op', 'u', 'after', named_struct('id', 1), "
+        f"'source', from_json({source}, 'connector string, file string, pos long, "
+        f"row int'))) AS raw_value", "'{\"id\": 1}' AS kafka_key")
+    newest = envelope(events).orderBy("__source_position").select("n").collect()
+    assert [r["n"] for r in newest] == [3, 1, 2]
+
+
+def delete_and_history_runs() -> list[list[Event]]:
+    """Two runs of a MySQL topic with GTIDs: key 1 updated by two transactions within one
+    second, then deleted with a minimal row image (``before`` only the primary key); key 2
+    deleted without a before image (``before`` null), its old insert redelivered later; key 3
+    updated twice by one transaction split across the two runs."""
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+    def ev(op, key, pos, ts, version, gtid_no, before=None, image=None):
+        return mysql_event(op, key, 9, pos, 0, ts, gtid=f"{uuid}:{gtid_no}",
+                           after=customer(key, version) if version is not None else None,
+                           before=before, extra={"before": image} if image else {})
+
+    minimal = {f: None for f in customer(1).payload()} | {"id": 1}
+    create_2 = ev("c", 2, 200, T, 0, 2)
+    return [
+        [ev("c", 1, 100, T, 0, 1), create_2, ev("c", 3, 300, T, 0, 3),
+         ev("u", 1, 400, T + 2 * S, 1, 4, customer(1)),
+         ev("u", 1, 500, T + 2 * S, 2, 5, customer(1, 1)),  # another transaction, same second
+         ev("u", 3, 600, T + 3 * S, 1, 6, customer(3)),  # transaction 6, its first change
+         ev("d", 2, 700, T + 3 * S, None, 7)],  # no before image
+        [ev("u", 3, 800, T + 3 * S, 2, 6, customer(3, 1)),  # transaction 6, its second
+         ev("d", 1, 900, T + 4 * S, None, 8, image=minimal),
+         create_2],  # redelivered: older than 2's delete
+    ]
+
+
+def at(ms: int | None):
+    from datetime import datetime, timedelta
+
+    return None if ms is None else datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+
+
+def test_deletes_without_a_before_image_and_history_by_transaction(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """A delete with no before image, or only the key's, deletes the key (current) and ends its
+    version (scd2), keyed by the message key; scd2 keeps two transactions sharing a second as
+    two versions in source order, and one transaction's changes split across runs as one."""
+    runs = delete_and_history_runs()
+    current_topic = new_topic("mysql.inventory.deletes", partitions=2)
+    history_topic = new_topic("mysql.inventory.history", partitions=2)
+    current = context(current_topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    history = context(history_topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium",
+                      history="scd2")
+    for n, run in enumerate(runs):
+        for ctx, wrapped in ((current, False), (history, True)):
+            produce(kafka_bootstrap, ctx.topic.name, messages(run, wrapped))
+            run_step("infer", ctx, spark)
+            (report,) = run_step("ingest", ctx, spark)
+            assert report.quarantined == 0, report.summary()
+        if n == 0:
+            assert sorted(table_state(spark, current.paths.table)) == [1, 3]
+    rows = table_state(spark, current.paths.table)
+    assert list(rows) == [3] and rows[3]["email"] == customer(3, 2).email
+    deletes = spark.read.format("delta").load(current.paths.deletes).collect()
+    assert sorted((r["id"], r["__source_position"][1]) for r in deletes) == \
+        [(1, Decimal(900)), (2, Decimal(700))]
+
+    versions = sorted(
+        (r["id"], r["__start_at"], r["__end_at"], r["email"], r["__source_tx"][-2:])
+        for r in spark.read.format("delta").load(history.paths.table).collect())
+    assert versions == [
+        (1, at(T), at(T + 2 * S), customer(1, 0).email, ":1"),
+        (1, at(T + 2 * S), at(T + 2 * S), customer(1, 1).email, ":4"),  # zero-length, kept
+        (1, at(T + 2 * S), at(T + 4 * S), customer(1, 2).email, ":5"),  # ended by the delete
+        (2, at(T), at(T + 3 * S), customer(2, 0).email, ":2"),  # ended by the delete
+        (3, at(T), at(T + 3 * S), customer(3, 0).email, ":3"),
+        (3, at(T + 3 * S), None, customer(3, 2).email, ":6"),  # one version of transaction 6
+    ], versions
+    assert_readers_agree(spark, history.paths.table)
+
+
+def with_amount(event: Event, amount: dict | None, **after) -> str:
+    """`event` as the JsonConverter writes it with schemas, its rows with one more column,
+    ``amount``, a Postgres ``numeric`` without precision (Debezium's VariableScaleDecimal),
+    and the `after` fields given replaced."""
+    value = json.loads(messages([event], True)[0][1])
+    variable = {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal",
+                "version": 1, "doc": "Variable scaled decimal", "field": "amount",
+                "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                           {"type": "bytes", "optional": False, "field": "value"}]}
+    for part in value["schema"]["fields"][:2]:
+        part["fields"].append(variable)
+    value["payload"]["after"].update({"amount": amount, **after})
+    return json.dumps(value)
+
+
+def unscaled(n: int) -> str:
+    import base64
+
+    return base64.b64encode(n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True)).decode()
+
+
+def test_a_value_that_does_not_convert_is_quarantined_naming_column_and_value(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """Nothing turns silently into NULL: a decimal with more digits than its precision, a
+    ZonedTimestamp that is no time, are quarantined with the column and the value; numeric
+    without precision (VariableScaleDecimal) lands as its exact decimal text."""
+    from deltaferry_dev.debezium_events import key_text
+
+    def create(key):
+        return Event("c", key, 1000 + key, T, 500 + key, after=customer(key))
+
+    topic = new_topic("pg.inventory.values", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    values = [
+        (1, with_amount(create(1), {"scale": 4, "value": unscaled(-1234500)})),
+        (2, with_amount(create(2), {"scale": 0, "value": unscaled(2**100)})),
+        (3, with_amount(create(3), {"scale": -3, "value": unscaled(7)})),
+        (4, with_amount(create(4), None)),
+        (5, with_amount(create(5), None, balance=unscaled(10**12))),  # 13 digits > 10
+        (6, with_amount(create(6), None, updated_at="yesterday")),
+        (7, with_amount(create(7), {"scale": 0, "value": unscaled(10**40)})),  # > 38 digits
+    ]
+    produce(kafka_bootstrap, topic, [(key_text(k, True), v) for k, v in values])
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.quarantined) == (4, 3), report.summary()
+    rows = table_state(spark, ctx.paths.table)
+    assert {k: r["amount"] for k, r in rows.items()} == \
+        {1: "-123.4500", 2: str(2**100), 3: "7000", 4: None}
+    assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["amount"] == "string"
+    reasons = {json.loads(r["kafka_key"])["payload"]["id"]: r["reason"] for r in
+               spark.read.format("delta").load(ctx.paths.quarantine).collect()}
+    assert reasons[5].startswith(f"column balance: {unscaled(10**12)} does not convert to "
+                                 "decimal(10,2)"), reasons
+    assert reasons[6].startswith("column updated_at: yesterday does not convert to "
+                                 "timestamp"), reasons
+    assert reasons[7].startswith("column amount: {\"scale\":0,\"value\":"), reasons
+
+
+def test_avro_mysql_change_events_order_by_the_binlog(
+        spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    """Debezium's AvroConverter (`format: avro`) on a MySQL topic: the source block's binlog
+    position read from the Avro record orders a key's changes as from JSON; the older copy
+    redelivered after two transactions within one second changes nothing."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from deltaferry_dev.debezium_events import (
+        AVRO_KEY_SCHEMA,
+        AVRO_MYSQL_VALUE_SCHEMA,
+        avro_key,
+        avro_value,
+    )
+
+    monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    topic = new_topic("mysql.inventory.avro", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", format="avro")
+    runs = mysql_runs()
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    keys = AvroSerializer(client, json.dumps(AVRO_KEY_SCHEMA))
+    values = AvroSerializer(client, json.dumps(AVRO_MYSQL_VALUE_SCHEMA))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    events: list[Event] = []
+    for run in runs[:2]:
+        for event in run:
+            key = keys(avro_key(event.key), SerializationContext(topic, MessageField.KEY))
+            value = avro_value(event)
+            producer.produce(topic, key=key, value=values(
+                value, SerializationContext(topic, MessageField.VALUE)))
+        assert producer.flush(30) == 0
+        run_step("infer", ctx, spark)
+        (report,) = run_step("ingest", ctx, spark)
+        assert report.quarantined == 0, report.summary()
+        events += run
+        expected = expected_rows(events)
+        rows = table_state(spark, ctx.paths.table)
+        assert sorted(rows) == sorted(expected)
+        for key, event in expected.items():
+            assert event.after is not None
+            assert (rows[key]["email"], rows[key]["__source_position"]) == \
+                (event.after.email, positions(event)), key
+    assert table_state(spark, ctx.paths.table)[1]["email"] == customer(1, 2).email
+
+
+def with_phone(event: Event, wrapped: bool, phone: str | None) -> tuple[str, str]:
+    """(key, value) of `event` after ``ALTER TABLE customers ADD phone text``: its rows have
+    the column (its Connect schema too, with the wrapper)."""
+    key, value = messages([event], wrapped)[0]
+    parsed = json.loads(value)
+    payload = parsed["payload"] if wrapped else parsed
+    for part in ("before", "after"):
+        if payload[part] is not None:
+            payload[part]["phone"] = phone
+    if wrapped:
+        for part in parsed["schema"]["fields"][:2]:
+            part["fields"].append({"type": "string", "optional": True, "field": "phone"})
+    return key, json.dumps(parsed)
+
+
+def test_a_column_added_mid_stream_arrives_as_a_new_column(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """A column added to the source table between runs, and in the middle of a batch, is a
+    new column of the same table (JSON with the schema wrapper, and without); the rows and the
+    scd2 versions from before hold NULL in it."""
+    def ev(op, key, pos, ts, version):
+        return mysql_event(op, key, 9, pos, 0, ts, after=customer(key, version),
+                           before=customer(key, version - 1) if op == "u" else None)
+
+    first = [ev("c", 1, 100, T, 0), ev("c", 2, 200, T, 0)]
+    second_old = [ev("u", 2, 300, T + S, 1)]  # before the ALTER, in the same batch
+    second_new = [(ev("u", 1, 400, T + 2 * S, 1), "555-0101"),
+                  (ev("c", 3, 500, T + 2 * S, 0), None)]
+    for wrapped, history in ((True, "current"), (False, "scd2")):
+        topic = new_topic("mysql.inventory.altered", partitions=2)
+        ctx = context(topic, tmp_path / f"wh-{history}", kafka_bootstrap, cdc="debezium",
+                      history=history)
+        produce(kafka_bootstrap, topic, messages(first, wrapped))
+        run_step("infer", ctx, spark)
+        run_step("ingest", ctx, spark)
+        produce(kafka_bootstrap, topic, messages(second_old, wrapped)
+                + [with_phone(e, wrapped, phone) for e, phone in second_new])
+        run_step("infer", ctx, spark)
+        (report,) = run_step("ingest", ctx, spark)
+        assert report.quarantined == 0, report.summary()
+        frame = spark.read.format("delta").load(ctx.paths.table)
+        assert dict(frame.dtypes)["phone"] == "string", (history, frame.dtypes)
+        got = sorted((r["id"], r["email"], r["phone"]) for r in frame.collect())
+        if history == "current":
+            assert got == [(1, customer(1, 1).email, "555-0101"),
+                           (2, customer(2, 1).email, None), (3, customer(3).email, None)]
+        else:
+            assert got == [(1, customer(1).email, None),
+                           (1, customer(1, 1).email, "555-0101"),
+                           (2, customer(2).email, None), (2, customer(2, 1).email, None),
+                           (3, customer(3).email, None)]
+        assert_readers_agree(spark, ctx.paths.table)
