@@ -468,15 +468,15 @@ def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: 
     these as its own options (txnAppId, txnVersion, userMetadata): the session settings of
     `idempotent_writes` reach MERGE, not DataFrame writes. New nested fields arrive by schema
     evolution. Returns the rows appended (zero if Delta skipped the write, i.e. the last
-    commit is not tagged `tag`).
+    commit is not tagged `tag`), read from that commit's log entry (`latest_commit_info`).
     """
-    from delta.tables import DeltaTable
+    from deltaferry.storage import storage_for
 
     ensure_held(path, f"the append to {path}")
     (source.drop(DELETED).write.format("delta").mode("append")
      .option("txnAppId", app_id).option("txnVersion", version).option("userMetadata", tag)
      .option("mergeSchema", "true").save(path))
-    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
+    last = latest_commit_info(spark, path, storage_for(path))  # no job, unlike its history
+    if last.get("userMetadata") != tag:  # skipped: this batch was applied before a crash
         return {"appended": 0}
-    return {"appended": int((last["operationMetrics"] or {}).get("numOutputRows", 0))}
+    return {"appended": int((last.get("operationMetrics") or {}).get("numOutputRows", 0))}
