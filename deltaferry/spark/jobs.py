@@ -63,11 +63,14 @@ class JobCounter:
 
 
 def one_job(frame: DataFrame):
-    """A block whose actions on `frame` (a global aggregate of a batch's records: counts, the
-    largest value) run as one Spark job: adaptive query execution off for them (in `frame`'s
-    session, restored after). AQE runs the shuffle before a global aggregate's final step as
-    a job of its own, and has nothing to adapt in a single-partition exchange."""
-    return session_settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false"})
+    """A block whose actions on `frame` run as one Spark job each: a global aggregate of a
+    batch's records (counts, the largest value) or a grouping into a few rows (the newest
+    offset of each Kafka partition). Adaptive query execution off and one shuffle partition
+    for them (in `frame`'s session, restored after): AQE runs the shuffle before the final
+    aggregation as a job of its own, and has nothing to adapt where the result is a few rows.
+    A persisted frame's own plan was made when it was persisted and keeps its settings."""
+    return session_settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false",
+                                                 "spark.sql.shuffle.partitions": "1"})
 
 
 #: `one_task_write` applies to a batch of at most this many table rows.
