@@ -189,6 +189,13 @@ def describe_phases(phases: Mapping[str, float]) -> str:
     return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
 
 
+def describe_jobs(jobs: int | None, stages: int | None) -> str:
+    """``12 Spark jobs (15 stages)``, or ``Spark jobs not counted`` where Spark did not say."""
+    if jobs is None:
+        return "Spark jobs not counted"
+    return f"{jobs} Spark job(s) ({stages} stage(s))"
+
+
 @dataclass
 class IngestReport(Report):
     """What one ingest run did."""
@@ -222,6 +229,10 @@ class IngestReport(Report):
     progress: list[dict] = field(default_factory=list)
     #: Seconds per phase of the micro-batches, summed (`deltaferry.spark.ingest.progress.Phases`).
     phases: dict[str, float] = field(default_factory=dict)
+    #: The Spark jobs and stages the micro-batches scheduled, summed (each batch's own are in
+    #: its `progress` entry; `deltaferry.spark.jobs`); None where Spark did not say.
+    jobs: int | None = 0
+    stages: int | None = 0
     seconds: float = 0.0
     step: str = "ingest"
     #: The topic's thresholds this run crossed (`deltaferry.alerts.Alert.as_dict`), set after
@@ -241,6 +252,7 @@ class IngestReport(Report):
             + f"schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
+            + (f"; {describe_jobs(self.jobs, self.stages)}" if self.batches else "")
         )
 
 

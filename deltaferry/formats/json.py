@@ -468,6 +468,8 @@ class JsonDecoder:
         """The cached schema version, grown by the batch's offsets inference has not read."""
         from pyspark.sql import functions as F
 
+        from deltaferry.spark.jobs import one_job
+
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
         if not self.evolves:
@@ -475,8 +477,9 @@ class JsonDecoder:
         fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
         if fresh.isEmpty():
             return version
-        ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
-                .agg(F.max("kafka_offset")).collect()}
+        with one_job(raw):  # a few rows: AQE would run its shuffle as a job of its own
+            ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
+                    .agg(F.max("kafka_offset")).collect()}
         version, changed, changes = commit_schema(
             self.store, infer_from_records(self.spark, fresh, version.schema), ends,
             self.topic.json.schema_hints)

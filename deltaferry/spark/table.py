@@ -341,7 +341,6 @@ def key_filter(spark: SparkSession, path: str, source: DataFrame,
     the key equality still decides each match. Its costs: one small job (the source's keys to
     the driver), a planned condition of as many values, and Delta writes it in the commit's
     operationParameters.predicate."""
-    from delta.tables import DeltaTable
     from pyspark.sql.types import IntegralType, StringType
 
     types = {f.name: f.dataType for f in source.schema.fields}
@@ -350,8 +349,7 @@ def key_filter(spark: SparkSession, path: str, source: DataFrame,
     escaped = spark.conf.get("spark.sql.parser.escapedStringLiterals", "false") or "false"
     if escaped.lower() == "true":
         return None  # `sql_literal`'s escapes would be read as they are
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    table_bytes = int(detail["sizeInBytes"] or 0) if detail is not None else 0
+    table_bytes = size_in_bytes(spark, path)
     if table_bytes < KEY_FILTER_MIN_TABLE_BYTES:
         return None
     rows = source.select(*[quote(k) for k in keys]).limit(KEY_FILTER_LIMIT + 1).collect()
@@ -361,6 +359,27 @@ def key_filter(spark: SparkSession, path: str, source: DataFrame,
     if not worth_key_filter(len(values), table_bytes):
         return None
     return key_condition(keys, values)
+
+
+def size_in_bytes(spark: SparkSession, path: str) -> int:
+    """The bytes of the table's data files: from the checksum Delta writes beside the newest
+    commit this session knows of (`tableSizeBytes` of its `.crc` file, one small read, no
+    Spark job), else from DESCRIBE DETAIL (a Delta snapshot's state: three jobs)."""
+    from delta.tables import DeltaTable
+
+    from deltaferry.storage import storage_for
+
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a running session's gateway
+        version = int(jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            spark._jsparkSession, path).unsafeVolatileSnapshot().version())
+        crc = storage_for(path).read(join(path, "_delta_log", f"{version:020d}.crc"))
+        return int(json.loads(crc)["tableSizeBytes"])
+    except Exception as exc:  # no checksum file, another layout: Delta's own figure
+        log.debug("table %s: no checksum to size it (%s); DESCRIBE DETAIL", path, exc)
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    return int(detail["sizeInBytes"] or 0) if detail is not None else 0
 
 
 #: What a key that is not valid UTF-8 reads as in Python (U+FFFD for each undecodable byte).
@@ -414,6 +433,32 @@ def merge_counts(result: list) -> dict[str, int]:
             "deleted": int(row.get("num_deleted_rows") or 0)}
 
 
+#: `holds_no_rows` reads a table's log entries only while it has at most this many (a table a
+#: few batches old); beyond, or with a checkpoint, it is taken to hold rows.
+NO_ROWS_MAX_COMMITS = 10
+
+
+def holds_no_rows(storage: Storage, path: str) -> bool:
+    """Whether the Delta table at `path` certainly holds no rows: no entry of its log adds a
+    data file (a table made by `ensure_table`, grown by `add_new_columns`, its properties
+    changed). Read through `storage`, no Spark job and no Delta snapshot: a LIST of
+    `_delta_log` and a small read per entry, made only while the log has at most
+    NO_ROWS_MAX_COMMITS entries and no checkpoint; False (the table is MERGEd into, which is
+    right for any table) wherever it cannot tell so cheaply. Only the holder of the topic's
+    lock writes the table, so the answer holds until its own next write."""
+    log_dir = join(path, "_delta_log")
+    names = storage.list(log_dir)
+    entries = [n for n in names if n.endswith(".json") and n[:20].isdigit()]
+    if not entries or len(entries) > NO_ROWS_MAX_COMMITS or any(
+            "checkpoint" in n for n in names):
+        return False
+    for name in entries:
+        for line in storage.read(join(log_dir, name)).decode("utf-8").splitlines():
+            if line.strip() and "add" in json.loads(line):
+                return False
+    return True
+
+
 def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: str,
            version: int) -> dict[str, int]:
     """Append `source` (table rows, DELETED dropped) to the table: every row once, no MERGE.
@@ -423,15 +468,15 @@ def append(spark: SparkSession, path: str, source: DataFrame, tag: str, app_id: 
     these as its own options (txnAppId, txnVersion, userMetadata): the session settings of
     `idempotent_writes` reach MERGE, not DataFrame writes. New nested fields arrive by schema
     evolution. Returns the rows appended (zero if Delta skipped the write, i.e. the last
-    commit is not tagged `tag`).
+    commit is not tagged `tag`), read from that commit's log entry (`latest_commit_info`).
     """
-    from delta.tables import DeltaTable
+    from deltaferry.storage import storage_for
 
     ensure_held(path, f"the append to {path}")
     (source.drop(DELETED).write.format("delta").mode("append")
      .option("txnAppId", app_id).option("txnVersion", version).option("userMetadata", tag)
      .option("mergeSchema", "true").save(path))
-    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    if last["userMetadata"] != tag:  # skipped: this batch was applied before a crash
+    last = latest_commit_info(spark, path, storage_for(path))  # no job, unlike its history
+    if last.get("userMetadata") != tag:  # skipped: this batch was applied before a crash
         return {"appended": 0}
-    return {"appended": int((last["operationMetrics"] or {}).get("numOutputRows", 0))}
+    return {"appended": int((last.get("operationMetrics") or {}).get("numOutputRows", 0))}

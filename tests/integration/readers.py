@@ -102,6 +102,17 @@ def merge_metrics(spark, path: str) -> list[dict]:
             for r in sorted(history.collect(), key=lambda r: r["version"])]
 
 
+def batch_commits(spark, path: str) -> list[dict]:
+    """Each commit of the table at `path` that wrote a micro-batch (its userMetadata names the
+    batch: `commit_tag`), oldest first: its version, operation and userMetadata."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().where("userMetadata LIKE '% batch %'")
+    return [{"version": r["version"], "operation": r["operation"],
+             "userMetadata": r["userMetadata"]}
+            for r in sorted(history.collect(), key=lambda r: r["version"])]
+
+
 def assert_deletion_vectors(spark, path: str, on: bool, since: int = 0) -> None:
     """The table at `path` as `deletion_vectors: on` makes it. On: protocol reader 3 / writer
     7 with the deletionVectors feature and the property set, and its MERGEs from version

@@ -29,7 +29,7 @@ from deltaferry.pipeline import run_step
 from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer
 from deltaferry_dev.debezium_events import messages as debezium_messages
 
-from .readers import assert_deletion_vectors, merge_metrics
+from .readers import assert_deletion_vectors, batch_commits, merge_metrics
 from .test_cli import CLI
 from .test_pipeline import assert_table_is_latest_state, context
 
@@ -151,10 +151,13 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
         assert len(spark.read.format("delta").load(path).inputFiles()) == 1, path
 
     assert_table_is_latest_state(spark, ctx, sent)
-    # each micro-batch MERGEd once: the replayed one was skipped, not applied again
-    applied = [m["userMetadata"].split(" attempt ")[0]
-               for m in merge_metrics(spark, ctx.paths.table)]
+    # each micro-batch written once (the first appended into the empty table, the next
+    # MERGEd): the replayed one was skipped, not applied again
+    applied = [c["userMetadata"].split(" attempt ")[0]
+               for c in batch_commits(spark, ctx.paths.table)]
     assert len(applied) == len(set(applied)) >= 2, applied
+    assert [c["operation"] for c in batch_commits(spark, ctx.paths.table)][:2] == [
+        "WRITE", "MERGE"]
     assert_deletion_vectors(spark, ctx.paths.table, deletion_vectors)
     quarantine = spark.read.format("delta").load(ctx.paths.quarantine)
     assert quarantine.groupBy("kafka_partition", "kafka_offset").count() \

@@ -102,10 +102,13 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
 
 def read_stats(raw: DataFrame) -> tuple[int, int]:
     """(records, bytes of the largest value) of a micro-batch's `raw` records, by the action
-    that reads (and, persisted, caches) them."""
+    that reads (and, persisted, caches) them: one job (`one_job`)."""
     from pyspark.sql import functions as F
 
-    row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
+    from deltaferry.spark.jobs import one_job
+
+    with one_job(raw):
+        row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
     return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
 
 
@@ -113,11 +116,15 @@ def count_unusable(parsed: DataFrame, checker: Checker | None = None
                    ) -> tuple[int, dict[str, tuple[int, str]]]:
     """How many records of `parsed` have a `reason` (go to the quarantine), and, where
     `checker` checked them (`Checker.check`), the failures per expectation (`Checker.tally`),
-    counted by the action that computes (and, persisted, caches) `parsed`: one job, not two."""
+    counted by the action that computes (and, persisted, caches) `parsed`: one job (not one
+    per count, nor AQE's two: `one_job`)."""
     from pyspark.sql import functions as F
 
+    from deltaferry.spark.jobs import one_job
+
     extra = checker.tally_columns() if checker is not None else []
-    row = parsed.agg(F.count(F.col("reason")), *extra).first()
+    with one_job(parsed):
+        row = parsed.agg(F.count(F.col("reason")), *extra).first()
     if row is None:
         return 0, {}
     return int(row[0]), checker.tally(row[1:]) if checker is not None else {}
@@ -156,14 +163,28 @@ def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
 
 def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
                app_id: str, version: int, only_newer: bool = False,
-               tag: str | None = None, task: TaskRun | None = None) -> dict[str, int]:
+               tag: str | None = None, task: TaskRun | None = None,
+               empty: bool = False) -> dict[str, int]:
     """Write table rows as Delta transaction (`app_id`, `version`), so a replayed micro-batch
     is skipped: MERGEd on the key columns `keys`, or appended where there are none (mode
-    append); the counts of what changed (zeros if skipped). The commit carries `tag` (a new
-    `commit_tag` naming the Airflow task `task` if not given) as its userMetadata."""
+    append) or where the caller knows the table holds no rows (`empty`,
+    `deltaferry.spark.table.holds_no_rows`: the rows are one per key already; tombstones have
+    nothing to delete and are dropped; counted as inserted); the counts of what changed (zeros
+    if skipped). The commit carries `tag` (a new `commit_tag` naming the Airflow task `task`
+    if not given) as its userMetadata.
+
+    A replay of a batch whose append committed finds the table holding rows and MERGEs, as
+    the same transaction: Delta skips it as applied (the append recorded `app_id`, `version`
+    as the MERGE would)."""
+    from pyspark.sql import functions as F
+
     tag = tag or delta_table.commit_tag(app_id, version, task)
     if not keys:
         return delta_table.append(spark, path, rows, tag, app_id, version)
+    if empty:
+        live = rows.where(~F.col(delta_table.DELETED))
+        appended = delta_table.append(spark, path, live, tag, app_id, version)["appended"]
+        return {"inserted": appended, "updated": 0, "deleted": 0}
     with delta_table.idempotent_writes(spark, app_id, version, tag):
         return delta_table.upsert(spark, path, rows, keys, only_newer=only_newer)
 
@@ -207,6 +228,9 @@ class LatestPerKey:
         self.path = path
         self.keys = keys
         self.headers = headers
+        #: Whether the table is known to hold rows (written to by this writer), so that
+        #: `apply` no longer reads its log to find out.
+        self.filled = False
         self.rows_phase = "latest per key" if keys else "table rows"
         self.write_phase = "merge" if keys else "append"
 
@@ -223,4 +247,13 @@ class LatestPerKey:
 
     def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
               tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
-        return apply_rows(spark, self.path, rows, self.keys, app_id, version, only_newer, tag)
+        """`apply_rows`; a keyed table that holds no rows yet (`holds_no_rows`: a topic's first
+        backlog) is appended to, not MERGEd into."""
+        from deltaferry.storage import storage_for
+
+        empty = bool(self.keys) and not self.filled and delta_table.holds_no_rows(
+            storage_for(self.path), self.path)
+        counts = apply_rows(spark, self.path, rows, self.keys, app_id, version, only_newer,
+                            tag, empty=empty)
+        self.filled = not empty or counts.get("inserted", 0) > 0
+        return counts

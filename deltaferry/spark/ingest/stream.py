@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from deltaferry import faults
@@ -28,6 +29,7 @@ from deltaferry.reports import (
     IngestReport,
     describe_counts,
     describe_expectations,
+    describe_jobs,
     describe_phases,
 )
 from deltaferry.spark import quarantine
@@ -47,6 +49,7 @@ from deltaferry.spark.ingest.progress import (
     describe_progress,
 )
 from deltaferry.spark.ingest.rows import (
+    LatestPerKey,
     TableWriter,
     count_unusable,
     grow_table,
@@ -54,6 +57,7 @@ from deltaferry.spark.ingest.rows import (
     parse_within,
     read_stats,
 )
+from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.state import TopicState, read_checkpoint
 from deltaferry.storage import Storage, join, storage_for
@@ -131,6 +135,8 @@ class BatchWriter:
         self._busy = False
         self._gate = threading.Lock()
         self._storage: Storage | None = None
+        #: The Spark jobs and stages each micro-batch written scheduled, by batch id.
+        self.scheduled: dict[int, Scheduled] = {}
 
     def storage(self) -> Storage:
         """The topic's storage (its table and checkpoint), opened once for the query: the
@@ -183,9 +189,24 @@ class BatchWriter:
             return None
         return delta_table.commit_seconds(info, tag, ended)
 
+    def count_jobs(self, batch_id: int, scheduled: Scheduled) -> Scheduled:
+        """Keep the Spark jobs and stages batch `batch_id` scheduled (`IngestStream.finish`
+        adds them to its progress) and add them to the report's totals (None there once a
+        batch's could not be counted); returns them."""
+        self.scheduled[batch_id] = scheduled
+        report = self.report
+        if scheduled.jobs is None or report.jobs is None:
+            report.jobs = report.stages = None
+        else:
+            report.jobs += scheduled.jobs
+            report.stages = (report.stages or 0) + (scheduled.stages or 0)
+        return scheduled
+
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase."""
+        """Decode, quarantine and MERGE (or append) one micro-batch, timing each phase and
+        counting the Spark jobs it scheduled (`count_jobs`)."""
         started = time.monotonic()
+        jobs = JobCounter(self.spark)
         batch = Phases()
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         cached = [raw]  # unpersisted however the batch ends: a warm driver's next step
@@ -208,7 +229,8 @@ class BatchWriter:
             with batch(self.table.rows_phase):
                 rows = self.table.rows(one_task_if_small(parsed, count)).persist()
                 cached.append(rows)
-                rows.count()
+                with one_job(rows):
+                    row_count = rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
                 widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
@@ -223,7 +245,10 @@ class BatchWriter:
             faults.point("quarantine-written")
             tag = delta_table.commit_tag(app_id, batch_id, self.task)
             write_phase = self.table.write_phase
-            with batch(write_phase):
+            # a CDC writer's joins read the table, so not for it: see `one_task_write`
+            small = (one_task_write(self.spark, rows, row_count, largest)
+                     if isinstance(self.table, LatestPerKey) else nullcontext())
+            with batch(write_phase), small:
                 counts = self.table.apply(self.spark, rows, app_id, batch_id, tag=tag)
             written = time.time()
             batch.split(write_phase, "commit", self.commit_seconds(tag, written))
@@ -244,11 +269,13 @@ class BatchWriter:
                 self.report.discarded_fields.get(field_, 0) + count_
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
+        scheduled = self.count_jobs(batch_id, jobs.scheduled())
         log.info(
-            "ingest %s batch %d: %d messages, %s, %d quarantined%s, %.1f s (%s)",
+            "ingest %s batch %d: %d messages, %s, %d quarantined%s, %.1f s (%s); %s",
             self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
             quarantined, describe_expectations(counts_of(self.topic, failed)),
             time.monotonic() - started, describe_phases(batch.seconds),
+            describe_jobs(scheduled.jobs, scheduled.stages),
         )
 
 
@@ -349,8 +376,13 @@ class IngestStream:
     def finish(self, progress: list[dict], totals: StreamProgress | None = None
                ) -> IngestReport:
         """The report, completed (`progress.complete`) with the batches' `progress` (or a
-        stream's `totals`), the checkpoint's offsets and the lag; its summary logged."""
+        stream's `totals`), each with the Spark jobs and stages the writer counted for it, the
+        checkpoint's offsets and the lag; its summary logged."""
         settings = self.settings
+        for batch in progress:  # the Spark jobs each batch scheduled, beside Spark's figures
+            scheduled = self.writer.scheduled.get(batch["batch_id"])
+            if scheduled is not None:
+                batch.update(jobs=scheduled.jobs, stages=scheduled.stages)
         current = topic_offsets(settings.kafka_bootstrap, self.topic.name,
                                 settings.kafka_options)
         report = complete(self.report, progress, totals, self.checkpoint(), current,

@@ -1,0 +1,103 @@
+"""How many Spark jobs (and stages) a piece of driver work scheduled: `JobCounter`, read from
+the numbers Spark's DAGScheduler hands out, no SparkListener and no JVM class of our own; and
+the settings that keep a micro-batch's own work to fewer jobs (`one_job`, `one_task_write`).
+
+Each job and each new stage takes the next number of its kind when it is submitted, before the
+action that submits it returns; so the difference of the numbers when a counter is made and
+when it is read is exactly what was scheduled in between, with no wait for Spark's listener
+bus (which `statusTracker()` reads, asynchronously). Every job of the driver counts (Delta's
+own, on its threads, too), so the figure is the work's own where the driver runs one piece of
+work at a time (a step of a warm driver, a micro-batch of a query). Each job costs planning
+and scheduling time (100-250 ms on a small local master), which is why an ingest micro-batch
+reports them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from deltaferry.spark.table import session_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Scheduled:
+    """The Spark jobs and stages some work scheduled (`JobCounter.scheduled`); None each where
+    the driver does not say (a Spark Connect session, a Spark whose scheduler has no such
+    numbers)."""
+
+    jobs: int | None = None
+    stages: int | None = None
+
+
+def numbers(spark: SparkSession) -> tuple[int, int] | None:
+    """(the next job id, the next stage id) of the session's DAGScheduler, or None where they
+    cannot be read (no JVM gateway, another Spark)."""
+    try:
+        scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+        return int(scheduler.nextJobId()), int(scheduler.nextStageId())
+    except Exception as exc:  # py4j's errors, an attribute a Connect session lacks
+        log.debug("Spark's job and stage numbers could not be read: %s", exc)
+        return None
+
+
+class JobCounter:
+    """Counts the Spark jobs and stages scheduled from its making on (`scheduled`)."""
+
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+        self.start = numbers(spark)
+
+    def scheduled(self) -> Scheduled:
+        """The jobs and stages scheduled since the counter was made."""
+        now = numbers(self.spark) if self.start is not None else None
+        if self.start is None or now is None:
+            return Scheduled()
+        return Scheduled(now[0] - self.start[0], now[1] - self.start[1])
+
+
+def one_job(frame: DataFrame):
+    """A block whose actions on `frame` run as one Spark job each: a global aggregate of a
+    batch's records (counts, the largest value) or a grouping into a few rows (the newest
+    offset of each Kafka partition). Adaptive query execution off and one shuffle partition
+    for them (in `frame`'s session, restored after): AQE runs the shuffle before the final
+    aggregation as a job of its own, and has nothing to adapt where the result is a few rows.
+    A persisted frame's own plan was made when it was persisted and keeps its settings."""
+    return session_settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false",
+                                                 "spark.sql.shuffle.partitions": "1"})
+
+
+#: `one_task_write` applies to a batch of at most this many table rows.
+ONE_TASK_WRITE_ROWS = 10_000
+
+
+def one_task_write(spark: SparkSession, rows: DataFrame, count: int, largest: int):
+    """A block in which the MERGE (or append) of a small batch's `count` table rows (each value
+    at most `largest` bytes) runs in fewer jobs: adaptive query execution off and one shuffle
+    partition, in `spark`'s session and `rows`'. A MERGE with AQE runs each shuffle as a job of
+    its own (12 jobs for 100 rows, 6 without); without AQE nothing coalesces its shuffle
+    partitions, so one partition keeps it writing one file, as AQE would. Only where the batch
+    is certainly broadcast into MERGE's joins (`count * largest` within half of
+    spark.sql.autoBroadcastJoinThreshold, at most ONE_TASK_WRITE_ROWS rows): a join that
+    shuffled the table would do it in one task. Elsewhere nothing changes."""
+    from contextlib import ExitStack, nullcontext
+
+    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760") or ""
+    try:
+        limit = int(threshold.lower().removesuffix("b"))
+    except ValueError:  # "10MB", say: not measured here, left as it is
+        limit = -1
+    if count > ONE_TASK_WRITE_ROWS or limit <= 0 or count * max(largest, 1) * 2 > limit:
+        return nullcontext()
+    settings: dict[str, str | None] = {"spark.sql.adaptive.enabled": "false",
+                                       "spark.sql.shuffle.partitions": "1"}
+    stack = ExitStack()
+    for session in {id(spark): spark, id(rows.sparkSession): rows.sparkSession}.values():
+        stack.enter_context(session_settings(session, settings))
+    return stack
