@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deltaferry import runtime
 from deltaferry.errors import ConfigError, TlsError
 
 #: Where Kafka options come from, for messages naming a setting.
@@ -62,12 +63,10 @@ _LIBRDKAFKA_ONLY = frozenset({
 
 
 def private_dir() -> Path:
-    """A folder only this user can read (0700) for the keystores and truststores made here."""
-    folder = Path(tempfile.gettempdir()) / f"deltaferry-tls-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
-        os.chmod(folder, 0o700)  # raises if another user owns it: then it is not ours to use
-    return folder
+    """A folder of this user's own (0700) for the keystores and truststores made here:
+    `runtime.private_dir`, which refuses (RuntimeDirError, one line) a folder another user
+    made, could write into, or linked."""
+    return runtime.private_dir("deltaferry-tls")
 
 
 def _write_private(name: str, data: bytes) -> Path:

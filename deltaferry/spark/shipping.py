@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import deltaferry
+from deltaferry import runtime
 
 PACKAGE_DIR = Path(deltaferry.__file__).resolve().parent
 
@@ -44,8 +45,11 @@ def package_digest(package_dir: Path = PACKAGE_DIR) -> str:
 
 def package_zip(folder: Path | None = None, package_dir: Path = PACKAGE_DIR) -> Path:
     """The zip of deltaferry (``deltaferry/...`` at its root) in `folder` (default: a folder of
-    this user under the temporary directory), built once per version of the code."""
-    folder = folder or Path(tempfile.gettempdir()) / f"deltaferry-py-{os.getuid()}"
+    this user's own, `runtime.private_dir`: a zip found there runs on the executors, so a
+    folder another user made or could write into is refused), built once per version of the
+    code."""
+    if folder is None:
+        folder = runtime.private_dir("deltaferry-py")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"deltaferry-{package_digest(package_dir)}.zip"
     if target.is_file():

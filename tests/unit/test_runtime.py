@@ -57,3 +57,23 @@ def test_another_users_folder_is_refused(run_user):
     os.chown(run_user / "theirs", 65534, -1)
     with pytest.raises(RuntimeDirError, match="theirs is owned by uid 65534, not by this user"):
         private_dir("theirs")
+
+
+def test_the_tls_stores_and_the_executors_zip_refuse_a_folder_another_user_could_fill(
+        run_user):
+    """A PKCS#12 keystore written into, or a package zip found in, a folder others can write
+    would be read or run as this user's: both folders are `private_dir`s."""
+    from deltaferry import tls
+    from deltaferry.spark.shipping import package_zip
+
+    for name in ("deltaferry-tls", "deltaferry-py"):
+        (run_user / name).mkdir()
+        os.chmod(run_user / name, 0o777)
+    with pytest.raises(RuntimeDirError, match="deltaferry-tls can be written by other users"):
+        tls.private_dir()
+    with pytest.raises(RuntimeDirError, match="deltaferry-py can be written by other users"):
+        package_zip()
+    for name in ("deltaferry-tls", "deltaferry-py"):
+        os.chmod(run_user / name, 0o700)
+    assert tls.private_dir() == run_user / "deltaferry-tls"
+    assert package_zip().parent == run_user / "deltaferry-py"
