@@ -122,8 +122,8 @@ def written_state(paths: TopicPaths) -> dict[str, list[str]]:
 def test_a_stalled_run_is_taken_over_after_the_lease_and_fenced_when_it_resumes(
         kafka_bootstrap, new_topic, tmp_path):
     """A (``deltaferry run``, lease 3 s, heartbeat 0.5 s) renews its lock while it works; frozen
-    with SIGSTOP mid-batch (its quarantine rows appended, the MERGE not done) its heartbeat
-    stops, and B takes the lock over once the lease has passed. On this host a frozen process
+    with SIGSTOP mid-batch (its quarantine rows appended, its append to the empty table not
+    done) its heartbeat stops, and B takes the lock over once the lease has passed. On this host a frozen process
     is alive, so it is never taken over; A's record is made to say it runs on another host, as
     it would if it did. A resumed (SIGCONT) commits nothing more — no MERGE, no checkpoint
     commit, no quarantine append — and exits 2 with one line naming the topic and B; B ends
@@ -177,14 +177,14 @@ def test_a_stalled_run_is_taken_over_after_the_lease_and_fenced_when_it_resumes(
         assert before["offsets"] == ["0"] and before["commits"] == []
 
         os.killpg(a.pid, signal.SIGCONT)
-        (tmp_path / "mark-a").unlink()  # A goes on from where it froze: to its MERGE
+        (tmp_path / "mark-a").unlink()  # A goes on from where it froze: to its append
         assert a.wait(timeout=60) == 2
         said = (tmp_path / "a.log").read_text()
         errors = [line for line in said.splitlines() if line.startswith("deltaferry: error:")]
         assert errors == [
             f"deltaferry: error: topic '{topic}': this run lost its lock {paths.lock} to "
             f"{taker.describe()} (it stalled longer than the 3 s lease); stopped before the "
-            f"MERGE into {paths.table}, committing nothing more"], said[-3000:]
+            f"append to {paths.table}, committing nothing more"], said[-3000:]  # an empty table
         assert written_state(paths) == before  # nothing of A's after the takeover
         newest, holding = lock.newest()  # nor a release over B's generation
         assert newest == taken and holding is not None and holding.token == taker.token

@@ -36,6 +36,8 @@ class CommandLines:
     def __init__(self, interval: float = 0.2):
         self.interval = interval
         self.seen: set[str] = set()
+        #: Those of this process's descendants (another test process's warm drivers are not).
+        self.mine: set[str] = set()
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -46,6 +48,13 @@ class CommandLines:
                 cmdline = process.info["cmdline"]
                 if cmdline:
                     self.seen.add(" ".join(cmdline))
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    cmdline = child.cmdline()
+                except psutil.Error:  # ended meanwhile
+                    continue
+                if cmdline:
+                    self.mine.add(" ".join(cmdline))
             self.samples += 1
             self._stop.wait(self.interval)
 
@@ -60,9 +69,10 @@ class CommandLines:
     def spark_drivers_of(self, topic: str, warm: bool = False) -> list[str]:
         """The sampled command lines of Spark driver JVMs started for `topic` (their app name
         holds it; other Spark applications on the machine are not ours); with `warm`, of the
-        warm drivers (deltaferry.spark.warm), whose app name is the pool's, not a topic's."""
-        mark = "deltaferry-warm-" if warm else topic
-        return sorted(line for line in self.seen
+        warm drivers (deltaferry.spark.warm) this process started, whose app name is the
+        pool's, not a topic's (another test process may run warm drivers at the same time)."""
+        mark, lines = ("deltaferry-warm-", self.mine) if warm else (topic, self.seen)
+        return sorted(line for line in lines
                       if "org.apache.spark.deploy.SparkSubmit" in line and mark in line)
 
 

@@ -81,7 +81,9 @@ def test_an_installed_wheel_submits_its_entry_points_and_builds_the_dags(
     env = {**os.environ, "DELTAFERRY_TOPICS": str(topics),
            "DELTAFERRY_WAREHOUSE": str(tmp_path / "warehouse"),
            "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap, "DELTAFERRY_SPARK_MASTER": "local[1]",
-           "DELTAFERRY_WARM_DRIVERS": "off", "PYTHONPATH": ""}
+           "DELTAFERRY_WARM_DRIVERS": "off", "PYTHONPATH": "",
+           # an installed wheel has no checkout beside it: its jars are named, as documented
+           "DELTAFERRY_DEPS": str(REPO_ROOT / ".deps")}
     where = subprocess.run(
         [str(installed), "-c", "import deltaferry, deltaferry.steps as s; "
          "print(deltaferry.__file__); print(s.JOBS_DIR)"],
