@@ -15,6 +15,7 @@ job is as clean; this is the net under them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,32 +48,32 @@ def _hadoop_settings(spark: SparkSession) -> dict[str, str]:
     return {HADOOP_PREFIX + str(k): str(found[k]) for k in found}
 
 
+def _put_back(now: dict[str, str], baseline: dict[str, str], put: Callable[[str, str], object],
+              remove: Callable[[str], object]) -> list[str]:
+    """Make the settings `now` equal `baseline` (`put` a changed or removed one back, `remove`
+    one added); the names of those that differed."""
+    changed = []
+    for key in sorted(now.keys() | baseline.keys()):
+        if now.get(key) == baseline.get(key):
+            continue
+        changed.append(key)
+        if key in baseline:
+            put(key, baseline[key])
+        else:
+            remove(key)
+    return changed
+
+
 def restore(spark: SparkSession, baseline: Baseline) -> list[str]:
     """Put `spark` and deltaferry's module state back as `baseline` and a fresh process have
     them (see the module's docstring). The names of the settings that had to be put back
     (never their values: some are credentials)."""
     from deltaferry import faults, lock, tls
 
-    changed = []
-    now = dict(spark.conf.getAll)
-    for key in sorted(now.keys() | baseline.sql.keys()):
-        if now.get(key) == baseline.sql.get(key):
-            continue
-        changed.append(key)
-        if key in baseline.sql:
-            spark.conf.set(key, baseline.sql[key])
-        else:
-            spark.conf.unset(key)
-    hadoop_now = _hadoop_settings(spark)
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key in sorted(hadoop_now.keys() | baseline.hadoop.keys()):
-        if hadoop_now.get(key) == baseline.hadoop.get(key):
-            continue
-        changed.append(key)
-        if key in baseline.hadoop:
-            hadoop.set(key, baseline.hadoop[key])
-        else:
-            hadoop.unset(key)
+    changed = (_put_back(dict(spark.conf.getAll), baseline.sql, spark.conf.set,
+                         spark.conf.unset)
+               + _put_back(_hadoop_settings(spark), baseline.hadoop, hadoop.set, hadoop.unset))
     spark.catalog.clearCache()
     faults.reset()
     tls.reset()
