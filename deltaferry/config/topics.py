@@ -197,47 +197,54 @@ def _trigger_interval(value: Any) -> str:
     return str(value).strip()
 
 
+def _distinct_names(value: Any, what: str, example: str, noun: str,
+                    check: Callable[[Any], str | None]) -> tuple[str, ...] | None:
+    """null, or a non-empty list of distinct names (one alone may be given as a string), each
+    passing `check` (None, or what is wrong with it); ValueError saying `what` they must be,
+    with `example`, or naming the repeated `noun`, otherwise."""
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
+        else value
+    if not isinstance(names, list) or not names:
+        raise ValueError(f"must be a list of {what}, e.g. {example}, got {value!r}")
+    for name in names:
+        problem = check(name)
+        if problem:
+            raise ValueError(problem)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{noun} {', '.join(repeated)} more than once")
+    return tuple(names)
+
+
 def _merge_key(value: Any) -> tuple[str, ...] | None:
     """null, or a non-empty list of distinct top-level payload field names (one name alone may
     be given as a string)."""
-    if value is None:
-        return None
-    fields_ = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
-        else value
-    if not isinstance(fields_, list) or not fields_:
-        raise ValueError(f"must be a list of payload field names, e.g. [tenant, id], "
-                         f"got {value!r}")
-    for name in fields_:
+    def check(name: Any) -> str | None:
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"each entry must be a payload field's name, got {name!r}")
+            return f"each entry must be a payload field's name, got {name!r}"
         if name.lower() in KAFKA_COLUMNS:
-            raise ValueError(f"{name!r} is a column deltaferry adds, not a payload field (leave "
-                             "merge_key out to upsert by the Kafka key)")
-    repeated = sorted({n for n in fields_ if fields_.count(n) > 1})
-    if repeated:
-        raise ValueError(f"names {', '.join(repeated)} more than once")
-    return tuple(fields_)
+            return (f"{name!r} is a column deltaferry adds, not a payload field (leave "
+                    "merge_key out to upsert by the Kafka key)")
+        return None
+
+    return _distinct_names(value, "payload field names", "[tenant, id]", "names",
+                           check)
 
 
 def _sequence_by(value: Any) -> tuple[str, ...] | None:
     """null, or a non-empty list of distinct dotted paths into a change event (``source.scn``,
     ``transaction.total_order``; one path alone may be given as a string)."""
-    if value is None:
-        return None
-    paths = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple) \
-        else value
-    if not isinstance(paths, list) or not paths:
-        raise ValueError(f"must be a list of the change event's fields, e.g. [source.scn], "
-                         f"got {value!r}")
-    for path in paths:
+    def check(path: Any) -> str | None:
         if not isinstance(path, str) or not all(
                 re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path.split(".")):
-            raise ValueError(f"each entry must be a dotted path of field names in the change "
-                             f"event, e.g. source.scn, got {path!r}")
-    repeated = sorted({p for p in paths if paths.count(p) > 1})
-    if repeated:
-        raise ValueError(f"fields {', '.join(repeated)} more than once")
-    return tuple(paths)
+            return (f"each entry must be a dotted path of field names in the change event, "
+                    f"e.g. source.scn, got {path!r}")
+        return None
+
+    return _distinct_names(value, "the change event's fields", "[source.scn]",
+                           "fields", check)
 
 
 def _notify(value: Any) -> tuple[str, ...]:
