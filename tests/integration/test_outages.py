@@ -68,6 +68,21 @@ def messages(count: int) -> list[tuple]:
     return out
 
 
+def s3_topic(stack_env: dict, monkeypatch, prefix: str) -> tuple[str, str, list[tuple]]:
+    """A warehouse in a new bucket of the stack's S3 server (its endpoint and credentials
+    exported, as a user would) and a new topic holding two batches of `messages`: the
+    warehouse, the topic and what was sent."""
+    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, stack_env[name])
+    bucket = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    S3Settings.from_env().client().create_bucket(Bucket=bucket)
+    bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    topic = make_topic(bootstrap, prefix)
+    sent = messages(2 * BATCH)
+    produce(bootstrap, topic, sent)
+    return f"s3://{bucket}/wh", topic, sent
+
+
 def run_env(stack_env: dict, tmp_path: Path, topic: str, warehouse: str, extra: str = "") -> dict:
     """The environment of `deltaferry run` on the outage stack: a topics file with `topic` in
     micro-batches of BATCH messages and a short kafka_timeout_seconds."""
@@ -163,14 +178,7 @@ def test_s3_stopped_during_a_commit(outage_stack, spark, tmp_path, monkeypatch):
 
     stack_dir, stack_env = outage_stack
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, stack_env[name])
-    bucket = f"out-{uuid.uuid4().hex[:10]}"
-    S3Settings.from_env().client().create_bucket(Bucket=bucket)
-    warehouse = f"s3://{bucket}/wh"
-    topic = make_topic(bootstrap, "s3-out")
-    sent = messages(2 * BATCH)
-    produce(bootstrap, topic, sent)
+    warehouse, topic, sent = s3_topic(stack_env, monkeypatch, "s3-out")
     env = run_env(stack_env, tmp_path, topic, warehouse)
 
     # held in batch 1 after its quarantine commit, before its table commit: S3 stops
@@ -178,7 +186,7 @@ def test_s3_stopped_during_a_commit(outage_stack, spark, tmp_path, monkeypatch):
                                                stack_dir, tmp_path / "mark")
     assert code == 2, stderr[-3000:]
     assert_one_line_error(stderr, f"warehouse {warehouse}: topic '{topic}': S3 failed while "
-                          "ingest wrote micro-batch 1: ", f"s3a://{bucket}/wh/{topic}/",
+                          "ingest wrote micro-batch 1: ", f"{warehouse.replace('s3://', 's3a://', 1)}/{topic}/",
                           "Connection refused", "was not committed")
     assert seconds < 90, f"the run took {seconds:.0f} s to fail"
 
@@ -263,15 +271,7 @@ def test_s3_stopped_during_a_warm_drivers_ingest_leaves_no_lock_behind(outage_st
     from deltaferry_dev import stack
 
     stack_dir, stack_env = outage_stack
-    bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
-    for name in ("DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, stack_env[name])
-    bucket = f"warm-{uuid.uuid4().hex[:10]}"
-    S3Settings.from_env().client().create_bucket(Bucket=bucket)
-    warehouse = f"s3://{bucket}/wh"
-    topic = make_topic(bootstrap, "s3-warm")
-    sent = messages(2 * BATCH)
-    produce(bootstrap, topic, sent)
+    warehouse, topic, sent = s3_topic(stack_env, monkeypatch, "s3-warm")
     mark = tmp_path / "mark"
     point = "quarantine-written@1"  # batch 1: its quarantine committed, its table write not
     env = {**run_env(stack_env, tmp_path, topic, warehouse), warm.ENABLED_VAR: "on",
