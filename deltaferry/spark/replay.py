@@ -51,13 +51,15 @@ log = logging.getLogger(__name__)
 def decoded(rows: DataFrame, topic: TopicConfig, decoder: Decoder, keys: KeyDecoder,
             paths: TopicPaths) -> DataFrame:
     """Quarantine `rows` decoded again through the topic's decoders (values over its
-    max_value_bytes still not parsed), with each one's `reason`: a record that fails an
-    expectation whose action is quarantine or fail keeps failing (it names the expectation)."""
+    max_value_bytes still not parsed), with each one's `reason`: a record the table cannot
+    hold as it is (`TableWriter.refit`) or that fails an expectation whose action is
+    quarantine or fail keeps failing (it names why)."""
     raw = keys.raw_columns(decoder.raw_columns(quarantine.kafka_records(rows, topic.name)))
-    parsed = parse_within(decoder, keys, raw, topic.max_value_bytes)
+    writer = writer_for(topic, paths, keys)
+    parsed = writer.refit(rows.sparkSession, parse_within(decoder, keys, raw,
+                                                          topic.max_value_bytes))
     if not topic.expectations:
         return parsed
-    writer = writer_for(topic, paths, keys)
     checked = Checker(topic).check(parsed, writer.columns(parsed), writer.checked(parsed),
                                    replay=True)
     return checked.drop(*[failed_column(i) for i in range(len(topic.expectations))])

@@ -153,11 +153,13 @@ def add_new_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
 
 
 def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
-    """Rewrite the table once if the source needs a wider numeric type than a column has.
+    """Rewrite the table once if the source needs a wider numeric type than a column has
+    (`deltaferry.schema.rules.widened_type`).
 
-    MERGE would silently truncate 4.5 into a long column; a long column whose values now carry
-    decimals becomes double, every value kept. Returns the columns widened.
-    """
+    MERGE would silently truncate 4.5 into a long column, or a long into an int one: a long
+    column whose values now carry decimals becomes double, an int column whose source is now
+    long becomes long, a decimal(10,2) one decimal(12,2), every value kept. Returns the
+    columns widened."""
     from pyspark.sql import functions as F
 
     table = spark.read.format("delta").load(path)
@@ -173,7 +175,7 @@ def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
         else:
             columns.append(F.col(quote(field.name)))
     if changed:
-        log.warning("widening column(s) %s to double in %s (rewrites the table once)",
+        log.warning("widening column(s) %s in %s (rewrites the table once)",
                     ", ".join(changed), path)
         ensure_held(path, f"widening columns of {path}")
         (table.select(*columns).write.format("delta").mode("overwrite")

@@ -386,6 +386,29 @@ AVRO_KEY_SCHEMA = {
     "fields": [{"name": "id", "type": {"type": "int", "connect.default": 0}, "default": 0}]}
 
 
+def altered_avro_schema(envelope: dict, **fields: dict | None) -> dict:
+    """`envelope` (an AvroConverter envelope schema) after an ``ALTER TABLE``: the row
+    record's field of each name given has that Avro type instead (None: dropped), or is added
+    last as an optional field (``["null", type]``, default null) where the row had none, as
+    the converter registers the table's new version."""
+    import copy
+
+    altered = copy.deepcopy(envelope)
+    (before,) = [f for f in altered["fields"] if f["name"] == "before"]
+    row = before["type"][1]
+    kept = []
+    for f in row["fields"]:
+        if f["name"] not in fields:
+            kept.append(f)
+        elif fields[f["name"]] is not None:
+            kept.append({**f, "type": ["null", fields[f["name"]]], "default": None})
+    known = {f["name"] for f in row["fields"]}
+    kept += [{"name": n, "type": ["null", t], "default": None} for n, t in fields.items()
+             if n not in known and t is not None]
+    row["fields"] = kept
+    return altered
+
+
 def _avro_row(row: Customer | None) -> dict | None:
     if row is None:
         return None

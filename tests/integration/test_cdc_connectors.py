@@ -432,6 +432,7 @@ def test_avro_mysql_change_events_order_by_the_binlog(
     from deltaferry_dev.debezium_events import (
         AVRO_KEY_SCHEMA,
         AVRO_MYSQL_VALUE_SCHEMA,
+        altered_avro_schema,
         avro_key,
         avro_value,
     )
@@ -465,6 +466,81 @@ def test_avro_mysql_change_events_order_by_the_binlog(
                 (event.after.email, positions(event)), key
     assert table_state(spark, ctx.paths.table)[1]["email"] == customer(1, 2).email
 
+    # ALTER TABLE customers ADD phone text, MODIFY balance DECIMAL(12,2): a new version of
+    # the value's subject; an event written before it shares the run with those after
+    def send(serializer, event: Event, **after) -> None:
+        value = avro_value(event)
+        value["after"] = {**value["after"], **after} if value["after"] else None
+        if after and value["before"] is not None:
+            value["before"] = {**value["before"], **{k: None for k in after}}
+        producer.produce(topic, key=keys(avro_key(event.key), SerializationContext(
+            topic, MessageField.KEY)), value=serializer(value, SerializationContext(
+                topic, MessageField.VALUE)))
+
+    decimal_12 = {"type": "bytes", "scale": 2, "precision": 12, "connect.version": 1,
+                  "connect.parameters": {"scale": "2", "connect.decimal.precision": "12"},
+                  "connect.name": "org.apache.kafka.connect.data.Decimal",
+                  "logicalType": "decimal"}
+    widened = altered_avro_schema(AVRO_MYSQL_VALUE_SCHEMA, phone="string", balance=decimal_12)
+    after_alter = AvroSerializer(client, json.dumps(widened))
+    send(values, mysql_event("u", 4, 1000000, 900, 0, T + 7 * S, after=customer(4, 5),
+                             before=customer(4, 4)))  # before the ALTER
+    send(after_alter, mysql_event("u", 3, 1000000, 1200, 0, T + 8 * S, after=customer(3, 3),
+                                  before=customer(3, 2)),
+         phone="555-0103", balance=Decimal("1234567890.12"))  # 12 digits
+    send(after_alter, mysql_event("c", 5, 1000000, 1300, 0, T + 8 * S, after=customer(5)),
+         phone=None)
+    assert producer.flush(30) == 0
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert report.quarantined == 0, report.summary()
+    frame = spark.read.format("delta").load(ctx.paths.table)
+    assert (dict(frame.dtypes)["phone"], dict(frame.dtypes)["balance"]) == \
+        ("string", "decimal(12,2)")
+    assert {r["id"]: (r["email"], r["balance"], r["phone"]) for r in frame.collect()} == {
+        1: (customer(1, 2).email, customer(1, 2).balance, None),
+        3: (customer(3, 3).email, Decimal("1234567890.12"), "555-0103"),
+        4: (customer(4, 5).email, customer(4, 5).balance, None),
+        5: (customer(5).email, customer(5).balance, None)}
+    assert_readers_agree(spark, ctx.paths.table)
+
+    # the same topic into an scd2 table, in one run: versions before the ALTER hold NULL
+    history = context(topic, tmp_path / "wh-scd2", kafka_bootstrap, cdc="debezium",
+                      format="avro", history="scd2")
+    run_step("infer", history, spark)
+    (report,) = run_step("ingest", history, spark)
+    assert report.quarantined == 0, report.summary()
+    versions = sorted((r["__start_at"], r["email"], r["phone"]) for r in spark.read.format(
+        "delta").load(history.paths.table).where("id = 3").collect())
+    assert [(v[1], v[2]) for v in versions] == [
+        (customer(3, 0).email, None), (customer(3, 1).email, None),
+        (customer(3, 2).email, None), (customer(3, 3).email, "555-0103")], versions
+
+    # ALTER TABLE customers MODIFY balance TEXT: no decimal column holds text
+    text = AvroSerializer(client, json.dumps(
+        altered_avro_schema(widened, balance="string")))
+    send(text, mysql_event("u", 3, 1000000, 1500, 0, T + 9 * S, after=customer(3, 4),
+                           before=customer(3, 3)), phone="555-0104", balance="1234567890.99")
+    send(text, mysql_event("c", 6, 1000000, 1600, 0, T + 9 * S, after=customer(6)),
+         phone=None, balance=None)  # no value: nothing to cast
+    send(text, mysql_event("d", 5, 1000000, 1700, 0, T + 9 * S, before=customer(5)),
+         phone=None, balance=None)  # a delete writes no values
+    assert producer.flush(30) == 0
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.inserted, report.deleted, report.quarantined) == (1, 1, 1), report.summary()
+    rows = table_state(spark, ctx.paths.table)
+    assert sorted(rows) == [1, 3, 4, 6]
+    assert (rows[3]["email"], rows[3]["balance"]) == (customer(3, 3).email,
+                                                     Decimal("1234567890.12"))
+    assert (rows[6]["email"], rows[6]["balance"]) == (customer(6).email, None)
+    assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["balance"] == \
+        "decimal(12,2)"
+    (reason,) = [r["reason"] for r in
+                 spark.read.format("delta").load(ctx.paths.quarantine).collect()]
+    assert reason.startswith("column balance: its type changed from decimal(12,2) to "
+                             "string"), reason
+
 
 def with_phone(event: Event, wrapped: bool, phone: str | None) -> tuple[str, str]:
     """(key, value) of `event` after ``ALTER TABLE customers ADD phone text``: its rows have
@@ -481,11 +557,29 @@ def with_phone(event: Event, wrapped: bool, phone: str | None) -> tuple[str, str
     return key, json.dumps(parsed)
 
 
+def retyped(event: Event, wrapped: bool, column: str, value) -> tuple[str, str]:
+    """`with_phone`'s (key, value) of `event` after ``ALTER TABLE customers MODIFY <column>
+    TEXT``: the column's value `value` (in the row after), its Connect schema a string."""
+    key, text = with_phone(event, wrapped, None)
+    parsed = json.loads(text)
+    payload = parsed["payload"] if wrapped else parsed
+    payload["after"][column] = value
+    if payload["before"] is not None:
+        payload["before"][column] = None
+    if wrapped:
+        for part in parsed["schema"]["fields"][:2]:
+            part["fields"] = [{"type": "string", "optional": True, "field": column}
+                              if f["field"] == column else f for f in part["fields"]]
+    return key, json.dumps(parsed)
+
+
 def test_a_column_added_mid_stream_arrives_as_a_new_column(
         spark, kafka_bootstrap, new_topic, tmp_path):
     """A column added to the source table between runs, and in the middle of a batch, is a
     new column of the same table (JSON with the schema wrapper, and without); the rows and the
-    scd2 versions from before hold NULL in it."""
+    scd2 versions from before hold NULL in it. A column's type changed to one that does not
+    widen (to text) quarantines the changes with a value in it, naming the column and both
+    types, never cast; a change without a value in it lands."""
     def ev(op, key, pos, ts, version):
         return mysql_event(op, key, 9, pos, 0, ts, after=customer(key, version),
                            before=customer(key, version - 1) if op == "u" else None)

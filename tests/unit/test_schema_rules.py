@@ -45,3 +45,26 @@ def test_field_names_needing_column_mapping_are_found_at_any_depth():
     ]}
     assert fields_needing_mapping(schema) == ["first name", "address.zip code", "items[].unit(s)", "attrs{}.x=y"]
     assert fields_needing_mapping({"type": "struct", "fields": [field("a.b", "long")]}) == []
+
+
+def test_widened_type_widens_integrals_floats_and_decimals_to_what_holds_both():
+    from deltaferry.schema.rules import holds
+
+    table = struct(a="integer", b="float", c="decimal(10,2)", d="long", e="decimal(10,2)",
+                   f="integer", g="long")
+    source = struct(a="long", b="double", c="decimal(12,2)", d="integer", e="decimal(10,4)",
+                    f="decimal(5,2)", g="string")
+    assert widened_type(table, source) == struct(
+        a="long", b="double", c="decimal(12,2)", d="long", e="decimal(12,4)",
+        f="decimal(12,2)", g="long")
+    assert widened_type("decimal(38,0)", "decimal(38,10)") == "decimal(38,0)"  # no room
+    assert holds(widened_type(table, source), struct(**{
+        f["name"]: f["type"] for f in source["fields"] if f["name"] != "g"}))
+    # what no widening makes hold: a cast that could change the value
+    for column, new in (("long", "string"), ("string", "long"), ("decimal(38,0)",
+                        "decimal(38,10)"), ("integer", "boolean"), ("date", "timestamp"),
+                        ("float", "integer"), (struct(x="long"), struct(x="string")),
+                        ("long", struct(x="long"))):
+        assert not holds(widened_type(column, new), new), (column, new)
+    assert holds("long", "integer") and holds("double", "long") and holds("string", "void")
+    assert holds(struct(x="long"), struct(x="integer", y="string"))  # y: a new field

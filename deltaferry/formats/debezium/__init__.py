@@ -78,6 +78,11 @@ REASON_TRUNCATE = ("truncate event (op t): the source table was truncated; delta
                    "empty the Delta table on its own (delete its rows yourself if meant)")
 REASON_NO_AFTER = "Debezium op {op!r} without an after row"
 REASON_ROW = "the event's row does not fit its schema (a field has another type)"
+#: Why a change is quarantined whose column's type changed to one the table's (or the cached
+#: schema's) cannot widen to: never cast.
+REASON_TYPE_CHANGE = ("column {column}: its type changed from {table} to {new}, which the "
+                      "table's {table} column does not widen to; not cast (change the table's "
+                      "column yourself, then replay)")
 REASON_KEY = ("key is not a JSON object of the primary key's fields ({fields}), with or "
               "without the schema wrapper")
 REASON_KEY_FIELD = "key field {field!r} is missing or null"
@@ -278,6 +283,34 @@ def _struct_sql(sql: str, parsed: dict) -> Column:
     return F.expr(sql) if parsed.get("fields") else F.lit(None).cast(StructType())
 
 
+def misfit_sql(parse: dict) -> str | None:
+    """SQL of why the row at ``__image`` (JSON text) does not parse as the struct `parse`:
+    `REASON_TYPE_CHANGE` for its first field whose value does not parse as the field's type,
+    naming the value's own type (Spark's ``schema_of_variant``); null where each one parses.
+    None for a struct without fields."""
+    from pyspark.sql.types import StructType
+
+    checks = []
+    for field in parse.get("fields") or []:
+        name = field["name"]
+        one = StructType.fromJson({"type": "struct", "fields": [field]})
+        table = one.fields[0].dataType.simpleString()
+        path = connect.sql_string("$['" + name.replace("\\", "\\\\").replace("'", "\\'")
+                                  + "']")
+        new = f"lower(schema_of_variant(variant_get(try_parse_json(`__image`), {path})))"
+        reason = REASON_TYPE_CHANGE.format(column=name.replace("%", "%%"), table=table,
+                                           new="%s")
+        schema = connect.sql_string(json.dumps(one.add(CORRUPT, "string").jsonValue()))
+        corrupt = (f"from_json(`__image`, {schema}, map('mode', 'PERMISSIVE', "
+                   f"'columnNameOfCorruptRecord', {connect.sql_string(CORRUPT)}))"
+                   f".{connect.quote(CORRUPT)}")
+        checks.append(f"IF({corrupt} IS NOT NULL, format_string({connect.sql_string(reason)}, "
+                      f"{new}), NULL)")
+    if not checks:
+        return None
+    return checks[0] if len(checks) == 1 else f"coalesce({', '.join(checks)})"
+
+
 def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
     """`events` (`envelope`'s columns) decoded with `shape`: `data` (the row in the table's
     types, the key's fields from the message key), `__key` (those fields) and `problem` (why
@@ -323,7 +356,8 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
         .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
         .when((op != "d") & F.col("__after").isNull(),
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
-        .when(row_bad, REASON_ROW)
+        .when(row_bad, F.coalesce(F.expr(misfit_sql(shape.row_parse) or "NULL"),
+                                  F.lit(REASON_ROW)))
         .when(key_bad, REASON_KEY.format(fields=", ".join(keys) or "none known"))
         .otherwise(F.coalesce(null_field, F.expr(shape.row_problem or "NULL"),
                               F.col("__position_problem")))

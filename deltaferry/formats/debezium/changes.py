@@ -61,6 +61,12 @@ UNKNOWN_CONNECTOR = ("Debezium connector {connector} (the events' source.connect
                      "[field, ...] on the topic (see Change data capture: Order)")
 
 
+#: Why a change is quarantined whose column changed to a type the table's cannot widen to.
+REASON_TYPE_CHANGE = ("column {column}: its type changed from {table} to {new}, which the "
+                      "table's {table} column does not widen to; not cast (change the table's "
+                      "column yourself, then replay)")
+
+
 def position_sql(alias: str | None = None) -> str:
     """SQL of the source position of the row `alias` (none: the current row), comparable
     with `>` (an array of decimal(38,0), element by element): `POSITION`; for a row landed
@@ -143,6 +149,45 @@ class ChangeWriter:
         self.refuse_unknown(counted)
         self.stale_in_batch = counted["stale"] if counted else 0
         return flagged.where(~F.col("__stale")).drop("__stale", CONNECTOR)
+
+    def refit(self, spark: SparkSession, parsed: DataFrame) -> DataFrame:
+        """`parsed` with each change whose row has a value in a column whose type changed to
+        one the table's column cannot widen to (`deltaferry.schema.rules.holds`: a string
+        where an int was, a decimal with fewer integer digits) quarantined with
+        `REASON_TYPE_CHANGE` (the column, both types), never cast; the other changes' (null)
+        values in that column typed as the table's. Deletes and tombstones write no values
+        and stay usable. A type the column widens to is left to `widen_columns`."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        from deltaferry.schema.rules import holds, widened_type
+
+        data_type = parsed.schema["data"].dataType
+        if not isinstance(data_type, StructType) or \
+                not DeltaTable.isDeltaTable(spark, self.paths.table):
+            return parsed
+        headers = (HEADERS,) if self.topic.keep_headers else ()
+        table = {f.name.lower(): f.dataType
+                 for f in spark.read.format("delta").load(self.paths.table).schema.fields}
+        reasons, data = [], F.col("data")
+        for field in data_type.fields:
+            column = table_column(field.name, headers)
+            current = table.get(column.lower())
+            new = field.dataType.jsonValue()
+            if current is None or holds(widened_type(current.jsonValue(), new), new):
+                continue
+            text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
+                                             new=field.dataType.simpleString())
+            reasons.append(F.when(F.col("data").getField(field.name).isNotNull(), F.lit(text)))
+            data = data.withField(field.name, F.lit(None).cast(current))
+        if not reasons:
+            return parsed
+        changed = F.coalesce(*reasons)
+        usable = F.col("reason").isNull() & (F.col(OP) != "d")
+        return parsed.withColumns({
+            "reason": F.when(usable & changed.isNotNull(), changed).otherwise(F.col("reason")),
+            "data": F.when(F.col("data").isNotNull(), data)})
 
     def refuse_unknown(self, counted) -> None:
         """Fail the run (ConfigError naming ``sequence_by``) if `counted`'s ``unknown`` says an

@@ -218,6 +218,12 @@ class TableWriter(Protocol):
         key's row (a tombstone, a cdc delete), which has no row to check."""
         ...
 
+    def refit(self, spark: SparkSession, parsed: DataFrame) -> DataFrame:
+        """`parsed` (decoded, with `reason`) with the records the table cannot hold as they
+        are given a reason for the quarantine (a cdc topic's column whose type changed to
+        one the table's does not widen to); before expectations are checked."""
+        ...
+
 
 class LatestPerKey:
     """The table writer of every topic but a change-data-capture one: the newest record per
@@ -244,6 +250,10 @@ class LatestPerKey:
         from pyspark.sql import functions as F
 
         return F.col("raw_value").isNotNull()
+
+    def refit(self, spark: SparkSession, parsed: DataFrame) -> DataFrame:
+        """`parsed` as it is: ingest's schema evolution grows or widens the table for it."""
+        return parsed
 
     def apply(self, spark: SparkSession, rows: DataFrame, app_id: str, version: int,
               tag: str | None = None, only_newer: bool = False) -> dict[str, int]:

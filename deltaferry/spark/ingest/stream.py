@@ -216,6 +216,7 @@ class BatchWriter:
             with batch("decode"):
                 parsed = parse_within(self.decoder, self.keys, raw,
                                       self.topic.max_value_bytes, largest)
+                parsed = self.table.refit(self.spark, parsed)
                 if self.checker is not None:  # the rules' columns, counted in the same job
                     parsed = self.checker.check(parsed, self.table.columns(parsed),
                                                 self.table.checked(parsed))
