@@ -360,18 +360,57 @@ def test_deletes_without_a_before_image_and_history_by_transaction(
     assert_readers_agree(spark, history.paths.table)
 
 
-def with_amount(event: Event, amount: dict | None, **after) -> str:
-    """`event` as the JsonConverter writes it with schemas, its rows with one more column,
+def test_history_versions_across_micro_batches_of_one_run(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """scd2 over micro-batches of two events (`max_offsets_per_trigger`) in one run: a
+    version closed in the next batch by another transaction of the same second is kept as a
+    zero-length version; a transaction whose two changes fall in two batches makes one
+    version (the first batch's is replaced)."""
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+    def ev(op, pos, ts, version, gtid_no):
+        return mysql_event(op, 1, 9, pos, 0, ts, gtid=f"{uuid}:{gtid_no}",
+                           after=customer(1, version),
+                           before=customer(1, version - 1) if version else None)
+
+    topic = new_topic("mysql.inventory.batches", partitions=1)
+    produce(kafka_bootstrap, topic, messages([
+        ev("c", 100, T, 0, 1), ev("u", 200, T + S, 1, 2),  # batch 1
+        ev("u", 300, T + S, 2, 3), ev("u", 400, T + 2 * S, 3, 4),  # batch 2
+        ev("u", 500, T + 2 * S, 4, 4)], True))  # batch 3: transaction 4's second change
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", history="scd2",
+                  max_offsets_per_trigger=2)
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.batches, report.quarantined, report.stale) == (3, 0, 0), report.summary()
+    versions = sorted(
+        (r["__start_at"], r["__end_at"], r["email"], r["__source_tx"][-2:])
+        for r in spark.read.format("delta").load(ctx.paths.table).collect())
+    assert versions == [
+        (at(T), at(T + S), customer(1, 0).email, ":1"),
+        (at(T + S), at(T + S), customer(1, 1).email, ":2"),  # zero-length, across batches
+        (at(T + S), at(T + 2 * S), customer(1, 2).email, ":3"),
+        (at(T + 2 * S), None, customer(1, 4).email, ":4"),  # one version of transaction 4
+    ], versions
+
+
+def with_amount(event: Event, amount: dict | None, stamps: list | None = None,
+                **after) -> str:
+    """`event` as the JsonConverter writes it with schemas, its rows with two more columns,
     ``amount``, a Postgres ``numeric`` without precision (Debezium's VariableScaleDecimal),
-    and the `after` fields given replaced."""
+    and ``stamps``, a ``timestamptz[]`` (an array of ZonedTimestamp strings), and the `after`
+    fields given replaced."""
     value = json.loads(messages([event], True)[0][1])
     variable = {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal",
                 "version": 1, "doc": "Variable scaled decimal", "field": "amount",
                 "fields": [{"type": "int32", "optional": False, "field": "scale"},
                            {"type": "bytes", "optional": False, "field": "value"}]}
+    array = {"type": "array", "optional": True, "field": "stamps",
+             "items": {"type": "string", "optional": True, "version": 1,
+                       "name": "io.debezium.time.ZonedTimestamp"}}
     for part in value["schema"]["fields"][:2]:
-        part["fields"].append(variable)
-    value["payload"]["after"].update({"amount": amount, **after})
+        part["fields"] += [variable, array]
+    value["payload"]["after"].update({"amount": amount, "stamps": stamps, **after})
     return json.dumps(value)
 
 
@@ -394,18 +433,20 @@ def test_a_value_that_does_not_convert_is_quarantined_naming_column_and_value(
     topic = new_topic("pg.inventory.values", partitions=1)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
     values = [
-        (1, with_amount(create(1), {"scale": 4, "value": unscaled(-1234500)})),
+        (1, with_amount(create(1), {"scale": 4, "value": unscaled(-1234500)},
+                        ["2026-01-01T10:00:00Z", None])),
         (2, with_amount(create(2), {"scale": 0, "value": unscaled(2**100)})),
         (3, with_amount(create(3), {"scale": -3, "value": unscaled(7)})),
         (4, with_amount(create(4), None)),
         (5, with_amount(create(5), None, balance=unscaled(10**12))),  # 13 digits > 10
         (6, with_amount(create(6), None, updated_at="yesterday")),
         (7, with_amount(create(7), {"scale": 0, "value": unscaled(10**40)})),  # > 38 digits
+        (8, with_amount(create(8), None, ["2026-01-01T10:00:00Z", "never"])),  # in an array
     ]
     produce(kafka_bootstrap, topic, [(key_text(k, True), v) for k, v in values])
     run_step("infer", ctx, spark)
     (report,) = run_step("ingest", ctx, spark)
-    assert (report.inserted, report.quarantined) == (4, 3), report.summary()
+    assert (report.inserted, report.quarantined) == (4, 4), report.summary()
     rows = table_state(spark, ctx.paths.table)
     assert {k: r["amount"] for k, r in rows.items()} == \
         {1: "-123.4500", 2: str(2**100), 3: "7000", 4: None}
@@ -417,13 +458,21 @@ def test_a_value_that_does_not_convert_is_quarantined_naming_column_and_value(
     assert reasons[6].startswith("column updated_at: yesterday does not convert to "
                                  "timestamp"), reasons
     assert reasons[7].startswith("column amount: {\"scale\":0,\"value\":"), reasons
+    assert reasons[8].startswith("column stamps[]: never does not convert to timestamp"), \
+        reasons
+    from datetime import datetime
+    assert rows[1]["stamps"] == [datetime(2026, 1, 1, 10), None]  # the session's zone: UTC
 
 
-def test_avro_mysql_change_events_order_by_the_binlog(
+def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
         spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
     """Debezium's AvroConverter (`format: avro`) on a MySQL topic: the source block's binlog
     position read from the Avro record orders a key's changes as from JSON; the older copy
-    redelivered after two transactions within one second changes nothing."""
+    redelivered after two transactions within one second changes nothing. Then the table is
+    altered mid-stream and the converter registers its new version: a column added arrives
+    in the same run (NULL in the rows and scd2 versions from before), a decimal widened
+    widens the column, and a type that does not widen (decimal to text) is quarantined naming
+    the column and both types, never cast."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer

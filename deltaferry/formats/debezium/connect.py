@@ -23,8 +23,9 @@ column holds once `conversion_sql` has converted it (a timestamp). The logical t
   exact decimal text (``-123.4500``), since each value has its own scale.
 
 A value that does not convert (a decimal with more digits than its precision or than 38, a
-``ZonedTimestamp`` that is no timestamp) is never turned into a null: `problem_sql` says which
-column and value, and the event is quarantined with that reason.
+``ZonedTimestamp`` that is no timestamp), also within an array or a map, is never turned into a
+null: `problem_sql` says which column and value, and the event is quarantined with that
+reason.
 
 Every other type keeps its primitive: the times of day (``io.debezium.time.Time``,
 ``MicroTime``, ...) stay numbers, as Delta has no time-of-day type.
@@ -230,26 +231,45 @@ def _shown(path: str, schema: dict) -> str:
     return f"substring({text}, 1, 100)"
 
 
-def problem_sql(parsed: str, converted: str, schema: dict, prefix: str = "") -> str | None:
+def _check_sql(parsed: str, converted: str, schema: dict, name: str,
+               depth: int) -> str | None:
+    """SQL of why the value at `parsed` (of `schema`, the column or element `name`) did not
+    convert into `converted`, or null; None where nothing in it converts."""
+    how = logical(schema)
+    kind = schema.get("type")
+    if how is not None:
+        what = sql_string(f"column {name}: %s does not convert to {table_type(schema)} "
+                          f"({schema.get('name')})")
+        return (f"IF({parsed} IS NOT NULL AND {converted} IS NULL, "
+                f"format_string({what}, {_shown(parsed, schema)}), NULL)")
+    if not needs_conversion(schema):
+        return None
+    if kind == "struct":
+        return problem_sql(parsed, converted, schema, name + ".", depth)
+    x, y, r = f"p{depth}", f"c{depth}", f"r{depth}"
+    if kind == "array":
+        inner = _check_sql(x, y, schema["items"], name + "[]", depth + 1)
+        pair = (parsed, converted)
+    else:  # a map: its values, in the same order before and after `transform_values`
+        inner = _check_sql(x, y, schema["values"], name + "{}", depth + 1)
+        pair = (f"map_values({parsed})", f"map_values({converted})")
+    if inner is None:
+        return None
+    return (f"try_element_at(filter(zip_with({pair[0]}, {pair[1]}, ({x}, {y}) -> {inner}), "
+            f"{r} -> {r} IS NOT NULL), 1)")
+
+
+def problem_sql(parsed: str, converted: str, schema: dict, prefix: str = "",
+                depth: int = 0) -> str | None:
     """SQL of why the struct at `parsed` (parsed as `parse_type(schema)`) did not convert into
     `converted` (its `conversion_sql`): ``column <name>: <value> does not convert to <type>``
-    for the first field (of the struct, or of a struct within it) whose value is there but
-    whose conversion is null; null when every one converted. None where nothing converts.
-    Values within arrays and maps are not checked."""
-    checks: list[str] = []
-    for field in schema.get("fields") or []:
-        name = prefix + field["field"]
-        p, c = f"{parsed}.{quote(field['field'])}", f"{converted}.{quote(field['field'])}"
-        how = logical(field)
-        if how is not None:
-            what = sql_string(f"column {name}: %s does not convert to {table_type(field)} "
-                              f"({field.get('name')})")
-            checks.append(f"IF({p} IS NOT NULL AND {c} IS NULL, "
-                          f"format_string({what}, {_shown(p, field)}), NULL)")
-        elif field.get("type") == "struct" and needs_conversion(field):
-            nested = problem_sql(p, c, field, name + ".")
-            if nested is not None:
-                checks.append(nested)
+    for the first field (of the struct, of a struct within it, or an element of an array or
+    a value of a map within it: ``tags[]``, ``prices{}``) whose value is there but whose
+    conversion is null; null when every one converted. None where nothing converts."""
+    checks = [check for field in schema.get("fields") or []
+              if (check := _check_sql(f"{parsed}.{quote(field['field'])}",
+                                      f"{converted}.{quote(field['field'])}", field,
+                                      prefix + field["field"], depth)) is not None]
     if not checks:
         return None
     return checks[0] if len(checks) == 1 else f"coalesce({', '.join(checks)})"
