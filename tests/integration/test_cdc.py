@@ -184,6 +184,11 @@ def test_debezium_changes_land_in_source_order_across_runs(
                spark.read.format("delta").load(ctx.paths.deletes).collect()}
     assert deletes == {1002: 2200}  # 1003's delete is followed by its insert in the batch
 
+    # the table and the remembered deletes as a deltaferry before per-connector positions
+    # wrote them: no __source_position, no __source_tx; its rows compare by their LSN
+    for path in (ctx.paths.table, ctx.paths.deletes):
+        (spark.read.format("delta").load(path).drop("__source_position", "__source_tx")
+         .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path))
     second = second_run()
     produce(kafka_bootstrap, topic, messages(second, wrapped))
     run_step("infer", ctx, spark)
@@ -193,6 +198,9 @@ def test_debezium_changes_land_in_source_order_across_runs(
     assert (report.stale, report.updated, report.deleted, report.inserted) == (2, 1, 1, 0), \
         report.summary()
     assert report.quarantined == 0
+    positions = {r["id"]: r["__source_position"] for r in
+                 spark.read.format("delta").load(ctx.paths.table).collect()}
+    assert (positions[1003], positions[1004]) == (None, [3000, 2992]), positions  # old, new
 
     third = third_run()
     produce(kafka_bootstrap, topic, messages(third, wrapped))
