@@ -12,6 +12,10 @@ Airflow's scheduler (and a run triggered through its REST API), the resulting ta
 * ``demo_customers``: Debezium change events (`deltaferry_dev.debezium_events`: a Postgres
   table's snapshot, updates, an insert, a delete with its tombstone, a redelivered old update),
   ``cdc: debezium`` with ``history: scd2``: every version of each customer, one run.
+* ``demo_mysql_customers``: the same table's changes as Debezium's MySQL connector writes them
+  (no schemas): ordered by the binlog's file, position and row, across a rotation of the
+  binlog, two transactions within one second, and an older update redelivered after them;
+  ``cdc: debezium`` with ``history: current``.
 
 ``demo_events``' entry sets ``max_quarantined_ratio: 0.05``, so its two bad messages fire an
 alert: the demo starts a local webhook (`deltaferry_dev.receiver`), points the ``demo_alerts``
@@ -38,6 +42,7 @@ DEMO_TOPIC = "demo_events"
 AVRO_TOPIC = "demo_payments"
 PROTO_TOPIC = "demo_orders"
 CDC_TOPIC = "demo_customers"
+MYSQL_TOPIC = "demo_mysql_customers"
 #: The Airflow connection ``demo_events`` notifies (its entry in topics.yaml).
 ALERTS_CONN_ID = "demo_alerts"
 
@@ -149,6 +154,42 @@ def sample_customers() -> list[tuple]:
     return messages(sample_changes(), wrapped=True)
 
 
+def sample_mysql_changes() -> list:
+    """The change events of the customers table as Debezium's MySQL connector writes them
+    (`debezium_events.mysql_event`): a snapshot of 1001 to 1003 in ``mysql-bin.000009``, two
+    transactions updating 1001 within one second (MySQL's binlog time has one-second
+    resolution), the delete of 1002, the binlog rotating to ``mysql-bin.000010`` and an update
+    of 1003 there, then the first update of 1001 redelivered after a Kafka Connect restart
+    (older by its binlog position though later in the topic: stale)."""
+    from deltaferry_dev.debezium_events import BASE_TS_MS, customer, mysql_event
+
+    second = 1000
+    gtid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    first_update = mysql_event("u", 1001, 9, 1200, 0, BASE_TS_MS + 2 * second,
+                               gtid=f"{gtid}:11", before=customer(1001),
+                               after=customer(1001, 1))
+    return [
+        *[mysql_event("r", i, 9, 154, 0, BASE_TS_MS, after=customer(i))
+          for i in range(1001, 1004)],
+        first_update,
+        mysql_event("u", 1001, 9, 1800, 0, BASE_TS_MS + 2 * second, gtid=f"{gtid}:12",
+                    before=customer(1001, 1), after=customer(1001, 2)),  # the same second
+        mysql_event("d", 1002, 9, 2400, 0, BASE_TS_MS + 3 * second, gtid=f"{gtid}:13",
+                    before=customer(1002)),
+        mysql_event("u", 1003, 10, 154, 0, BASE_TS_MS + 4 * second, gtid=f"{gtid}:14",
+                    before=customer(1003), after=customer(1003, 1)),  # the binlog rotated
+        first_update,
+    ]
+
+
+def sample_mysql_customers() -> list[tuple]:
+    """(key, value) of `sample_mysql_changes` as the JsonConverter writes them without
+    schemas (``schemas.enable=false``; a delete followed by its tombstone)."""
+    from deltaferry_dev.debezium_events import messages
+
+    return messages(sample_mysql_changes(), wrapped=False)
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -164,7 +205,7 @@ def main() -> int:
     os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
     bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
     registry_url = os.environ["DELTAFERRY_SCHEMA_REGISTRY_URL"]
-    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC):
+    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC, MYSQL_TOPIC):
         if create_topic(bootstrap, topic, partitions=3) and own_warehouse:
             start_over(services.LOCAL_WAREHOUSE / topic)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
@@ -176,17 +217,20 @@ def main() -> int:
     count = produce(bootstrap, CDC_TOPIC, sample_customers())
     say(f"produced {count} Debezium change events on {CDC_TOPIC!r} (cdc: debezium, history: "
         "scd2)")
+    count = produce(bootstrap, MYSQL_TOPIC, sample_mysql_customers())
+    say(f"produced {count} Debezium MySQL change events on {MYSQL_TOPIC!r} (cdc: debezium, "
+        "ordered by the binlog)")
 
     airflow = services.up(env=os.environ, say=say)
     with WebhookReceiver() as webhook:
         airflow.client().set_connection(ALERTS_CONN_ID, webhook.connection())
         say(f"Airflow connection {ALERTS_CONN_ID!r}: a local webhook at {webhook.url} (the "
             f"demo's notify target: {DEMO_TOPIC}'s alerts and task failures go there)")
-        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC):
+        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC, MYSQL_TOPIC):
             dag_id = f"ingest_{topic}"
-            # the cdc topic's one run shows it all: a second would find nothing new
+            # a cdc topic's one run shows it all: a second would find nothing new
             runs = run_through_scheduler(airflow.client(), dag_id, tell=say,
-                                         manual=topic != CDC_TOPIC)
+                                         manual=topic not in (CDC_TOPIC, MYSQL_TOPIC))
             if any(run["state"] != "success" for run in runs):
                 say(f"a DAG run failed; its task logs are in the UI at "
                     f"{airflow.url}/dags/{dag_id}")
@@ -264,6 +308,11 @@ def print_history(spark) -> None:
      .select("id", "email", "balance", "__op", "__start_at", "__end_at",
              F.col("__end_at").isNull().alias("current"))
      .show(truncate=False))
+    mysql = TopicContext.load(MYSQL_TOPIC)
+    print(f"Delta table {mysql.paths.table} (cdc: debezium from MySQL, ordered by binlog file, "
+          "position and row; 1002 deleted, the redelivered update of 1001 skipped as stale):")
+    (spark.read.format("delta").load(mysql.paths.table).orderBy("id")
+     .select("id", "email", "__op", "__source_position", "__source_tx").show(truncate=False))
 
 
 def print_versions(registry_url: str) -> None:

@@ -661,3 +661,44 @@ def test_a_column_added_mid_stream_arrives_as_a_new_column(
                            (2, customer(2).email, None), (2, customer(2, 1).email, None),
                            (3, customer(3).email, None)]
         assert_readers_agree(spark, ctx.paths.table)
+
+        # ALTER TABLE customers MODIFY balance TEXT (with schemas: a string now) or, without,
+        # created_at TEXT (inferred: a long, now a string)
+        column, old_type, value = ("balance", "decimal(10,2)", "12.34") if wrapped \
+            else ("created_at", "bigint", "2025-01-03 12:00:00")
+        produce(kafka_bootstrap, topic, [
+            retyped(ev("u", 2, 600, T + 3 * S, 2), wrapped, column, value),
+            retyped(ev("u", 3, 700, T + 3 * S, 1), wrapped, column, None)])
+        run_step("infer", ctx, spark)
+        (report,) = run_step("ingest", ctx, spark)
+        assert report.quarantined == 1, report.summary()
+        frame = spark.read.format("delta").load(ctx.paths.table)
+        current = {r["id"]: r for r in frame.collect() if r["email"].endswith(
+            "@example.com") and (history == "current" or r["__end_at"] is None)}
+        assert (current[2]["email"], current[3]["email"], current[3][column]) == \
+            (customer(2, 1).email, customer(3, 1).email, None), history
+        assert dict(frame.dtypes)[column] == old_type, frame.dtypes
+        (reason,) = [r["reason"] for r in
+                     spark.read.format("delta").load(ctx.paths.quarantine).collect()]
+        assert reason.startswith(f"column {column}: its type changed from {old_type} to "
+                                 "string"), reason
+
+
+def test_the_demos_mysql_topic_lands_as_the_demo_prints_it(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """`make demo`'s MySQL topic (its events as the demo produces them, its topics.yaml
+    options): one run keeps 1001's second transaction of the same second and 1003's update
+    after the binlog rotated, deletes 1002, and skips the redelivered first update."""
+    from deltaferry_dev import demo
+
+    topic = new_topic("demo_mysql_customers", partitions=3)
+    produce(kafka_bootstrap, topic, demo.sample_mysql_customers())
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.stale, report.quarantined) == (1, 0), report.summary()
+    rows = table_state(spark, ctx.paths.table)
+    assert {k: (r["email"], r["__source_position"]) for k, r in rows.items()} == {
+        1001: (customer(1001, 2).email, [9, 1800, 0]),
+        1003: (customer(1003, 1).email, [10, 154, 0])}
+    assert rows[1001]["__source_tx"] == "3e11fa47-71ca-11e1-9e33-c80aa9429562:12"
