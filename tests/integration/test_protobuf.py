@@ -131,12 +131,18 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         ("k3", encode_frame(schema_v1, (7,)) + b"\x0a\x01x"),            # no such message
         ("k4", clash),                                                  # a type clash
     ])
-    ctx = proto_context(TopicConfig(name=name, format="protobuf"), kafka_bootstrap, tmp_path)
+    # rules see the key and the decoded fields, as for JSON (docs/expectations.md)
+    rules = {"not_k5": {"rule": "kafka_key <> 'k5'", "action": "warn"},
+             "quantity_fits": {"rule": "quantity < 1000000", "action": "warn"}}
+    ctx = proto_context(TopicConfig(name=name, format="protobuf", expectations=rules),
+                        kafka_bootstrap, tmp_path)
     [infer] = run_step("infer", ctx, spark)
     assert infer.versions == ["version 1", "version 2", "version 3"]
     [report] = run_step("ingest", ctx, spark)
     assert report.messages_read == 17
     assert report.quarantined == 6
+    assert report.expectations == {"not_k5": {"action": "warn", "failed": 1},
+                                   "quantity_fits": {"action": "warn", "failed": 1}}
 
     rows = table_rows(spark, ctx)
     assert sorted(rows) == ["k1", "k3", "k4", "k5", "k6", "k7"]
