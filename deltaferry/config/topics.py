@@ -247,6 +247,92 @@ def _sequence_by(value: Any) -> tuple[str, ...] | None:
                            "fields", check)
 
 
+#: The date transforms of `partition_by`: each makes a generated column from a timestamp (or
+#: date) column, with an expression Delta turns a filter on the source column into a partition
+#: filter for (a query on `kafka_timestamp` prunes the days it does not need).
+TRANSFORMS: dict[str, tuple[str, str]] = {
+    "year": ("INT", "YEAR({column})"),
+    "month": ("STRING", "DATE_FORMAT({column}, 'yyyy-MM')"),
+    "day": ("DATE", "CAST({column} AS DATE)"),
+    "hour": ("STRING", "DATE_FORMAT({column}, 'yyyy-MM-dd-HH')"),
+}
+_PARTITION_RE = re.compile(r"^\s*(?:(\w+)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)|"
+                           r"([A-Za-z_][A-Za-z0-9_]*))\s*$")
+_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """One partition column of a table: a top-level `column` as it is (`transform` None), or a
+    date `transform` of it (year, month, day, hour: a generated column `column`_`transform`)."""
+
+    column: str
+    transform: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The table's partition column: the column itself, or its generated column."""
+        return f"{self.column}_{self.transform}" if self.transform else self.column
+
+    @property
+    def spelling(self) -> str:
+        """As the topics file spells it: ``day(ts)`` or ``region``."""
+        return f"{self.transform}({self.column})" if self.transform else self.column
+
+    def generated(self) -> tuple[str, str] | None:
+        """The generated column's (type, expression), None for a column as it is."""
+        if self.transform is None:
+            return None
+        kind, expression = TRANSFORMS[self.transform]
+        return kind, expression.format(column=f"`{self.column}`")
+
+
+def _partition_by(value: Any) -> tuple[Partition, ...] | None:
+    """null, or a non-empty list of partition columns: a top-level column's name, or a date
+    transform of one, ``day(kafka_timestamp)`` (year, month, day, hour); no column twice."""
+    def check(item: Any) -> str | None:
+        if isinstance(item, Partition):
+            return None
+        match = _PARTITION_RE.match(item) if isinstance(item, str) else None
+        if not match:
+            return (f"each entry must be a column or a transform of one, e.g. "
+                    f"day(kafka_timestamp), got {item!r}")
+        if match.group(1) and match.group(1) not in TRANSFORMS:
+            return (f"{match.group(1)!r} is not a transform (supported: "
+                    f"{', '.join(TRANSFORMS)}), in {item!r}")
+        return None
+
+    names = _distinct_names(value, "partition columns", "[day(kafka_timestamp)]", "columns",
+                            check)
+    if names is None:
+        return None
+    found = []
+    for item in names:
+        if isinstance(item, Partition):
+            found.append(item)
+            continue
+        match = _PARTITION_RE.match(item)
+        assert match is not None  # checked above
+        found.append(Partition(match.group(2), match.group(1)) if match.group(1)
+                     else Partition(match.group(3)))
+    repeated = sorted({p.column for p in found if [q.column for q in found].count(p.column) > 1})
+    if repeated:
+        raise ValueError(f"partitions by column(s) {', '.join(repeated)} more than once")
+    return tuple(found)
+
+
+def _cluster_by(value: Any) -> tuple[str, ...] | None:
+    """null, or a non-empty list of distinct top-level column names (Kafka's or the
+    payload's; one alone may be given as a string)."""
+    def check(name: Any) -> str | None:
+        if not isinstance(name, str) or not _COLUMN_RE.match(name):
+            return (f"each entry must be a top-level column's name (letters, digits, '_'), "
+                    f"got {name!r}")
+        return None
+
+    return _distinct_names(value, "column names", "[customer_id]", "columns", check)
+
+
 def _notify(value: Any) -> tuple[str, ...]:
     """null or a list of distinct Airflow connection ids (one id alone may be given as text)."""
     if value is None:
@@ -567,6 +653,16 @@ class TopicConfig:
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written (see Schema "
         "contracts)")
+    cluster_by: Annotated[tuple[str, ...] | None, BeforeValidator(_cluster_by)] = option(
+        None, "lay the table out by these columns (Delta liquid clustering, kept by the "
+        "optimize step): a query filtering on them reads fewer files; e.g. [customer_id]; a "
+        "change is applied to an existing table (see Tables)",
+        json_schema_extra={"shown": "list of column names"})
+    partition_by: Annotated[tuple[Partition, ...] | None, BeforeValidator(_partition_by)] = \
+        option(None, "mode append: partition the table by these columns or date transforms "
+               "of a timestamp column, e.g. [day(kafka_timestamp)] (year | month | day | hour); "
+               "set when the table is created (see Tables)",
+               json_schema_extra={"shown": "list of columns or transform(column)"})
     avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")
@@ -746,6 +842,7 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
         raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
                           "does not use; leave key_format out (the key is kept as text)")
     _check_cdc(topic, where)
+    _check_layout(topic, where)
     if topic.schema != SchemaMode.EVOLVE and (topic.format != Format.JSON or topic.cdc):
         what = f"cdc {topic.cdc}" if topic.cdc else f"format {topic.format}"
         raise ConfigError(where, f"schema {topic.schema} is not yet supported with {what} (only "
@@ -755,6 +852,36 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
             spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
         except ConfigError as exc:
             raise ConfigError(where, exc.problem) from None
+
+
+#: The types of the columns deltaferry adds (the payload's are known only from the messages).
+KAFKA_COLUMN_TYPES = {"kafka_key": "string", "kafka_partition": "int", "kafka_offset": "bigint",
+                      "kafka_timestamp": "timestamp", "kafka_headers": "array"}
+
+
+def _check_layout(topic: TopicConfig, where: str) -> None:
+    """`partition_by` and `cluster_by` together and with the other options; ConfigError naming
+    the entry and the option. A payload column is checked against the table when ingest lays
+    it out (`deltaferry.spark.table.apply_layout`)."""
+    if topic.partition_by and topic.cluster_by:
+        raise ConfigError(where, "partition_by and cluster_by: give one (Delta does not cluster "
+                          "a partitioned table)")
+    if topic.partition_by and not topic.appends:
+        raise ConfigError(where, "partition_by is for mode append (an upsert's MERGE looks for "
+                          "each key in every partition): use cluster_by to lay out this table")
+    for part in topic.partition_by or ():
+        kind = KAFKA_COLUMN_TYPES.get(part.column)
+        if part.transform and kind not in (None, "timestamp"):
+            raise ConfigError(where, f"partition_by {part.spelling}: {part.column} is a {kind} "
+                              f"column; {part.transform}() takes a timestamp (kafka_timestamp)")
+        if part.transform is None and part.column in ("kafka_offset", "kafka_timestamp"):
+            raise ConfigError(where, f"partition_by {part.column}: one partition per "
+                              f"{'message' if part.column == 'kafka_offset' else 'timestamp'}; "
+                              "partition by a date transform such as day(kafka_timestamp)")
+    for column in topic.cluster_by or ():
+        if column == "kafka_headers":
+            raise ConfigError(where, "cluster_by kafka_headers: Delta clusters by columns with "
+                              "statistics (not arrays, maps or structs)")
 
 
 def _check_cdc(topic: TopicConfig, where: str) -> None:

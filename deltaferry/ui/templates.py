@@ -289,6 +289,7 @@ HEALTH = """{% extends "base.html" %}
 <dl class="facts" id="facts-{{ t.name }}">
 <dt>Delta version</dt><dd class="version">{{ t.version }}</dd>
 <dt>last changed by</dt><dd class="last-by">{% if t.commits and t.commits[0].task %}{{ by(t, t.commits[0]) }} <span class="muted">(version {{ t.commits[0].version }})</span>{% elif t.last_by_airflow %}{{ by(t, t.last_by_airflow) }} <span class="muted">(version {{ t.last_by_airflow.version }}; newer versions were not made by an Airflow run)</span>{% else %}<span class="muted">no Airflow run in the history read</span>{% endif %}</dd>
+<dt>layout</dt><dd class="layout">{{ t.layout }}</dd>
 <dt>rows</dt><dd class="rows">{{ t.rows | count_text }}</dd>
 <dt>files now</dt><dd class="files">{{ t.files | count_text }} ({{ t.bytes | bytes_text }}) <span class="muted">in the current version; a commit's numFiles counts the files that commit wrote</span></dd>
 <dt>small files</dt><dd>{{ t.small_files | count_text }} below {{ small_file_bytes | bytes_text }}; OPTIMIZE compacts from {{ optimize_min_files }} on (optimize_min_files)</dd>
