@@ -306,7 +306,7 @@ def _partition_by(value: Any) -> tuple[Partition, ...] | None:
                             check)
     if names is None:
         return None
-    found = []
+    found: list[Partition] = []
     for item in names:
         if isinstance(item, Partition):
             found.append(item)
