@@ -333,6 +333,20 @@ def _cluster_by(value: Any) -> tuple[str, ...] | None:
     return _distinct_names(value, "column names", "[customer_id]", "columns", check)
 
 
+def _pattern(value: Any) -> str | None:
+    """null, or a regular expression (Python's re) that matches whole topic names."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a regular expression as text, e.g. \"pg\\\\.inventory\\\\..*\", "
+                         f"got {value!r}")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    return value
+
+
 def _notify(value: Any) -> tuple[str, ...]:
     """null or a list of distinct Airflow connection ids (one id alone may be given as text)."""
     if value is None:
@@ -549,7 +563,13 @@ class TopicConfig:
     """One validated entry of the topics file."""
 
     name: Annotated[str, BeforeValidator(lambda v: validate_topic_name(v))] = option(
-        ..., "a legal Kafka topic name")
+        ..., "a legal Kafka topic name; or instead `pattern`")
+    pattern: Annotated[str | None, BeforeValidator(_pattern)] = option(
+        None, "instead of name: a regular expression (Python's re) matching whole topic names, "
+        "e.g. \"pg\\\\.inventory\\\\..*\"; every matching topic of the broker's (listed by "
+        "the refresh, see Topics by pattern) is a topic with this entry's options; an entry "
+        "with name wins over it",
+        json_schema_extra={"shown": "text (regular expression)"})
     format: Annotated[str, _supported("format", FORMATS)] = option(
         "json", "json | avro | protobuf (avro and protobuf: Confluent wire format through the "
         "Schema Registry; protobuf may instead name a .proto file)")
@@ -704,6 +724,11 @@ class FileOptions:
         "must be a whole number >= 1 (the Spark drivers that may run at once)")] = option(
         None, "the slots of the Airflow pool that bounds the Spark drivers of all topics "
         "(null: derived from the machine)")
+    refresh_minutes: Annotated[float, _check(
+        lambda v: _is_number(v) and v >= 1, "must be a number of minutes >= 1",
+        float)] = option(
+        10.0, "with pattern entries: how often the DAG deltaferry_refresh_topics lists the "
+        "broker's topics (a new matching topic gets its DAG after the next refresh)")
 
 
 #: The per-format sections of an entry and their options.
@@ -803,6 +828,8 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
                           f"each entry must be a mapping with at least 'name:', got {entry!r}")
     if "name" in entry and isinstance(entry["name"], str):
         where = f"topics[{position}] ({entry['name']!r})"
+    elif "pattern" in entry and isinstance(entry["pattern"], str):
+        where = f"topics[{position}] (pattern {entry['pattern']!r})"
     merged = _merge(_nest(defaults or {}, "defaults"), _nest(entry, where))
     problems = []
     unknown = _unknown(merged)
@@ -810,9 +837,14 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
         problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
     options_ = _known(merged)
     try:
-        if "name" not in entry:
-            raise ConfigError(where, "missing required key 'name'")
-        validate_topic_name(entry["name"], where)
+        if "pattern" in entry:
+            if "name" in entry:
+                raise ConfigError(where, "give name or pattern, not both")
+            options_["name"] = PATTERN_STAND_IN  # each match's name replaces it (`expand`)
+        elif "name" not in entry:
+            raise ConfigError(where, "missing required key 'name' (or 'pattern')")
+        else:
+            validate_topic_name(entry["name"], where)
     except ConfigError as exc:
         problems.append(exc.problem)
         options_["name"] = "_"  # a legal stand-in, so that every other option is still checked
@@ -976,6 +1008,20 @@ def _check_protobuf(topic: TopicConfig, where: str,
     return replace(topic, protobuf=replace(proto, proto_file=str(path.resolve())))
 
 
+#: The name a pattern entry is checked with (a legal topic name no match can be: `expand`).
+PATTERN_STAND_IN = "_"
+
+
+def matches(template: TopicConfig, name: str) -> bool:
+    """Whether the topic `name` matches the pattern entry `template` (the whole name)."""
+    return template.pattern is not None and re.fullmatch(template.pattern, name) is not None
+
+
+def expand(template: TopicConfig, name: str) -> TopicConfig:
+    """The topic `name` as the pattern entry `template` configures it."""
+    return replace(template, name=name)
+
+
 @dataclasses.dataclass
 class TopicsFile:
     """The result of loading a topics file: the valid entries and the errors of the others."""
@@ -985,6 +1031,14 @@ class TopicsFile:
     errors: list[ConfigError] = dataclasses.field(default_factory=list)
     #: ``defaults: spark_slots``: the Spark pool's slots (None: derived, deltaferry.fleet.slots)
     spark_slots: int | None = None
+    #: ``defaults: refresh_minutes``: how often the broker's topics are listed for `patterns`
+    refresh_minutes: float = 10.0
+    #: The valid pattern entries (their name a stand-in), in file order; each topic they
+    #: matched in the broker's list is in `topics`, its `pattern` set.
+    patterns: list[TopicConfig] = dataclasses.field(default_factory=list)
+    #: Topics a pattern matched that the broker no longer lists, and since when (ISO time):
+    #: their entries stay (their tables are kept), their DAGs are not scheduled.
+    gone: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def names(self) -> list[str]:
         """Names of the valid topics, in file order."""
@@ -998,19 +1052,36 @@ class TopicsFile:
         for error in self.errors:
             if error.topic == name:
                 raise error
+        for template in self.patterns:  # a topic the broker's list has not shown yet
+            if matches(template, name):
+                return expand(template, validate_topic_name(name))
         raise TopicNotConfiguredError(name, self.path, self.names())
 
+    def entry_of(self, topic: TopicConfig) -> str:
+        """Which entry `topic` came from, in words: its own, or a pattern's (and gone from
+        the broker since when, if it is)."""
+        if topic.pattern is None:
+            return "own entry"
+        gone = f"; gone from the broker since {self.gone[topic.name]}" \
+            if topic.name in self.gone else ""
+        return f"pattern {topic.pattern}{gone}"
 
-def parse_topics(document: Any, path: str) -> TopicsFile:
-    """Validate a parsed topics document; file-level problems raise, entry-level ones collect."""
+
+def parse_topics(document: Any, path: str, known: Mapping[str, str | None] | None = None
+                 ) -> TopicsFile:
+    """Validate a parsed topics document; file-level problems raise, entry-level ones collect.
+    `known`: the broker's topics as last listed (name -> None, or when it disappeared), which
+    pattern entries expand to: each topic an entry with its name does not list, to the first
+    pattern entry (in file order) that matches it."""
     if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
         raise ConfigError(path, "must be a YAML mapping with a 'topics:' list")
     extra = sorted(set(document) - {"topics", "defaults"})
     if extra:
         raise ConfigError(path, f"unknown top-level key(s): {', '.join(extra)}")
     defaults = document.get("defaults") or {}
-    if not isinstance(defaults, dict) or "name" in defaults:
-        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name')")
+    if not isinstance(defaults, dict) or "name" in defaults or "pattern" in defaults:
+        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name' "
+                          "or 'pattern')")
     defaults = _nest(defaults, f"{path}: defaults")
     file_keys = [f.name for f in dataclasses.fields(FileOptions)]
     try:
@@ -1018,8 +1089,11 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             {k: defaults.pop(k) for k in file_keys if k in defaults})
     except ValidationError as exc:
         raise ConfigError(f"{path}: defaults", _problems(exc)) from None
-    result = TopicsFile(path=path, spark_slots=file_options.spark_slots)
+    result = TopicsFile(path=path, spark_slots=file_options.spark_slots,
+                        refresh_minutes=file_options.refresh_minutes)
     seen: dict[str, int] = {}
+    claimed = {e["name"] for e in document["topics"]
+               if isinstance(e, dict) and isinstance(e.get("name"), str)}
     for position, entry in enumerate(document["topics"]):
         try:
             topic = parse_topic(entry, position, defaults, Path(path).resolve().parent)
@@ -1027,6 +1101,9 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 exc.topic = entry["name"]
             result.errors.append(exc)
+            continue
+        if topic.pattern is not None:
+            result.patterns.append(topic)
             continue
         if topic.name in seen:
             result.errors.append(
@@ -1039,6 +1116,16 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             continue
         seen[topic.name] = position
         result.topics.append(topic)
+    for name, gone in sorted((known or {}).items()):
+        template = next((t for t in result.patterns if matches(t, name)), None)
+        if template is None or name in claimed:
+            continue  # an entry with its name wins, valid or not
+        try:
+            result.topics.append(expand(template, validate_topic_name(name)))
+        except ConfigError:
+            continue  # not a name deltaferry can make paths of: never a Kafka topic's
+        if gone:
+            result.gone[name] = gone
     return result
 
 
@@ -1059,4 +1146,10 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
         raise ConfigError(path, "topics file not found (set DELTAFERRY_TOPICS)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, f"not valid YAML: {exc}") from None
-    return parse_topics(document, path)
+    known = None
+    if isinstance(document, dict) and any(isinstance(e, dict) and "pattern" in e
+                                          for e in document.get("topics") or ()):
+        from deltaferry.patterns import known_topics
+
+        known = known_topics()
+    return parse_topics(document, path, known)

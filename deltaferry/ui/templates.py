@@ -136,7 +136,8 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 {% for row in page.rows %}{% set problems = row.problems %}{% set run = row.last_run %}{% set work = run.work if run else none %}
 <tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
 <td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
-<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
+<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div>
+{% if row.entry != "own entry" %}<div class="muted entry{% if 'gone' in row.entry %} problem{% endif %}">{{ row.entry }}</div>{% endif %}</td>
 <td>{{ row.format }}</td>
 <td class="state{% if 'run' in problems %} problem{% endif %}">{% if run %}<a class="run state-{{ run.state }}" href="{{ run_url(airflow, row.dag_id, run.run_id) }}">{{ run.state }}</a>
   <div class="muted when">{{ run.at_label }} {{ run.at }}</div>
