@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from deltaferry import env as envvars
 from deltaferry.storage import join, spark_uri, storage_for
@@ -80,14 +80,13 @@ def merged(previous: Mapping, listed: list[str], now: str) -> dict:
 def refresh(env: Mapping[str, str] | None = None) -> dict:
     """List the broker's topics (DELTAFERRY_KAFKA_BOOTSTRAP, its options) and keep the list in
     the warehouse; the new list. What changed is said in the log."""
-    from deltaferry.config import Settings
+    from deltaferry.config.settings import Settings
     from deltaferry.kafka import list_topics
-    from deltaferry.state import iso_time
 
     settings = Settings.from_env(env)
     listed = list_topics(settings.kafka_bootstrap, settings.kafka_options)
     previous = read_list(settings.warehouse, env)
-    updated = merged(previous, listed, iso_time(time.time()))
+    updated = merged(previous, listed, datetime.now(UTC).isoformat(timespec="seconds"))
     before = previous.get("topics") or {}
     new = [n for n in listed if n not in before or before[n].get("gone_since")]
     gone = [n for n, s in updated["topics"].items()

@@ -842,7 +842,7 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
                 raise ConfigError(where, "give name or pattern, not both")
             options_["name"] = PATTERN_STAND_IN  # each match's name replaces it (`expand`)
         elif "name" not in entry:
-            raise ConfigError(where, "missing required key 'name' (or 'pattern')")
+            raise ConfigError(where, "missing required key 'name'")
         else:
             validate_topic_name(entry["name"], where)
     except ConfigError as exc:
@@ -1147,8 +1147,9 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
     except yaml.YAMLError as exc:
         raise ConfigError(path, f"not valid YAML: {exc}") from None
     known = None
-    if isinstance(document, dict) and any(isinstance(e, dict) and "pattern" in e
-                                          for e in document.get("topics") or ()):
+    entries = document.get("topics") if isinstance(document, dict) else None
+    if isinstance(entries, list) and any(isinstance(e, dict) and "pattern" in e
+                                         for e in entries):
         from deltaferry.patterns import known_topics
 
         known = known_topics()

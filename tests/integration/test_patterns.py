@@ -24,7 +24,8 @@ pytestmark = pytest.mark.integration
 def delete_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
-    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic]).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the deletion is done
+    for future in admin.delete_topics([topic]).values():
         future.result(30)
     deadline = time.monotonic() + 30  # the broker's metadata follows the deletion
     from deltaferry.kafka import list_topics
