@@ -77,7 +77,7 @@ def main() -> None:
 
     spark = get_spark("bench-layout", "local[2]")
     # files of a few MB, so that a table is many files, as hourly batches leave a real one
-    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(2 * 2**20))
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(2**20))
     folder = Path(tempfile.mkdtemp(prefix="bench-layout-"))
     print(f"{args.rows:,} rows in {args.batches} batches; WHERE customer_id = 4242")
     print(f"{'table':<28}{'files':>8}{'files read':>12}{'rows':>8}{'OPTIMIZE s':>12}")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from deltaferry.config import TopicConfig
 from deltaferry.formats.json import REASON_NOT_JSON
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
@@ -23,6 +24,7 @@ from deltaferry.spark.decoding import (
     REASON_TOMBSTONE_APPEND,
     REASON_TOMBSTONE_MERGE_KEY,
 )
+from deltaferry.spark.table import LayoutError, apply_layout
 from deltaferry.ui.health import table_health
 
 from .test_cli import CLI
@@ -129,6 +131,18 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
     files = table.get_add_actions(flatten=True).column("partition.kafka_timestamp_day")
     assert {str(d) for d in files.to_pylist()} == {str(d) for d in days}
     assert days and None not in days
+    # a table with rows keeps its partitioning: another is refused in one line, as is a
+    # column the table does not have
+    schema = spark.read.format("delta").load(ctx.paths.table).schema
+    hourly = TopicConfig(name=topic, mode="append", partition_by=("hour(kafka_timestamp)",))
+    with pytest.raises(LayoutError, match=f"topic '{topic}': partition_by asks for a table "
+                       "partitioned by kafka_timestamp_hour, but .* holds rows and is "
+                       "partitioned by kafka_timestamp_day"):
+        apply_layout(spark, ctx.paths.table, hourly, schema)
+    with pytest.raises(LayoutError, match="cluster_by names region, which is not a column"):
+        apply_layout(spark, ctx.paths.table, TopicConfig(name=topic, cluster_by=("region",)),
+                     schema)
+    assert open_table(ctx.paths.table).metadata().partition_columns == ["kafka_timestamp_day"]
 
 
 def test_merge_key_upserts_by_a_compound_payload_key(spark, kafka_bootstrap, new_topic,
