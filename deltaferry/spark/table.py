@@ -197,7 +197,11 @@ def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) ->
             if key in KEPT_ON_LAYOUT:
                 builder = builder.property(key, value)
         ensure_held(path, f"laying out {path}")
-        builder.execute()
+        try:
+            builder.execute()
+        except Exception as exc:  # Delta's AnalysisException: its first line is the reason
+            raise LayoutError(topic.name, f"{option}: Delta refused to lay the table out: "
+                              f"{first_line(exc)}") from None
     log.info("table %s laid out: %s (was %s), as %s asks", path, wanted.text(), current.text(),
              option)
     return current
@@ -215,9 +219,14 @@ def _alter_clustering(spark: SparkSession, path: str, topic: str,
         spark.sql(f"ALTER TABLE delta.{quote(path)} CLUSTER BY "
                   f"({', '.join(quote(c) for c in columns)})")
     except Exception as exc:  # Delta's AnalysisException: its first line is the reason
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LayoutError(topic, f"cluster_by {', '.join(columns)}: Delta refused to cluster "
-                          f"the table: {first}") from None
+                          f"the table: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of what `exc` says (its type's name if it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 #: The table property of column mapping.
