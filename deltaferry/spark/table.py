@@ -103,12 +103,10 @@ class Layout:
     clustering: tuple[str, ...] = ()
 
     def text(self) -> str:
-        """In words: ``partitioned by a, b``, ``clustered by c`` or ``unpartitioned``."""
-        if self.partitions:
-            return f"partitioned by {', '.join(self.partitions)}"
-        if self.clustering:
-            return f"clustered by {', '.join(self.clustering)}"
-        return "neither partitioned nor clustered"
+        """In words, as the health page says it (`deltaferry.lake.layout_text`)."""
+        from deltaferry.lake import layout_text
+
+        return layout_text(list(self.partitions), list(self.clustering))
 
 
 def wanted_layout(topic: TopicConfig) -> Layout | None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from deltaferry.lake import is_delta_table, open_table
+from deltaferry.lake import is_delta_table, layout_text, open_table
 from deltaferry.origin import TaskRun, task_of
 from deltaferry.state import SMALL_FILE_BYTES
 
@@ -170,17 +170,6 @@ def clustering_columns(history: list[Mapping], writer_features: list | None
         if str(entry.get("operation", "")).startswith(("CREATE", "REPLACE")):
             return list(json.loads(parameters.get("clusterBy") or "[]"))
     return None
-
-
-def layout_text(partitions: list[str], clustering: list[str] | None) -> str:
-    """A table's layout in words: partitioned by, clustered by, or neither."""
-    if partitions:
-        return f"partitioned by {', '.join(partitions)}"
-    if clustering is None:
-        return "clustered (its columns are older than the history searched)"
-    if clustering:
-        return f"clustered by {', '.join(clustering)} (liquid clustering)"
-    return "neither partitioned nor clustered"
 
 
 def live_rows(num_records: list, deleted: list | None = None) -> int | None:

@@ -3,8 +3,9 @@
 import pytest
 
 from deltaferry.config import Partition, parse_topics
+from deltaferry.lake import layout_text
 from deltaferry.spark.table import Layout, wanted_layout
-from deltaferry.ui.health import clustering_columns, layout_text
+from deltaferry.ui.health import clustering_columns
 
 
 def test_partition_by_reads_date_transforms_and_plain_columns():
