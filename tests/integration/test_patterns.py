@@ -2,6 +2,8 @@
 topics into the warehouse; the DAG factory expands the pattern entry from that list alone (a
 topic created after the DAGs were built gets its DAG after the next refresh, not before); a
 topic deleted from the broker keeps its DAG, unscheduled, and is marked in `deltaferry status`.
+In the shared Airflow (`airflow_shared`): the refresh DAG's run, through the Kafka connection,
+gives a topic created after the dag-processor parsed the file its DAG.
 """
 
 from __future__ import annotations
@@ -89,3 +91,32 @@ def test_a_topic_created_after_the_dags_were_built_gets_its_dag_after_the_refres
     assert entries[f"{prefix}.customers.manual"] == "own entry"
     assert entries[later].startswith("pattern ") and "gone" not in entries[later]
     assert "gone from the broker since" in entries[first]
+
+
+def test_in_airflow_the_refresh_dag_brings_a_new_matching_topics_dag(shared_airflow,
+                                                                    stack_env):
+    from deltaferry.airflow.factory import REFRESH_DAG_ID
+    from deltaferry_dev.airflow.rest import wait_until
+
+    prefix = f"pgaf{uuid.uuid4().hex[:8]}"
+    bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    create_topic(bootstrap, f"{prefix}.before", partitions=1)
+    client = shared_airflow.client()
+    with shared_airflow.pattern_entry(f"  - pattern: \"{prefix}\\\\..*\"\n"
+                                      "    schedule: null\n"):
+        wait_until(lambda: client.dag(REFRESH_DAG_ID), 180, what="the refresh DAG parsed")
+        # parsed with the entry: no list yet, so no topic of it has a DAG, not even one
+        # the broker has (parsing asks no broker)
+        assert client.dag(f"ingest_{prefix}.before") is None
+        create_topic(bootstrap, f"{prefix}.after", partitions=1)  # after the DAGs loaded
+        run = client.trigger(REFRESH_DAG_ID)
+        client.set_paused(REFRESH_DAG_ID, False)
+        done = client.wait(REFRESH_DAG_ID, run["dag_run_id"], timeout=300)
+        assert done["state"] == "success", client.log(REFRESH_DAG_ID, run["dag_run_id"],
+                                                      "refresh")[-3000:]
+        client.set_paused(REFRESH_DAG_ID, True)
+        shared_airflow._reparse()
+        wait_until(lambda: client.dag(f"ingest_{prefix}.after")
+                   and client.dag(f"ingest_{prefix}.before"), 180,
+                   what="the matching topics' DAGs parsed after the refresh")
+        assert "pattern" in [t["name"] for t in client.dag(f"ingest_{prefix}.after")["tags"]]
