@@ -10,7 +10,7 @@ UV_VERSION := 0.13.9
 # The dlt pipeline's own venv (bench/dlt_pipeline.py): dlt never enters the product's .venv.
 DLT_VENV := .venv-dlt
 
-.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-cluster bench-ui bench-goals bench-fleet bench-peers lock lock-dlt clean help
+.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-layout bench-cluster bench-ui bench-goals bench-fleet bench-peers lock lock-dlt clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-goals - the performance goals against their targets, one table; exit 1 if one is NOT MET (N=... REPEATS=...)"
 	@echo "make bench-notebook - deltaferry vs a port of the notebook it replaces (Spark's defaults and deltaferry's session): backlog and +5 % (N=... REPEATS=...)"
 	@echo "make bench-merge - MERGE cost vs table size (deletion vectors off/on); a 2 M-message backlog's memory"
+	@echo "make bench-layout - files a query filtering on the clustering column reads, with and without cluster_by (ROWS=... BATCHES=...)"
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
 	@echo "make bench-peers - deltaferry vs the notebook port vs a dlt pipeline, same topic: backlog and +5 % (N=... REPEATS=... LARGE=1)"
@@ -120,6 +121,10 @@ bench-notebook: setup
 # MERGE cost as the table grows (20 k vs 2 M rows), and a 2 M-message backlog's batches and memory.
 bench-merge: setup
 	$(BIN)/python bench/bench_merge.py
+
+# Layout: the files a query filtering on the clustering column reads, with and without cluster_by.
+bench-layout: setup
+	$(BIN)/python bench/bench_layout.py --rows $(or $(ROWS),400000) --batches $(or $(BATCHES),20)
 
 # Protobuf: decode rate per core, and a protobuf topic's ingest next to a JSON one of the same content.
 bench-protobuf: setup

@@ -1,6 +1,7 @@
 """The `deltaferry` command line: `run TOPIC`, `stream TOPIC`, `quarantine show|replay TOPIC`,
-`status [TOPIC]` and `check [FILE]`, and the subcommands of the `deltaferry.commands` entry
-points (a source checkout's harness adds `stack up|down|status` and `airflow up|down|status`)."""
+`status [TOPIC]`, `topics` and `check [FILE]`, and the subcommands of the `deltaferry.commands`
+entry points (a source checkout's harness adds `stack up|down|status` and `airflow
+up|down|status`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 COMMANDS_GROUP = "deltaferry.commands"
 CHECKOUT_COMMANDS = ("stack", "airflow")
 #: The library's own subcommands: a command line naming one of them loads no entry point.
-OWN_COMMANDS = ("run", "stream", "quarantine", "status", "check")
+OWN_COMMANDS = ("run", "stream", "quarantine", "status", "check", "topics")
 
 
 def _not_installed(name: str) -> Callable[[argparse.Namespace], int]:
@@ -170,6 +171,8 @@ def _status(args: argparse.Namespace) -> int:
     chosen = [topics.get(args.topic)] if args.topic else topics.topics
     runs, unknown = airflow_runs([t.dag_id for t in chosen])
     rows = all_topic_rows(chosen, os.environ, runs)
+    for row, topic in zip(rows, chosen, strict=True):
+        row.entry = topics.entry_of(topic)
     if args.json:
         print(json.dumps([status_json(r) for r in rows], indent=2))
         return 0
@@ -184,7 +187,7 @@ def _status(args: argparse.Namespace) -> int:
 def status_json(row) -> dict:
     """A status row as plain data (``--json``)."""
     run = row.last_run
-    return {"topic": row.name, "format": row.format, "dag_id": row.dag_id,
+    return {"topic": row.name, "format": row.format, "dag_id": row.dag_id, "entry": row.entry,
             "last_run": None if run is None else {
                 "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
                 "quarantined": run.quarantined,
@@ -193,6 +196,24 @@ def status_json(row) -> dict:
             "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,
             "quarantined_not_replayed": row.quarantined_waiting,
             "schema_version": row.schema_version, "not_read": row.notes}
+
+
+def _topics(args: argparse.Namespace) -> int:
+    from deltaferry.config import load_topics
+
+    if args.refresh:
+        from deltaferry.patterns import refresh
+
+        listed = refresh()
+        print(f"the broker lists {sum(1 for s in listed['topics'].values() if not s['gone_since'])}"
+              f" topic(s); list kept at {listed['refreshed']}")
+    topics = load_topics(args.topics_file)
+    for topic in topics.topics:
+        print(f"{topic.name}\t{topics.entry_of(topic)}")
+    for template in topics.patterns:
+        if not any(t.pattern == template.pattern for t in topics.topics):
+            print(f"(pattern {template.pattern}: no topic of the broker's list matches)")
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -263,6 +284,16 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     p_status.add_argument("--json", action="store_true",
                           help="print the topics as a JSON list instead of text")
     p_status.set_defaults(func=_status)
+
+    p_topics = sub.add_parser(
+        "topics", help="list the topics of the topics file, each with the entry it comes from "
+        "(its own, or a pattern's: from the broker's topics as last listed)")
+    p_topics.add_argument("--refresh", action="store_true",
+                          help="first list the broker's topics again and keep the list in the "
+                          "warehouse (what the DAG deltaferry_refresh_topics does)")
+    p_topics.add_argument("--topics-file", metavar="FILE",
+                          help="the topics file (default: DELTAFERRY_TOPICS)")
+    p_topics.set_defaults(func=_topics)
 
     p_check = sub.add_parser(
         "check", help="validate a topics file: list every bad entry's problems and exit 1 if "

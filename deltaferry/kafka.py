@@ -187,6 +187,21 @@ def topic_offsets(
         consumer.close()
 
 
+def list_topics(bootstrap: str, options: dict[str, str] | None = None,
+                timeout: float = 15.0) -> list[str]:
+    """The names of the broker's topics, its internal ones (``__consumer_offsets``...) left
+    out, sorted; KafkaError says what is wrong, TlsError what is wrong with a TLS connection."""
+    check_kafka(bootstrap, options)
+    errors: list = []
+    consumer = Consumer(_client_config(bootstrap, options, errors))
+    try:
+        metadata = _metadata(consumer, None, bootstrap, timeout, errors)
+        return sorted(name for name, described in metadata.topics.items()
+                      if not name.startswith("__") and described.error is None)
+    finally:
+        consumer.close()
+
+
 def broker_auto_creates(bootstrap: str, options: dict[str, str] | None, metadata,
                         timeout: float = 5.0) -> bool | None:
     """The ``auto.create.topics.enable`` of a broker of `metadata` (whether it creates a topic

@@ -74,3 +74,14 @@ def open_table(uri: str, env: Mapping[str, str] | None = None):
 
     with trusting(uri, env):
         return DeltaTable(delta_rs_uri(uri), storage_options=storage_options(uri, env))
+
+
+def layout_text(partitions: list[str], clustering: list[str] | None) -> str:
+    """A table's layout in words: partitioned by, clustered by, or neither."""
+    if partitions:
+        return f"partitioned by {', '.join(partitions)}"
+    if clustering is None:
+        return "clustered (its columns are older than the history searched)"
+    if clustering:
+        return f"clustered by {', '.join(clustering)} (liquid clustering)"
+    return "neither partitioned nor clustered"

@@ -169,9 +169,11 @@ def continuous_note(topic: TopicConfig) -> str:
             "its Spark steps.\n")
 
 
-def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None):
+def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None,
+              gone: str | None = None):
     """The DAG of one topic. Not auto-registered: a DAG file registers what `build` keeps
-    (so a DAG Airflow would refuse cannot take the file's other DAGs down)."""
+    (so a DAG Airflow would refuse cannot take the file's other DAGs down). `gone`: since
+    when a topic a pattern matched is gone from the broker; its DAG stays, unscheduled."""
     from airflow.sdk import DAG, Asset, chain
 
     from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
@@ -195,14 +197,15 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
     with DAG(
         dag_id=topic.dag_id,
         description=f"Kafka topic {topic.name} → Delta table {paths.table}",
-        schedule=schedule_of(topic),
+        schedule=None if gone else schedule_of(topic),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
         default_args=default_args,
         params=params(),
-        tags=[TAG, f"format:{topic.format}"],
-        doc_md=doc_for(topic, paths),
+        tags=[TAG, f"format:{topic.format}"] + (["pattern"] if topic.pattern else [])
+        + (["topic-gone"] if gone else []),
+        doc_md=doc_for(topic, paths) + gone_note(topic, gone),
         auto_register=False,
     ) as dag:
         # A step with nothing to do ends skipped; the next steps still run (none_failed).
@@ -215,6 +218,62 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
             for position, name in enumerate(steps.DAG_STEPS)
         ]
         chain(*tasks)
+    return dag
+
+
+def gone_note(topic: TopicConfig, gone: str | None) -> str:
+    """What the DAG's page says of the entry it came from: a pattern's, and gone."""
+    if topic.pattern is None:
+        return ""
+    note = f"\nFrom the pattern entry `{topic.pattern}` of the topics file."
+    if gone:
+        note += (f" **The broker no longer lists this topic (since {gone})**: the table is "
+                 "kept and this DAG is no longer scheduled; trigger it by hand to land what "
+                 "is left, or remove the topic from the broker's list by recreating it.")
+    return note + "\n"
+
+
+#: The DAG that lists the broker's topics for the pattern entries (deltaferry.patterns).
+REFRESH_DAG_ID = "deltaferry_refresh_topics"
+
+
+def refresh_dag(minutes: float):
+    """The DAG that lists the broker's topics every `minutes` and keeps the list in the
+    warehouse, where the next parse of the topic DAGs finds a new matching topic."""
+    from airflow.sdk import DAG, task
+
+    with DAG(
+        dag_id=REFRESH_DAG_ID,
+        description="Lists the broker's topics for the topics file's pattern entries",
+        schedule=timedelta(minutes=minutes),
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=[TAG],
+        doc_md="### The broker's topics, for the pattern entries\n\nEvery "
+        f"{minutes:g} minutes (`defaults: refresh_minutes`) this lists the broker's topics "
+        "and keeps the list in the warehouse (`_deltaferry/topics.json`); the next parse of "
+        "the topic DAGs gives each new matching topic its DAG `ingest_<topic>`.",
+        auto_register=False,
+    ) as dag:
+        @task(task_id="refresh", retries=1)
+        def refresh():
+            import os
+
+            from airflow.sdk.log import mask_secret
+
+            from deltaferry.airflow.connections import kafka_access, storage_access
+            from deltaferry.airflow.operators import connection_or_none
+            from deltaferry.patterns import refresh as refresh_list
+
+            # the brokers and the warehouse's storage as the topics' tasks find them
+            kafka, storage = kafka_access(connection_or_none), storage_access(connection_or_none)
+            for secret in kafka.secrets() + storage.secrets():
+                mask_secret(secret)
+            listed = refresh_list({**os.environ, **kafka.child_env(), **storage.env})
+            return {"refreshed": listed["refreshed"], "topics": len(listed["topics"])}
+
+        refresh()
     return dag
 
 
@@ -291,7 +350,8 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
         if only is not None and topic.dag_id != only:
             continue
         try:
-            dag = topic_dag(topic, warehouse, topics_file) if dags else schedule_dag(topic)
+            dag = topic_dag(topic, warehouse, topics_file, loaded.gone.get(topic.name)) \
+                if dags else schedule_dag(topic)
             dag.validate()  # what Airflow's parser checks: the schedule
         except AirflowTimetableInvalid as exc:
             broken.append(ConfigError(
@@ -303,6 +363,8 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
             continue
         if dags:
             result.dags[dag.dag_id] = dag
+    if dags and loaded.patterns and only in (None, REFRESH_DAG_ID):
+        result.dags[REFRESH_DAG_ID] = refresh_dag(loaded.refresh_minutes)
     result.broken = broken
     for error in broken:
         result.errors.append(str(error))

@@ -8,6 +8,7 @@ resolved as the operator resolves them). Runs inside the api-server only."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -259,7 +260,9 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
     loaded = load_topics(path)
     try:
         stat = os.stat(loaded.path)
-        key = (loaded.path, stat.st_mtime_ns, stat.st_size)
+        # pattern entries' topics change with the broker's list, not with the file
+        key = (loaded.path, stat.st_mtime_ns, stat.st_size, tuple(loaded.names()),
+               tuple(sorted(loaded.gone.items())))
     except OSError:
         key = None
     cached = _topics_cache.get(key) if key else None
@@ -267,8 +270,8 @@ def checked_topics(topics_file: str | None = None) -> TopicsFile:
         return cached
     broken = build(path, log_errors=False, dags=False).broken
     bad = {error.topic for error in broken}
-    checked = TopicsFile(loaded.path, [t for t in loaded.topics if t.name not in bad], broken,
-                         spark_slots=loaded.spark_slots)
+    checked = dataclasses.replace(loaded, topics=[t for t in loaded.topics if t.name not in bad],
+                                  errors=broken)
     if key:
         _topics_cache.clear()  # one file, its latest content
         _topics_cache[key] = checked

@@ -247,6 +247,106 @@ def _sequence_by(value: Any) -> tuple[str, ...] | None:
                            "fields", check)
 
 
+#: The date transforms of `partition_by`: each makes a generated column from a timestamp (or
+#: date) column, with an expression Delta turns a filter on the source column into a partition
+#: filter for (a query on `kafka_timestamp` prunes the days it does not need).
+TRANSFORMS: dict[str, tuple[str, str]] = {
+    "year": ("INT", "YEAR({column})"),
+    "month": ("STRING", "DATE_FORMAT({column}, 'yyyy-MM')"),
+    "day": ("DATE", "CAST({column} AS DATE)"),
+    "hour": ("STRING", "DATE_FORMAT({column}, 'yyyy-MM-dd-HH')"),
+}
+_PARTITION_RE = re.compile(r"^\s*(?:(\w+)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)|"
+                           r"([A-Za-z_][A-Za-z0-9_]*))\s*$")
+_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """One partition column of a table: a top-level `column` as it is (`transform` None), or a
+    date `transform` of it (year, month, day, hour: a generated column `column`_`transform`)."""
+
+    column: str
+    transform: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The table's partition column: the column itself, or its generated column."""
+        return f"{self.column}_{self.transform}" if self.transform else self.column
+
+    @property
+    def spelling(self) -> str:
+        """As the topics file spells it: ``day(ts)`` or ``region``."""
+        return f"{self.transform}({self.column})" if self.transform else self.column
+
+    def generated(self) -> tuple[str, str] | None:
+        """The generated column's (type, expression), None for a column as it is."""
+        if self.transform is None:
+            return None
+        kind, expression = TRANSFORMS[self.transform]
+        return kind, expression.format(column=f"`{self.column}`")
+
+
+def _partition_by(value: Any) -> tuple[Partition, ...] | None:
+    """null, or a non-empty list of partition columns: a top-level column's name, or a date
+    transform of one, ``day(kafka_timestamp)`` (year, month, day, hour); no column twice."""
+    def check(item: Any) -> str | None:
+        if isinstance(item, Partition):
+            return None
+        match = _PARTITION_RE.match(item) if isinstance(item, str) else None
+        if not match:
+            return (f"each entry must be a column or a transform of one, e.g. "
+                    f"day(kafka_timestamp), got {item!r}")
+        if match.group(1) and match.group(1) not in TRANSFORMS:
+            return (f"{match.group(1)!r} is not a transform (supported: "
+                    f"{', '.join(TRANSFORMS)}), in {item!r}")
+        return None
+
+    names = _distinct_names(value, "partition columns", "[day(kafka_timestamp)]", "columns",
+                            check)
+    if names is None:
+        return None
+    found: list[Partition] = []
+    for item in names:
+        if isinstance(item, Partition):
+            found.append(item)
+            continue
+        match = _PARTITION_RE.match(item)
+        assert match is not None  # checked above
+        found.append(Partition(match.group(2), match.group(1)) if match.group(1)
+                     else Partition(match.group(3)))
+    repeated = sorted({p.column for p in found if [q.column for q in found].count(p.column) > 1})
+    if repeated:
+        raise ValueError(f"partitions by column(s) {', '.join(repeated)} more than once")
+    return tuple(found)
+
+
+def _cluster_by(value: Any) -> tuple[str, ...] | None:
+    """null, or a non-empty list of distinct top-level column names (Kafka's or the
+    payload's; one alone may be given as a string)."""
+    def check(name: Any) -> str | None:
+        if not isinstance(name, str) or not _COLUMN_RE.match(name):
+            return (f"each entry must be a top-level column's name (letters, digits, '_'), "
+                    f"got {name!r}")
+        return None
+
+    return _distinct_names(value, "column names", "[customer_id]", "columns", check)
+
+
+def _pattern(value: Any) -> str | None:
+    """null, or a regular expression (Python's re) that matches whole topic names."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a regular expression as text, e.g. \"pg\\\\.inventory\\\\..*\", "
+                         f"got {value!r}")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    return value
+
+
 def _notify(value: Any) -> tuple[str, ...]:
     """null or a list of distinct Airflow connection ids (one id alone may be given as text)."""
     if value is None:
@@ -463,7 +563,13 @@ class TopicConfig:
     """One validated entry of the topics file."""
 
     name: Annotated[str, BeforeValidator(lambda v: validate_topic_name(v))] = option(
-        ..., "a legal Kafka topic name")
+        ..., "a legal Kafka topic name; or instead `pattern`")
+    pattern: Annotated[str | None, BeforeValidator(_pattern)] = option(
+        None, "instead of name: a regular expression (Python's re) matching whole topic names, "
+        "e.g. \"pg\\\\.inventory\\\\..*\"; every matching topic of the broker's (listed by "
+        "the refresh, see Topics by pattern) is a topic with this entry's options; an entry "
+        "with name wins over it",
+        json_schema_extra={"shown": "text (regular expression)"})
     format: Annotated[str, _supported("format", FORMATS)] = option(
         "json", "json | avro | protobuf (avro and protobuf: Confluent wire format through the "
         "Schema Registry; protobuf may instead name a .proto file)")
@@ -567,6 +673,16 @@ class TopicConfig:
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written (see Schema "
         "contracts)")
+    cluster_by: Annotated[tuple[str, ...] | None, BeforeValidator(_cluster_by)] = option(
+        None, "lay the table out by these columns (Delta liquid clustering, kept by the "
+        "optimize step): a query filtering on them reads fewer files; e.g. [customer_id]; a "
+        "change is applied to an existing table (see Tables)",
+        json_schema_extra={"shown": "list of column names"})
+    partition_by: Annotated[tuple[Partition, ...] | None, BeforeValidator(_partition_by)] = \
+        option(None, "mode append: partition the table by these columns or date transforms "
+               "of a timestamp column, e.g. [day(kafka_timestamp)] (year | month | day | hour); "
+               "set when the table is created (see Tables)",
+               json_schema_extra={"shown": "list of columns or transform(column)"})
     avro: AvroOptions = Field(default_factory=AvroOptions, description="avro topics' options")
     protobuf: ProtobufOptions = Field(default_factory=ProtobufOptions,
                                       description="protobuf topics' options")
@@ -608,6 +724,11 @@ class FileOptions:
         "must be a whole number >= 1 (the Spark drivers that may run at once)")] = option(
         None, "the slots of the Airflow pool that bounds the Spark drivers of all topics "
         "(null: derived from the machine)")
+    refresh_minutes: Annotated[float, _check(
+        lambda v: _is_number(v) and v >= 1, "must be a number of minutes >= 1",
+        float)] = option(
+        10.0, "with pattern entries: how often the DAG deltaferry_refresh_topics lists the "
+        "broker's topics (a new matching topic gets its DAG after the next refresh)")
 
 
 #: The per-format sections of an entry and their options.
@@ -707,6 +828,8 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
                           f"each entry must be a mapping with at least 'name:', got {entry!r}")
     if "name" in entry and isinstance(entry["name"], str):
         where = f"topics[{position}] ({entry['name']!r})"
+    elif "pattern" in entry and isinstance(entry["pattern"], str):
+        where = f"topics[{position}] (pattern {entry['pattern']!r})"
     merged = _merge(_nest(defaults or {}, "defaults"), _nest(entry, where))
     problems = []
     unknown = _unknown(merged)
@@ -714,9 +837,14 @@ def parse_topic(entry: Any, position: int, defaults: dict[str, Any] | None = Non
         problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
     options_ = _known(merged)
     try:
-        if "name" not in entry:
+        if "pattern" in entry:
+            if "name" in entry:
+                raise ConfigError(where, "give name or pattern, not both")
+            options_["name"] = PATTERN_STAND_IN  # each match's name replaces it (`expand`)
+        elif "name" not in entry:
             raise ConfigError(where, "missing required key 'name'")
-        validate_topic_name(entry["name"], where)
+        else:
+            validate_topic_name(entry["name"], where)
     except ConfigError as exc:
         problems.append(exc.problem)
         options_["name"] = "_"  # a legal stand-in, so that every other option is still checked
@@ -746,6 +874,7 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
         raise ConfigError(where, f"key_format {topic.key_format} decodes a key that {what} "
                           "does not use; leave key_format out (the key is kept as text)")
     _check_cdc(topic, where)
+    _check_layout(topic, where)
     if topic.schema != SchemaMode.EVOLVE and (topic.format != Format.JSON or topic.cdc):
         what = f"cdc {topic.cdc}" if topic.cdc else f"format {topic.format}"
         raise ConfigError(where, f"schema {topic.schema} is not yet supported with {what} (only "
@@ -755,6 +884,36 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
             spread_schedule(topic.schedule, topic.name, topic.start_spread_minutes)
         except ConfigError as exc:
             raise ConfigError(where, exc.problem) from None
+
+
+#: The types of the columns deltaferry adds (the payload's are known only from the messages).
+KAFKA_COLUMN_TYPES = {"kafka_key": "string", "kafka_partition": "int", "kafka_offset": "bigint",
+                      "kafka_timestamp": "timestamp", "kafka_headers": "array"}
+
+
+def _check_layout(topic: TopicConfig, where: str) -> None:
+    """`partition_by` and `cluster_by` together and with the other options; ConfigError naming
+    the entry and the option. A payload column is checked against the table when ingest lays
+    it out (`deltaferry.spark.table.apply_layout`)."""
+    if topic.partition_by and topic.cluster_by:
+        raise ConfigError(where, "partition_by and cluster_by: give one (Delta does not cluster "
+                          "a partitioned table)")
+    if topic.partition_by and not topic.appends:
+        raise ConfigError(where, "partition_by is for mode append (an upsert's MERGE looks for "
+                          "each key in every partition): use cluster_by to lay out this table")
+    for part in topic.partition_by or ():
+        kind = KAFKA_COLUMN_TYPES.get(part.column)
+        if part.transform and kind not in (None, "timestamp"):
+            raise ConfigError(where, f"partition_by {part.spelling}: {part.column} is a {kind} "
+                              f"column; {part.transform}() takes a timestamp (kafka_timestamp)")
+        if part.transform is None and part.column in ("kafka_offset", "kafka_timestamp"):
+            raise ConfigError(where, f"partition_by {part.column}: one partition per "
+                              f"{'message' if part.column == 'kafka_offset' else 'timestamp'}; "
+                              "partition by a date transform such as day(kafka_timestamp)")
+    for column in topic.cluster_by or ():
+        if column == "kafka_headers":
+            raise ConfigError(where, "cluster_by kafka_headers: Delta clusters by columns with "
+                              "statistics (not arrays, maps or structs)")
 
 
 def _check_cdc(topic: TopicConfig, where: str) -> None:
@@ -849,6 +1008,20 @@ def _check_protobuf(topic: TopicConfig, where: str,
     return replace(topic, protobuf=replace(proto, proto_file=str(path.resolve())))
 
 
+#: The name a pattern entry is checked with (a legal topic name no match can be: `expand`).
+PATTERN_STAND_IN = "_"
+
+
+def matches(template: TopicConfig, name: str) -> bool:
+    """Whether the topic `name` matches the pattern entry `template` (the whole name)."""
+    return template.pattern is not None and re.fullmatch(template.pattern, name) is not None
+
+
+def expand(template: TopicConfig, name: str) -> TopicConfig:
+    """The topic `name` as the pattern entry `template` configures it."""
+    return replace(template, name=name)
+
+
 @dataclasses.dataclass
 class TopicsFile:
     """The result of loading a topics file: the valid entries and the errors of the others."""
@@ -858,6 +1031,14 @@ class TopicsFile:
     errors: list[ConfigError] = dataclasses.field(default_factory=list)
     #: ``defaults: spark_slots``: the Spark pool's slots (None: derived, deltaferry.fleet.slots)
     spark_slots: int | None = None
+    #: ``defaults: refresh_minutes``: how often the broker's topics are listed for `patterns`
+    refresh_minutes: float = 10.0
+    #: The valid pattern entries (their name a stand-in), in file order; each topic they
+    #: matched in the broker's list is in `topics`, its `pattern` set.
+    patterns: list[TopicConfig] = dataclasses.field(default_factory=list)
+    #: Topics a pattern matched that the broker no longer lists, and since when (ISO time):
+    #: their entries stay (their tables are kept), their DAGs are not scheduled.
+    gone: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def names(self) -> list[str]:
         """Names of the valid topics, in file order."""
@@ -871,19 +1052,36 @@ class TopicsFile:
         for error in self.errors:
             if error.topic == name:
                 raise error
+        for template in self.patterns:  # a topic the broker's list has not shown yet
+            if matches(template, name):
+                return expand(template, validate_topic_name(name))
         raise TopicNotConfiguredError(name, self.path, self.names())
 
+    def entry_of(self, topic: TopicConfig) -> str:
+        """Which entry `topic` came from, in words: its own, or a pattern's (and gone from
+        the broker since when, if it is)."""
+        if topic.pattern is None:
+            return "own entry"
+        gone = f"; gone from the broker since {self.gone[topic.name]}" \
+            if topic.name in self.gone else ""
+        return f"pattern {topic.pattern}{gone}"
 
-def parse_topics(document: Any, path: str) -> TopicsFile:
-    """Validate a parsed topics document; file-level problems raise, entry-level ones collect."""
+
+def parse_topics(document: Any, path: str, known: Mapping[str, str | None] | None = None
+                 ) -> TopicsFile:
+    """Validate a parsed topics document; file-level problems raise, entry-level ones collect.
+    `known`: the broker's topics as last listed (name -> None, or when it disappeared), which
+    pattern entries expand to: each topic an entry with its name does not list, to the first
+    pattern entry (in file order) that matches it."""
     if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
         raise ConfigError(path, "must be a YAML mapping with a 'topics:' list")
     extra = sorted(set(document) - {"topics", "defaults"})
     if extra:
         raise ConfigError(path, f"unknown top-level key(s): {', '.join(extra)}")
     defaults = document.get("defaults") or {}
-    if not isinstance(defaults, dict) or "name" in defaults:
-        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name')")
+    if not isinstance(defaults, dict) or "name" in defaults or "pattern" in defaults:
+        raise ConfigError(f"{path}: defaults", "must be a mapping of per-topic keys (not 'name' "
+                          "or 'pattern')")
     defaults = _nest(defaults, f"{path}: defaults")
     file_keys = [f.name for f in dataclasses.fields(FileOptions)]
     try:
@@ -891,8 +1089,11 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             {k: defaults.pop(k) for k in file_keys if k in defaults})
     except ValidationError as exc:
         raise ConfigError(f"{path}: defaults", _problems(exc)) from None
-    result = TopicsFile(path=path, spark_slots=file_options.spark_slots)
+    result = TopicsFile(path=path, spark_slots=file_options.spark_slots,
+                        refresh_minutes=file_options.refresh_minutes)
     seen: dict[str, int] = {}
+    claimed = {e["name"] for e in document["topics"]
+               if isinstance(e, dict) and isinstance(e.get("name"), str)}
     for position, entry in enumerate(document["topics"]):
         try:
             topic = parse_topic(entry, position, defaults, Path(path).resolve().parent)
@@ -900,6 +1101,9 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 exc.topic = entry["name"]
             result.errors.append(exc)
+            continue
+        if topic.pattern is not None:
+            result.patterns.append(topic)
             continue
         if topic.name in seen:
             result.errors.append(
@@ -912,6 +1116,16 @@ def parse_topics(document: Any, path: str) -> TopicsFile:
             continue
         seen[topic.name] = position
         result.topics.append(topic)
+    for name, gone in sorted((known or {}).items()):
+        template = next((t for t in result.patterns if matches(t, name)), None)
+        if template is None or name in claimed:
+            continue  # an entry with its name wins, valid or not
+        try:
+            result.topics.append(expand(template, validate_topic_name(name)))
+        except ConfigError:
+            continue  # not a name deltaferry can make paths of: never a Kafka topic's
+        if gone:
+            result.gone[name] = gone
     return result
 
 
@@ -932,4 +1146,11 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
         raise ConfigError(path, "topics file not found (set DELTAFERRY_TOPICS)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, f"not valid YAML: {exc}") from None
-    return parse_topics(document, path)
+    known = None
+    entries = document.get("topics") if isinstance(document, dict) else None
+    if isinstance(entries, list) and any(isinstance(e, dict) and "pattern" in e
+                                         for e in entries):
+        from deltaferry.patterns import known_topics
+
+        known = known_topics()
+    return parse_topics(document, path, known)

@@ -7,8 +7,10 @@ import json
 import logging
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from deltaferry.errors import ConfigError
 from deltaferry.lock import ensure_held
 from deltaferry.origin import TaskRun, user_metadata
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
@@ -17,6 +19,7 @@ from deltaferry.storage import join
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from deltaferry.config import TopicConfig
     from deltaferry.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,14 @@ KAFKA_COLUMNS_DDL = (
 )
 METADATA_COLUMNS = ("kafka_key", "kafka_partition", "kafka_offset", "kafka_timestamp")
 DELETED = "__deltaferry_deleted"
+
+
+class LayoutError(ConfigError):
+    """A topic's partition_by or cluster_by that its table cannot be given: one line naming
+    the topic, the option and why."""
+
+    def __init__(self, topic: str, problem: str):
+        super().__init__(f"topic {topic!r}", problem, topic=topic)
 
 
 def spark_type(json_value):
@@ -82,6 +93,138 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
         schema = spark.read.format("delta").load(path).schema.jsonValue()
         if not fields_needing_mapping(schema):
             log.warning(MAPPED_BY_EARLIER_VERSION, path, quote(path))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a Delta table is laid out: its partition columns and its clustering columns."""
+
+    partitions: tuple[str, ...] = ()
+    clustering: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """In words, as the health page says it (`deltaferry.lake.layout_text`)."""
+        from deltaferry.lake import layout_text
+
+        return layout_text(list(self.partitions), list(self.clustering))
+
+
+def wanted_layout(topic: TopicConfig) -> Layout | None:
+    """The layout `topic`'s entry asks for (partition_by, cluster_by), None if it names none."""
+    if topic.partition_by:
+        return Layout(partitions=tuple(p.name for p in topic.partition_by))
+    if topic.cluster_by:
+        return Layout(clustering=topic.cluster_by)
+    return None
+
+
+def table_layout(spark: SparkSession, path: str) -> Layout:
+    """The layout of the Delta table at `path` (DESCRIBE DETAIL)."""
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert detail is not None  # a table's detail is one row
+    return Layout(tuple(detail["partitionColumns"] or ()),
+                  tuple(detail["clusteringColumns"] or ()))
+
+
+def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) -> Layout | None:
+    """Give the table at `path` the layout `topic` asks for (`wanted_layout`), once its rows'
+    `columns` (a StructType; the table has them, `grow_table`) are known; the layout it had
+    before a change, None when nothing changed. LayoutError naming the topic and the option
+    when it cannot be given.
+
+    A table that holds no rows yet is created again with the layout (REPLACE of an empty
+    table: nothing is rewritten): partition columns need a generated column of a payload field
+    that only the first rows bring. A table with rows changes its clustering in place (ALTER
+    TABLE CLUSTER BY: files written from then on and the optimize step's rewrites follow it);
+    its partitioning cannot change without rewriting every file, so that is refused with the
+    remedy. An entry without partition_by or cluster_by leaves the table as it is.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import DateType, StructType, TimestampType
+
+    from deltaferry.storage import storage_for
+
+    wanted = wanted_layout(topic)
+    if wanted is None:
+        return None
+    fields = {f.name: f.dataType for f in columns.fields}
+    option = "partition_by" if topic.partition_by else "cluster_by"
+    named = ([p.column for p in topic.partition_by] if topic.partition_by
+             else list(wanted.clustering))
+    for column in named:
+        if column not in fields:
+            raise LayoutError(topic.name, f"{option} names {column}, which is not a column of "
+                              f"the table (columns: {', '.join(fields)})")
+    for part in topic.partition_by or ():
+        kind = fields[part.column]
+        takes = (TimestampType,) if part.transform == "hour" else (TimestampType, DateType)
+        if part.transform and not isinstance(kind, takes):
+            raise LayoutError(topic.name, f"partition_by {part.spelling}: {part.column} is "
+                              f"{kind.simpleString()}; {part.transform}() takes a timestamp "
+                              f"(a json field: schema_hints: {{{part.column}: timestamp}})")
+    current = table_layout(spark, path)
+    if current == wanted:
+        return None
+    if not holds_no_rows(storage_for(path), path):
+        if wanted.partitions or current.partitions:
+            raise LayoutError(topic.name, f"{option} asks for a table {wanted.text()}, but "
+                              f"{path} holds rows and is {current.text()}: Delta changes a "
+                              "table's partitioning only by rewriting it (Spark: REPLACE TABLE "
+                              "... AS SELECT with the new layout, the topic's runs stopped), "
+                              "or change the entry back")
+        ensure_held(path, f"clustering {path}")
+        _alter_clustering(spark, path, topic.name, wanted.clustering)
+    else:
+        detail = DeltaTable.forPath(spark, path).detail().first()
+        assert detail is not None  # a table's detail is one row
+        generated = {p.name for p in topic.partition_by or () if p.transform} \
+            | set(current.partitions)
+        schema = StructType([f for f in spark.read.format("delta").load(path).schema.fields
+                             if f.name in fields or f.name not in generated])
+        builder = DeltaTable.replace(spark).location(path).addColumns(schema)
+        for part in topic.partition_by or ():
+            expression = part.generated()
+            if expression is not None:
+                builder = builder.addColumn(part.name, expression[0],
+                                            generatedAlwaysAs=expression[1])
+        builder = (builder.partitionedBy(*wanted.partitions) if wanted.partitions
+                   else builder.clusterBy(*wanted.clustering))
+        for key, value in (detail["properties"] or {}).items():
+            if key in KEPT_ON_LAYOUT:
+                builder = builder.property(key, value)
+        ensure_held(path, f"laying out {path}")
+        try:
+            builder.execute()
+        except Exception as exc:  # Delta's AnalysisException: its first line is the reason
+            raise LayoutError(topic.name, f"{option}: Delta refused to lay the table out: "
+                              f"{first_line(exc)}") from None
+    log.info("table %s laid out: %s (was %s), as %s asks", path, wanted.text(), current.text(),
+             option)
+    return current
+
+
+#: The table properties a table created again with its layout keeps (`apply_layout`).
+KEPT_ON_LAYOUT = ("delta.enableDeletionVectors", "delta.columnMapping.mode")
+
+
+def _alter_clustering(spark: SparkSession, path: str, topic: str,
+                      columns: tuple[str, ...]) -> None:
+    """ALTER TABLE CLUSTER BY `columns`; LayoutError with Delta's first line if refused (a
+    column without statistics: beyond the first 32, or of a type Delta cannot cluster by)."""
+    try:
+        spark.sql(f"ALTER TABLE delta.{quote(path)} CLUSTER BY "
+                  f"({', '.join(quote(c) for c in columns)})")
+    except Exception as exc:  # Delta's AnalysisException: its first line is the reason
+        raise LayoutError(topic, f"cluster_by {', '.join(columns)}: Delta refused to cluster "
+                          f"the table: {first_line(exc)}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of what `exc` says (its type's name if it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 #: The table property of column mapping.
@@ -178,8 +321,9 @@ def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
         log.warning("widening column(s) %s in %s (rewrites the table once)",
                     ", ".join(changed), path)
         ensure_held(path, f"widening columns of {path}")
+        partitions = table_layout(spark, path).partitions  # kept: an overwrite would drop them
         (table.select(*columns).write.format("delta").mode("overwrite")
-         .option("overwriteSchema", "true").save(path))
+         .option("overwriteSchema", "true").partitionBy(*partitions).save(path))
     return changed
 
 

@@ -8,11 +8,12 @@ nulls through ``to_pyarrow_table``, and counting from the log costs no data read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from deltaferry.lake import is_delta_table, open_table
+from deltaferry.lake import is_delta_table, layout_text, open_table
 from deltaferry.origin import TaskRun, task_of
 from deltaferry.state import SMALL_FILE_BYTES
 
@@ -59,6 +60,8 @@ class TableHealth:
     commits: list[Commit] = field(default_factory=list)
     #: the newest commit (of the history searched) an Airflow task made, None if none did
     last_by_airflow: Commit | None = None
+    #: how its files are laid out, in words (`layout_text`)
+    layout: str = ""
 
 
 def at_text(epoch_ms) -> str:
@@ -123,6 +126,10 @@ def commit_note(name: str, operation: str, metrics: Mapping | None,
                 f"VACUUM done{'' if deleted is None else f': {deleted} file(s) deleted'}")
     if operation.startswith("CREATE"):
         return "table created"
+    if operation.startswith("REPLACE"):
+        return "table laid out (partition_by or cluster_by) before its first rows"
+    if operation == "CLUSTER BY":
+        return "clustering columns changed (cluster_by)"
     if operation == "SET TBLPROPERTIES":
         return "table properties changed (column mapping or deletion vectors)"
     return ""
@@ -144,6 +151,24 @@ def last_operation(history: list[Mapping], *operations: str) -> str | None:
     for entry in sorted(history, key=lambda e: -int(e.get("version", -1))):
         if entry.get("operation") in operations:
             return f"{at_text(entry.get('timestamp'))} (version {entry.get('version')})"
+    return None
+
+
+def clustering_columns(history: list[Mapping], writer_features: list | None
+                       ) -> list[str] | None:
+    """The clustering columns of a table from its history (delta-rs keeps no domain metadata
+    of its own): the newest commit that set them (CREATE, REPLACE, CLUSTER BY); [] when the
+    table has no clustering feature; None when it has one but the history searched does not
+    say the columns."""
+    if "clustering" not in (writer_features or []):
+        return []
+    for entry in sorted(history, key=lambda e: -int(e.get("version", -1))):
+        parameters = entry.get("operationParameters") or {}
+        if entry.get("operation") == "CLUSTER BY":
+            text = str(parameters.get("newClusteringColumns") or "")
+            return [c for c in text.split(",") if c]
+        if str(entry.get("operation", "")).startswith(("CREATE", "REPLACE")):
+            return list(json.loads(parameters.get("clusterBy") or "[]"))
     return None
 
 
@@ -172,6 +197,8 @@ def table_health(name: str, location: str, env: Mapping[str, str] | None = None,
     history = sorted(table.history(HISTORY_SEARCHED), key=lambda e: -int(e.get("version", -1)))
     configuration = table.metadata().configuration or {}
     by_airflow = next((e for e in history if task_of(e.get("userMetadata"))), None)
+    layout = layout_text(list(table.metadata().partition_columns),
+                         clustering_columns(history, table.protocol().writer_features))
     return TableHealth(
         name, location, True, table.version(), rows, len(sizes), sum(sizes),
         sum(1 for s in sizes if s < SMALL_FILE_BYTES),
@@ -179,7 +206,7 @@ def table_health(name: str, location: str, env: Mapping[str, str] | None = None,
         last_operation(history, "OPTIMIZE"),
         last_operation(history, "VACUUM END") or last_vacuum,
         [commit_of(e, name) for e in history[:COMMITS_SHOWN]],
-        commit_of(by_airflow, name) if by_airflow else None)
+        commit_of(by_airflow, name) if by_airflow else None, layout)
 
 
 def table_rows(location: str, env: Mapping[str, str] | None = None) -> int | None:

@@ -136,7 +136,8 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 {% for row in page.rows %}{% set problems = row.problems %}{% set run = row.last_run %}{% set work = run.work if run else none %}
 <tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
 <td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
-<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
+<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div>
+{% if row.entry != "own entry" %}<div class="muted entry{% if 'gone' in row.entry %} problem{% endif %}">{{ row.entry }}</div>{% endif %}</td>
 <td>{{ row.format }}</td>
 <td class="state{% if 'run' in problems %} problem{% endif %}">{% if run %}<a class="run state-{{ run.state }}" href="{{ run_url(airflow, row.dag_id, run.run_id) }}">{{ run.state }}</a>
   <div class="muted when">{{ run.at_label }} {{ run.at }}</div>
@@ -289,6 +290,7 @@ HEALTH = """{% extends "base.html" %}
 <dl class="facts" id="facts-{{ t.name }}">
 <dt>Delta version</dt><dd class="version">{{ t.version }}</dd>
 <dt>last changed by</dt><dd class="last-by">{% if t.commits and t.commits[0].task %}{{ by(t, t.commits[0]) }} <span class="muted">(version {{ t.commits[0].version }})</span>{% elif t.last_by_airflow %}{{ by(t, t.last_by_airflow) }} <span class="muted">(version {{ t.last_by_airflow.version }}; newer versions were not made by an Airflow run)</span>{% else %}<span class="muted">no Airflow run in the history read</span>{% endif %}</dd>
+<dt>layout</dt><dd class="layout">{{ t.layout }}</dd>
 <dt>rows</dt><dd class="rows">{{ t.rows | count_text }}</dd>
 <dt>files now</dt><dd class="files">{{ t.files | count_text }} ({{ t.bytes | bytes_text }}) <span class="muted">in the current version; a commit's numFiles counts the files that commit wrote</span></dd>
 <dt>small files</dt><dd>{{ t.small_files | count_text }} below {{ small_file_bytes | bytes_text }}; OPTIMIZE compacts from {{ optimize_min_files }} on (optimize_min_files)</dd>

@@ -181,6 +181,8 @@ class TopicRow:
     notes: list[str] = field(default_factory=list)
     #: the topic's alerts.max_lag_messages (None: no threshold)
     max_lag: int | None = None
+    #: which entry of the topics file the topic came from (`TopicsFile.entry_of`)
+    entry: str = "own entry"
 
     @property
     def problems(self) -> dict[str, str]:
@@ -225,6 +227,7 @@ class TopicRow:
         waiting = ("" if self.quarantined_waiting is None
                    else f", {count(self.quarantined_waiting)} not replayed")
         out = [f"{self.name} ({self.format}, DAG {self.dag_id})",
+               f"  entry          {self.entry}",
                f"  last run       {last}"]
         if run is not None:
             out.append(f"  last success   {run.last_success_text or 'never'}")
@@ -584,6 +587,8 @@ def topics_page(topics: TopicsFile, env: Mapping[str, str] | None = None,
     first = (min(query.page, pages) - 1) * PAGE_SIZE
     by_name = {t.name: t for t in shown}
     rows = reader.rows([by_name[r.name] for r in ordered[first:first + PAGE_SIZE]])
+    for row in rows:
+        row.entry = topics.entry_of(by_name[row.name])
     return TopicsPage(topics.path, reader.warehouse, rows, [str(e) for e in topics.errors],
                       query, len(allowed), states, matching=len(ordered), first=first)
 

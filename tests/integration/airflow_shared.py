@@ -47,7 +47,7 @@ from .test_tls import mutual_tls_options
 
 #: The test files using the shared Airflow.
 FILES = ("test_airflow.py", "test_airflow_avro.py", "test_alerts.py", "test_ui_access.py",
-         "test_ui_quarantine.py")
+         "test_ui_quarantine.py", "test_patterns.py")
 #: Their unit of work for pytest-xdist (the scope name of tests/integration/conftest.py's
 #: scheduler).
 GROUP = "shared-airflow"
@@ -122,6 +122,27 @@ class SharedAirflow:
         self._write()
         with contextlib.suppress(AirflowApiError, DeltaferryError):
             self._reparse()
+
+    @contextlib.contextmanager
+    def pattern_entry(self, entry: str) -> Iterator[None]:
+        """The pattern entry `entry` (``  - pattern: ...`` and its options) in the topics file
+        for the `with` block, the DAG file parsed again; at its end the refresh DAG it brings is
+        paused and the entry dropped."""
+        from deltaferry.airflow.factory import REFRESH_DAG_ID
+
+        key = f"pattern:{entry}"
+        try:
+            self.entries[key] = entry
+            self._write()
+            self._reparse()
+            yield
+        finally:
+            with contextlib.suppress(AirflowApiError):  # never parsed: nothing to pause
+                self.client().set_paused(REFRESH_DAG_ID, True)
+            self.entries.pop(key, None)
+            self._write()
+            with contextlib.suppress(AirflowApiError, DeltaferryError):
+                self._reparse()
 
     def allow(self, access: Mapping[str, list[str]]) -> None:
         """The DAGs each listed user may read (`per_dag_auth`); users not listed may read all."""

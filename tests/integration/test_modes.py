@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
+from deltaferry.config import TopicConfig
 from deltaferry.formats.json import REASON_NOT_JSON
 from deltaferry.kafka import produce
+from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
 from deltaferry.spark.decoding import (
     REASON_MERGE_KEY_NULL,
     REASON_TOMBSTONE_APPEND,
     REASON_TOMBSTONE_MERGE_KEY,
 )
+from deltaferry.spark.table import LayoutError, apply_layout
+from deltaferry.ui.health import table_health
 
 from .test_cli import CLI
 from .test_crash import cli_env, run_killed
@@ -39,6 +44,24 @@ def delta_rs_rows(table_path: str, columns: str, order: str) -> list[dict]:
     rows = QueryBuilder().register("t", open_table(table_path)).execute(
         f"SELECT {columns} FROM t ORDER BY {order}").read_all()
     return pa.table(rows).to_pylist()
+
+
+def clustering_in_log(table_path: str) -> list[str]:
+    """The clustering columns of the newest ``delta.clustering`` domain metadata in the
+    table's log entries (Delta's record of them), [] if none; the table's protocol, as
+    delta-rs reads it, must name the clustering feature for any."""
+    from pathlib import Path
+
+    found: list[str] = []
+    for entry in sorted(Path(table_path, "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            domain = json.loads(line).get("domainMetadata") if line.strip() else None
+            if domain and domain["domain"] == "delta.clustering":
+                found = [".".join(c) for c in
+                         json.loads(domain["configuration"])["clusteringColumns"]]
+    if found:
+        assert "clustering" in open_table(table_path).protocol().writer_features
+    return found
 
 
 def event_log() -> list[tuple]:
@@ -66,8 +89,8 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
     run_step("infer", ctx, spark)
-    env = cli_env(tmp_path, topic, "    mode: append\n    max_offsets_per_trigger: 150\n",
-                  warehouse, kafka_bootstrap)
+    env = cli_env(tmp_path, topic, "    mode: append\n    max_offsets_per_trigger: 150\n"
+                  "    partition_by: [day(kafka_timestamp)]\n", warehouse, kafka_bootstrap)
     # killed after the first batch's Delta commit, before the checkpoint marked it committed
     run_killed(env, topic, "batch-written", "ingest", tmp_path / "mark")
     before = spark.read.format("delta").load(ctx.paths.table).count()
@@ -100,11 +123,33 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
     reasons = sorted(r["reason"] for r in quarantine.collect())
     assert reasons == sorted([REASON_TOMBSTONE_APPEND] * 2 + [REASON_NOT_JSON] * 2)
 
+    # partition_by: the table was created with its generated day column as partition column
+    table = open_table(ctx.paths.table)
+    assert table.metadata().partition_columns == ["kafka_timestamp_day"]
+    days = {r["kafka_timestamp_day"] for r in delta_rs_rows(
+        ctx.paths.table, "kafka_timestamp_day", "kafka_timestamp_day")}
+    files = table.get_add_actions(flatten=True).column("partition.kafka_timestamp_day")
+    assert {str(d) for d in files.to_pylist()} == {str(d) for d in days}
+    assert days and None not in days
+    # a table with rows keeps its partitioning: another is refused in one line, as is a
+    # column the table does not have
+    schema = spark.read.format("delta").load(ctx.paths.table).schema
+    hourly = TopicConfig(name=topic, mode="append", partition_by=("hour(kafka_timestamp)",))
+    with pytest.raises(LayoutError, match=f"topic '{topic}': partition_by asks for a table "
+                       "partitioned by kafka_timestamp_hour, but .* holds rows and is "
+                       "partitioned by kafka_timestamp_day"):
+        apply_layout(spark, ctx.paths.table, hourly, schema)
+    with pytest.raises(LayoutError, match="cluster_by names region, which is not a column"):
+        apply_layout(spark, ctx.paths.table, TopicConfig(name=topic, cluster_by=("region",)),
+                     schema)
+    assert open_table(ctx.paths.table).metadata().partition_columns == ["kafka_timestamp_day"]
+
 
 def test_merge_key_upserts_by_a_compound_payload_key(spark, kafka_bootstrap, new_topic,
                                                       tmp_path):
     topic = new_topic("merge-key", partitions=1)  # one order: keyless values spread
-    ctx = context(topic, tmp_path, kafka_bootstrap, merge_key=("tenant", "id"))
+    ctx = context(topic, tmp_path, kafka_bootstrap, merge_key=("tenant", "id"),
+                  cluster_by=("tenant",))
     first = [
         (None, {"tenant": "a", "id": 1, "qty": 1}),
         (json.dumps({"tenant": "a", "id": 1}), {"tenant": "a", "id": 1, "qty": 2}),
@@ -121,11 +166,22 @@ def test_merge_key_upserts_by_a_compound_payload_key(spark, kafka_bootstrap, new
 
     second = [(None, {"tenant": "a", "id": 1, "qty": q}) for q in (3, 4)] + [
         ("anything", {"tenant": "b", "id": 1, "qty": 70, "note": "new field"})]
+    assert clustering_in_log(ctx.paths.table) == ["tenant"]
     produce(kafka_bootstrap, topic, second)
+    ctx = replace(ctx, topic=replace(ctx.topic, cluster_by=("tenant", "id")))
     [report] = run_step("ingest", ctx, spark)
     assert (report.inserted, report.updated, report.quarantined) == (0, 2, 0)
+    run_step("optimize", ctx, spark)
 
     rows = delta_rs_rows(ctx.paths.table, "tenant, id, qty, note, kafka_key", "tenant, id")
+    # cluster_by: created clustered by tenant (table empty), then changed in place to
+    # (tenant, id) on the table with rows; the optimize step clusters by them
+    assert clustering_in_log(ctx.paths.table) == ["tenant", "id"]
+    assert [(c.operation, c.note.split(" ")[0]) for c in table_health(
+        "table", ctx.paths.table).commits if c.operation in ("CLUSTER BY", "OPTIMIZE")] == [
+        ("OPTIMIZE", "compaction:"), ("CLUSTER BY", "clustering")]
+    assert table_health("table", ctx.paths.table).layout.startswith(
+        "clustered by tenant, id")
     assert [(r["tenant"], r["id"], r["qty"], r["note"]) for r in rows] == [
         ("a", 1, 4, None), ("a", 2, 5, None), ("b", 1, 70, "new field")]
     assert rows[2]["kafka_key"] == "anything"

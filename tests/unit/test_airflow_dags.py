@@ -240,3 +240,31 @@ def test_param_replay_is_a_filter_object_or_null(tmp_path, monkeypatch):
     for bad in ({"colour": "red"}, {"partition": -1}, "all"):
         with pytest.raises(ParamValidationError):
             param.resolve(bad)
+
+
+def test_a_pattern_entry_is_a_dag_per_listed_topic_and_a_refresh_dag(tmp_path, monkeypatch):
+    import json
+
+    from deltaferry.patterns import merged
+
+    listed = merged({}, ["pg.inventory.a", "pg.inventory.b", "other"], "t1")
+    listed = merged(listed, ["pg.inventory.a", "other"], "t2")  # b is gone since t2
+    (tmp_path / "wh" / "_deltaferry").mkdir(parents=True)
+    (tmp_path / "wh" / "_deltaferry" / "topics.json").write_text(json.dumps(listed))
+    bag = load(tmp_path, monkeypatch, """
+defaults: {refresh_minutes: 2}
+topics:
+  - name: orders
+  - pattern: "pg\\\\.inventory\\\\..*"
+    schedule: "*/5 * * * *"
+""")
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["deltaferry_refresh_topics", "ingest_orders",
+                                "ingest_pg.inventory.a", "ingest_pg.inventory.b"]
+    assert bag.dags["ingest_pg.inventory.a"].timetable.expression == "*/5 * * * *"
+    gone = bag.dags["ingest_pg.inventory.b"]
+    assert type(gone.timetable).__name__ == "NullTimetable" and "topic-gone" in gone.tags
+    assert "no longer lists this topic (since t2)" in gone.doc_md
+    refresh = bag.dags["deltaferry_refresh_topics"]
+    assert refresh.timetable.delta == timedelta(minutes=2)
+    assert [t.task_id for t in refresh.tasks] == ["refresh"]

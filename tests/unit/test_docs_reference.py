@@ -23,7 +23,7 @@ def test_the_topic_options_marker_becomes_a_table_of_every_option():
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     names = [row.split("`")[1] for row in rows]
     assert names == [n for n, *_ in hook.option_rows()]
-    assert set(KNOWN_KEYS) | {"defaults.spark_slots"} == set(names)
+    assert set(KNOWN_KEYS) | {"defaults.spark_slots", "defaults.refresh_minutes"} == set(names)
     assert all(row.count(" | ") == 3 and not row.endswith("|  |") for row in rows)
     (version,) = [row for row in rows if row.startswith("| `avro.schema_version`")]
     assert "integer or null" in version and "`null`" in version

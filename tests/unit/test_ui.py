@@ -169,6 +169,7 @@ def test_table_health_reads_the_delta_log(warehouse):
     assert health.last_optimize is None and health.last_vacuum == "2026-11-20 (record)"
     assert [c.version for c in health.commits] == [1, 0]
     assert health.commits[0].operation == "WRITE"
+    assert health.layout == "neither partitioned nor clustered"
     assert not table_health("table", str(paths.root) + "/none", env).exists
     assert live_rows([3, 2], [1, 0]) == 4 and live_rows([3, None]) is None
 
@@ -639,6 +640,9 @@ def test_every_commit_names_the_airflow_run_and_task_that_made_it(tmp_path):
         "a micro-batch: 4 inserted, 1 updated, 0 deleted")
     assert commit_note("table", "OPTIMIZE", {"numRemovedFiles": "5", "numAddedFiles": "1"}) == (
         "compaction: 5 files into 1")
+    partitioned = str(tmp_path / "p")
+    write_deltalake(partitioned, pa.table({"d": ["2026-11-27"], "n": [1]}), partition_by=["d"])
+    assert table_health("table", partitioned).layout == "partitioned by d"
 
 
 def test_health_page_links_commits_to_their_run_and_says_when_maintenance_is_due(tmp_path,
@@ -655,6 +659,7 @@ def test_health_page_links_commits_to_their_run_and_says_when_maintenance_is_due
     text = client_for(env).get(f"/topics/{TOPIC}/health").text
     assert f'href="/dags/ingest_{TOPIC}/runs/scheduled__2026/tasks/vacuum?try_number=1"' in text
     assert re.search(r'class="last-by">.*scheduled__2026', text, re.S)
+    assert 'class="layout">neither partitioned nor clustered<' in text
     assert "not an Airflow run" in text                     # the older commits
     due = re.search(r'class="next-optimize">([^<]*)', text).group(1)
     assert due.startswith("not due: table: 3 small file(s), quarantine: 1 small file(s)")

@@ -137,6 +137,8 @@ class BatchWriter:
         self._storage: Storage | None = None
         #: The Spark jobs and stages each micro-batch written scheduled, by batch id.
         self.scheduled: dict[int, Scheduled] = {}
+        #: Whether the table was given the entry's layout in this run (`apply_layout`).
+        self.laid_out = False
 
     def storage(self) -> Storage:
         """The topic's storage (its table and checkpoint), opened once for the query: the
@@ -234,6 +236,10 @@ class BatchWriter:
                     row_count = rows.count()
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
+                if not self.laid_out:  # once a run: the entry's partition_by or cluster_by
+                    delta_table.apply_layout(self.spark, self.paths.table, self.topic,
+                                             rows.drop(delta_table.DELETED).schema)
+                    self.laid_out = True
                 widened = delta_table.widen_columns(self.spark, self.paths.table, rows.schema)
             self.report.widened_columns += widened
             app_id = self.app_id()
