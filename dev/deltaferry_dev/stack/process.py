@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -111,9 +112,11 @@ def start_detached(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     append: bool = False,
+    **as_user: Any,
 ) -> ManagedProcess:
     """Start `argv` in a new session (its own process group) with stdout+stderr into `log`
-    (after what it holds already if `append`: a service started again in place)."""
+    (after what it holds already if `append`: a service started again in place); `as_user`:
+    Popen's user, group and extra_groups, for a server that refuses to run as root."""
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(log, "ab" if append else "wb") as out:
@@ -126,6 +129,7 @@ def start_detached(
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
                 close_fds=True,
+                **as_user,
             )
     except OSError as exc:
         raise StackError(f"could not start {argv[0]}: {exc}") from None
