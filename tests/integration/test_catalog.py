@@ -4,8 +4,9 @@ PostgreSQL (`deltaferry stack up --catalog`, added to the session's stack by thi
 One topic, four ingest runs in the session's Spark: the first registers ``bronze.<table>``;
 a new field updates the entry; with the metastore stopped (SIGSTOP: it accepts connections and
 never answers) the third run lands its data and fails the registration only, in one line; the
-fourth registers the schema the third left out. A fresh Spark session (its own JVM, Hive support
-on, pointed at the metastore) then reads the table by name."""
+fourth registers the schema the third left out. Polars then reads the table found by name
+through a Python Thrift client of the metastore, and a fresh Spark session (its own JVM, Hive
+support on, pointed at the metastore) reads it by name."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 import time
 import uuid
 
+import polars as pl
 import pytest
 
 from deltaferry.config import TopicConfig
@@ -113,6 +115,21 @@ def test_a_topic_is_registered_by_name_and_a_metastore_outage_fails_only_the_reg
 
     fourth = ingest(rows(30, 2, note="n", region="us"))
     assert fourth == f"catalog: {name} updated in hive ({uri})"
+
+    # a second engine: Polars (delta-rs), the table looked up by name with a Python Thrift
+    # client of the metastore's API (pymetastore), not the JVM's client that registered it
+    from pymetastore.metastore import HMS
+
+    host, port = uri.removeprefix("thrift://").rsplit(":", 1)
+    with HMS.create(host, int(port)) as hms:
+        entry = hms.get_table("bronze", table)
+    assert entry.table_type == "EXTERNAL_TABLE"
+    assert entry.parameters["spark.sql.sources.provider"] == "delta"
+    hive_columns = {c.name: c.type.name for c in entry.columns}  # Hive's bigint: LONG
+    assert {k: hive_columns.get(k) for k in ("id", "amount", "note", "region")} == {
+        "id": "LONG", "amount": "LONG", "note": "STRING", "region": "STRING"}
+    frame = pl.read_delta(entry.storage.serde_parameters["path"])
+    assert frame.height == 32 and frame["amount"].sum() == sum(i * 10 for i in range(32))
 
     found = read_by_name(uri, name, tmp_path)
     assert found["count"] == 32
