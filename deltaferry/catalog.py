@@ -23,6 +23,7 @@ the run succeeds, its report and log say so in one line, and the next run regist
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from deltaferry import env as envvars
@@ -68,6 +69,7 @@ def register(spark: Any, ctx: TopicContext) -> str:
     if catalog.type is None or ctx.paths.debug:
         return ""
     from delta.tables import DeltaTable
+    from py4j.protocol import Py4JError
 
     if not DeltaTable.isDeltaTable(spark, ctx.paths.table):
         return ""
@@ -78,6 +80,11 @@ def register(spark: Any, ctx: TopicContext) -> str:
             raise CatalogError(f"{envvars.HIVE_METASTORE_URI.name} is not set")
         schema = spark.read.format("delta").load(ctx.paths.table).schema
         done = HiveRegistration(spark, uri).sync(ctx, schema)
+    except Py4JError as exc:  # e.g. a Spark without pyspark's Hive client (spark-hive jars)
+        line = (f"catalog: {name} not registered in hive: this Spark has no Hive Metastore "
+                f"client ({str(exc).splitlines()[0][:200]}); the data landed")
+        log.warning("%s", line)
+        return line
     except CatalogError as exc:
         line = (f"catalog: {name} not registered in hive: {exc}; the data landed, the next "
                 "run registers it")
@@ -155,7 +162,17 @@ class HiveRegistration:
                 return "up to date"
             # the location the metastore gave the entry stays (it refuses an entry without one)
             wanted.getSd().setLocation(current.getSd().getLocation())
-            self._call("updating the table", lambda: client.alter_table(db, table, wanted))
+            try:
+                self._call("updating the table", lambda: client.alter_table(db, table, wanted))
+            except CatalogError as exc:
+                if "InvalidOperationException" not in str(exc):
+                    raise
+                # a metastore that refuses a column's type change (Hive's
+                # metastore.disallow.incompatible.col.type.changes: a widened type, a new
+                # nested field): the entry is made again; it is external, no data is dropped
+                self._call("replacing the table", lambda: client.dropTable(db, table, False,
+                                                                           True))
+                self._call("replacing the table", lambda: client.createTable(wanted))
             return "updated"
         finally:
             try:
@@ -168,7 +185,7 @@ class HiveRegistration:
         jvm, api = self.jvm, self.api
         columns = jvm.java.util.ArrayList()
         for field in schema.fields:
-            columns.add(api.FieldSchema(field.name, field.dataType.simpleString(),
+            columns.add(api.FieldSchema(field.name, hive_type(field.dataType),
                                         field.metadata.get("comment")))
         serde = api.SerDeInfo()
         serde.setSerializationLib(SERDE)
@@ -198,6 +215,17 @@ class HiveRegistration:
         entry.setPartitionKeys(jvm.java.util.ArrayList())
         entry.setParameters(_java_map(jvm, properties))
         return entry
+
+
+def hive_type(datatype: Any) -> str:
+    """A Spark type in Hive's spelling (Spark's own, but for the types Hive does not have:
+    timestamp_ntz is Hive's timestamp; variant and void columns are listed as string)."""
+    def hive(found: re.Match) -> str:
+        return "timestamp" if found.group(1) == "timestamp_ntz" else "string"
+
+    # a type, not a struct field's name: a name is followed by ':'
+    return re.sub(r"(?:(?<=[:<,])|^)(timestamp_ntz|variant|void)(?=[>,]|$)", hive,
+                  datatype.simpleString())
 
 
 def same_entry(current: Any, wanted: Any) -> bool:
