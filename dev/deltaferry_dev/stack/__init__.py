@@ -45,7 +45,13 @@ from typing import Any
 from deltaferry.errors import StackError
 from deltaferry_dev import REPO_ROOT
 from deltaferry_dev.stack import kafka, metastore, registry, s3, spark, tls
-from deltaferry_dev.stack.process import Service, is_alive, port_accepts, stop, write_private
+from deltaferry_dev.stack.process import (
+    Service,
+    is_alive,
+    port_accepts,
+    stop_service_process,
+    write_private,
+)
 
 __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
@@ -143,7 +149,8 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     lines = []
     for service in reversed(services):
         # a service may ask for a shorter grace (`extra["stop_grace_s"]`): its data goes anyway
-        how = stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        how = stop_service_process(
+            service, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         if how == "not running":
             lines.append(f"{service.title} (pid {service.process.pid}) was not running")
         else:
@@ -203,7 +210,8 @@ def _stop_added(folder: Path, services: list[Service], before: int) -> None:
     """Stop the services an `up` added to a running stack after one of them failed; the
     running stack's state is written back as it was."""
     for service in reversed(services[before:]):
-        stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        stop_service_process(service,
+                             grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         for path in service.paths:
             shutil.rmtree(path, ignore_errors=True)
     write_state(folder, make_state(services[:before], ready=True))
@@ -253,7 +261,7 @@ def stop_service(name: str, stack_dir: Path | None = None) -> str:
     with _locked(folder):
         _, services, index = _recorded(folder, name)
         service = services[index]
-        how = stop(service.process, grace=STOP_GRACE_S)  # its data is kept: a clean stop
+        how = stop_service_process(service, grace=STOP_GRACE_S)  # data kept: a clean stop
     if how == "not running":
         return f"{service.title} (pid {service.process.pid}) was not running"
     return (f"stopped {service.title} (pid {service.process.pid}; {how}); its data is kept: "

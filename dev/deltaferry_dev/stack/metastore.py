@@ -157,7 +157,8 @@ class Postgres:
         return Service(
             name=cls.NAME, title=cls.TITLE, process=proc, host=HOST, ports={"sql": port},
             assignments={}, paths=[str(folder), str(private)],
-            extra={"stop_grace_s": str(STOP_GRACE_S), "password": password, "data": str(data),
+            extra={"stop_grace_s": str(STOP_GRACE_S), "stop_signal": "SIGINT",
+                   "password": password, "data": str(data),
                    "jdbc_url": f"jdbc:postgresql://{HOST}:{port}/{DATABASE}"},
         )
 
