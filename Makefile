@@ -31,7 +31,7 @@ help:
 	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
-setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built
+setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built $(DEPS)/metastore/.resolved
 	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true  # the commit convention
 	@$(BIN)/python -m deltaferry.spark.class_archive  # the driver JVM's class archive (once per JVM and jars)
 
@@ -164,6 +164,18 @@ $(DEPS)/registry/.built: jvm/registry/pom.xml jvm/registry/src/main/resources/ap
 	cd jvm/registry && $(MVN) package
 	mkdir -p $(DEPS)/registry
 	cp -r jvm/registry/target/registry-runner.jar jvm/registry/target/lib $(DEPS)/registry/
+	touch $@
+
+# The local Hive Metastore (`deltaferry stack up --catalog`): the standalone metastore, its
+# Hadoop and PostgreSQL's JDBC driver from Maven Central (jvm/metastore/pom.xml) into
+# .deps/metastore/lib, its PostgreSQL schema scripts into .deps/metastore/scripts. Its database
+# is Debian's PostgreSQL, which scripts/ensure-tools.sh installs.
+$(DEPS)/metastore/.resolved: jvm/metastore/pom.xml | $(VENV)/.tools
+	scripts/ensure-tools.sh  # PostgreSQL's server, on a checkout set up before it was needed
+	rm -rf $(DEPS)/metastore
+	cd jvm/metastore && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/metastore/lib
+	tar -xzf $(DEPS)/metastore/lib/hive-standalone-metastore-*-bin.tar.gz -C $(DEPS)/metastore --strip-components=1 --wildcards '*/scripts/metastore/upgrade/postgres'
+	rm $(DEPS)/metastore/lib/*.tar.gz
 	touch $@
 
 # Re-resolve requirements.lock after changing pyproject.toml (needs uv in .venv).

@@ -122,6 +122,13 @@ SCHEMA_REGISTRY_USER = _v("DELTAFERRY_SCHEMA_REGISTRY_USER", "the registry's bas
                           "text")
 SCHEMA_REGISTRY_PASSWORD = _v("DELTAFERRY_SCHEMA_REGISTRY_PASSWORD", "the registry's "
                               "basic-auth password", "text", secret=True)
+# --- catalog ----------------------------------------------------------------------------------
+HIVE_METASTORE_URI = _v("DELTAFERRY_HIVE_METASTORE_URI", "the Hive Metastore that topics with "
+                        "`catalog: {type: hive}` are registered in", "thrift://host:port list",
+                        default_doc="none: required for catalog type hive")
+HIVE_METASTORE_TIMEOUT_SECONDS = _v("DELTAFERRY_HIVE_METASTORE_TIMEOUT_SECONDS", "a metastore "
+                                    "that does not answer for this long fails the registration "
+                                    "(not the run)", "seconds", default="20")
 # --- locks ------------------------------------------------------------------------------------
 LOCK_LEASE_SECONDS = _v("DELTAFERRY_LOCK_LEASE_SECONDS", "a topic lock's holder on another "
                         "host that has not renewed for this long is taken for dead", "seconds",

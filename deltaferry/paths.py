@@ -33,6 +33,8 @@ class TopicPaths:
     lock: str
     #: A cdc topic's deleted keys and their source positions (`deltaferry.formats.debezium`).
     deletes: str
+    #: A debug run's locations (under ``_debug/``): its table is registered in no catalog.
+    debug: bool = False
 
     @classmethod
     def for_topic(cls, warehouse: str, topic: str, debug: bool = False) -> TopicPaths:
@@ -49,4 +51,5 @@ class TopicPaths:
             quarantine=join(root, "_quarantine"),
             lock=join(root, "_lock"),
             deletes=join(root, "_cdc_deletes"),
+            debug=debug,
         )

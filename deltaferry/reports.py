@@ -238,6 +238,9 @@ class IngestReport(Report):
     #: The topic's thresholds this run crossed (`deltaferry.alerts.Alert.as_dict`), set after
     #: the step by `deltaferry.alerts.checked`.
     alerts: list[dict] = field(default_factory=list)
+    #: What registering the table in the topic's catalog did, one line (`deltaferry.catalog`;
+    #: '' without a catalog).
+    catalog: str = ""
 
     def summary(self) -> str:
         """One line for logs."""
@@ -253,6 +256,7 @@ class IngestReport(Report):
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")
             + (f"; {describe_jobs(self.jobs, self.stages)}" if self.batches else "")
+            + (f"; {self.catalog}" if self.catalog else "")
         )
 
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Install the system tools setup needs (Java 17+, Maven, Python 3.11 venv) when they are missing.
+# Install the system tools setup needs (Java 17+, Maven, Python 3.11 venv, PostgreSQL's server)
+# when they are missing.
 # Idempotent: prints nothing and installs nothing when everything is there.
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# the local Hive Metastore's database (`deltaferry stack up --catalog`)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v python3.11 >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}" >&2

@@ -113,6 +113,11 @@ ALERT_ACTIONS = ("warn", "fail")
 EXPECTATION_ACTIONS = ("warn", "quarantine", "fail")
 #: An expectation's name: a letter, then letters, digits and ``_``, as it appears in the report.
 EXPECTATION_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+#: The catalogs a table can be registered in (deltaferry.catalog).
+CATALOG_KINDS = ("hive",)
+#: A schema's or table's name in a catalog: lower-case letters, digits and ``_`` (what Hive
+#: keeps; it lower-cases any other).
+CATALOG_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,127}$")
 #: An Airflow connection id: letters, digits and ``_.-``.
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 #: A protobuf full name: dotted identifiers.
@@ -558,6 +563,40 @@ class AlertOptions:
                 if f.name != "action" and getattr(self, f.name) is not None}
 
 
+def _catalog_name(what: str, nullable: bool = False) -> BeforeValidator:
+    return _check(lambda v: (nullable and v is None)
+                  or (isinstance(v, str) and bool(CATALOG_NAME_RE.match(v))),
+                  f"must be a {what} name of lower-case letters, digits and '_' (not starting "
+                  f"with a digit){' or null' if nullable else ''}")
+
+
+def table_name_of(topic_name: str) -> str:
+    """The default name of a topic's table in a catalog: the topic's name in lower case, each
+    character other than a letter, digit or '_' made '_' (``pg.inventory.orders`` ->
+    ``pg_inventory_orders``), '_' first if it starts with a digit."""
+    name = re.sub(r"[^a-z0-9_]", "_", topic_name.lower())
+    return name if not name[0].isdigit() else f"_{name}"
+
+
+@options(frozen=True, config=_CONFIG)
+class CatalogOptions:
+    """``catalog:`` where the topic's table is registered by name (deltaferry.catalog): after
+    the first commit and each schema change, as an external Delta table
+    ``<schema>.<table_name>``."""
+
+    type: Annotated[str | None, _check(
+        lambda v: v is None or v in CATALOG_KINDS,
+        f"must be one of {', '.join(CATALOG_KINDS)} or null (not registered)")] = option(
+        None, "hive: a Hive Metastore (DELTAFERRY_HIVE_METASTORE_URI; also Glue through its "
+        "Hive-compatible endpoint) | null: the table is a path only")
+    name: Annotated[str, _check(lambda v: v == "hive",
+                                "must be hive (the metastore's default catalog, the one Spark "
+                                "and Trino read)")] = option(
+        "hive", "the catalog in the metastore (hive: its default catalog)")
+    schema: Annotated[str, _catalog_name("schema")] = option(
+        "default", "the schema (Hive: database) the table is registered in, created if missing")
+
+
 @options(frozen=True, config=_CONFIG)
 class TopicConfig:
     """One validated entry of the topics file."""
@@ -689,6 +728,11 @@ class TopicConfig:
     json: JsonOptions = Field(default_factory=JsonOptions, description="json topics' options")
     alerts: AlertOptions = Field(default_factory=AlertOptions,
                                  description="thresholds checked after each run's ingest")
+    catalog: CatalogOptions = Field(default_factory=CatalogOptions,
+                                    description="where the table is registered by name")
+    table_name: Annotated[str | None, _catalog_name("table", nullable=True)] = option(
+        None, "the table's name in its catalog (null: the topic's name in lower case, other "
+        "characters than letters, digits and _ made _)")
     notify: Annotated[tuple[str, ...], BeforeValidator(_notify)] = option(
         (), "Airflow connection ids (HTTP webhooks) that get the topic's alerts and task "
         "failures, e.g. [deltaferry_alerts]", json_schema_extra={"shown": "list of connection ids"})
@@ -697,6 +741,11 @@ class TopicConfig:
     def dag_id(self) -> str:
         """The Airflow DAG id of this topic."""
         return f"ingest_{self.name}"
+
+    @property
+    def catalog_table(self) -> str:
+        """The table's name in its catalog: ``table_name``, else the topic's (`table_name_of`)."""
+        return self.table_name or table_name_of(self.name)
 
     @property
     def step_timeout(self) -> timedelta:
@@ -736,7 +785,7 @@ SECTIONS: dict[str, type] = {"avro": AvroOptions, "protobuf": ProtobufOptions,
                              "json": JsonOptions}
 #: Every section of an entry (a mapping of options, merged key by key over ``defaults:``):
 #: the formats' and ``alerts:``.
-NESTED: dict[str, type] = {**SECTIONS, "alerts": AlertOptions}
+NESTED: dict[str, type] = {**SECTIONS, "alerts": AlertOptions, "catalog": CatalogOptions}
 #: A flat key of a format's option -> its section (the flat spelling is still read).
 FLAT_KEYS = {f.name: section for section, cls in SECTIONS.items()
              for f in dataclasses.fields(cls)}

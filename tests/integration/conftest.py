@@ -126,7 +126,8 @@ def shared_airflow(stack_env, tmp_path_factory):
 #: one unit of work together, the longest: first.
 SLOW_FIRST = ("test_airflow.py", "test_airflow_avro.py", "test_ui_quarantine.py",
               "test_alerts.py", "test_ui_access.py", "test_cluster.py", "test_fleet.py",
-              "test_outages.py", "test_ui.py", "test_crash.py", "test_tls.py", "test_warm.py",
+              "test_outages.py", "test_catalog.py", "test_ui.py", "test_crash.py", "test_tls.py",
+              "test_warm.py",
               "test_secrets.py")
 
 

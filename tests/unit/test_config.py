@@ -347,3 +347,40 @@ def test_without_deltaferry_topics_the_topics_file_is_the_current_directorys(
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "topics:\n  - name: here\n")
     assert load_topics().names() == ["here"]
+
+
+def test_the_catalog_is_merged_over_defaults_key_by_key_and_names_the_table(tmp_path):
+    topics = load_topics(write(tmp_path, """
+defaults:
+  catalog: {type: hive, schema: bronze}
+topics:
+  - name: pg.Inventory.orders-v2
+  - name: b
+    table_name: bee
+    catalog: {schema: silver}
+  - name: 9lives
+    catalog: {type: null}
+"""))
+    assert topics.errors == []
+    orders, b, lives = topics.topics
+    assert (orders.catalog.type, orders.catalog.name, orders.catalog.schema) == (
+        "hive", "hive", "bronze")
+    assert orders.catalog_table == "pg_inventory_orders_v2"
+    assert (b.catalog.type, b.catalog.schema, b.catalog_table) == ("hive", "silver", "bee")
+    assert (lives.catalog.type, lives.catalog_table) == (None, "_9lives")
+    assert TopicConfig(name="x").catalog.type is None  # no catalog unless asked
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ("catalog: {type: unity}", "catalog.type: must be one of hive or null"),
+    ("catalog: {type: hive, schema: Bronze}", "catalog.schema: must be a schema name of "
+     "lower-case letters"),
+    ("catalog: {type: hive, name: main}", "catalog.name: must be hive"),
+    ("catalog: {type: hive, region: eu}", "catalog.region"),
+    ("table_name: orders-v2", "table_name: must be a table name"),
+])
+def test_bad_catalog_options_are_one_line_naming_the_option(tmp_path, entry, fragment):
+    topics = load_topics(write(tmp_path, f"topics:\n  - name: a\n    {entry}\n"))
+    with pytest.raises(ConfigError) as exc:
+        topics.get("a")
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)

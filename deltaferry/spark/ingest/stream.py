@@ -18,7 +18,7 @@ import time
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from deltaferry import faults
+from deltaferry import catalog, faults
 from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
@@ -339,6 +339,7 @@ class IngestStream:
         self.started = time.monotonic()
         topic, settings, paths, store = ctx.topic, ctx.settings, ctx.paths, ctx.store
         self.spark, self.topic, self.settings, self.paths = spark, topic, settings, paths
+        self.ctx = ctx
         state = state or TopicState(ctx)
         current = state.offsets
         checkpointed = state.checkpoint.offsets
@@ -394,6 +395,7 @@ class IngestStream:
                                 settings.kafka_options)
         report = complete(self.report, progress, totals, self.checkpoint(), current,
                           time.monotonic() - self.started)
+        report.catalog = catalog.register(self.spark, self.ctx)
         log.info(report.summary())
         return report
 

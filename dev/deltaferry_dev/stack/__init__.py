@@ -1,7 +1,9 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
 whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Schema Registry
 (Apicurio, built by `make setup`), started in that order, and on request (`up(cluster=True)`,
-`stack up --cluster`) a Spark standalone master with two workers. More services join by adding
+`stack up --cluster`) a Spark standalone master with two workers, and (`up(catalog=True)`,
+`stack up --catalog`) a Hive Metastore on PostgreSQL (`deltaferry_dev.stack.metastore`:
+``DELTAFERRY_HIVE_METASTORE_URI=thrift://...``). More services join by adding
 to SERVICES a module (or object) with a `NAME`, `launch(stack_dir, env) -> Service` (start the
 process, return at once; `env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
@@ -42,8 +44,14 @@ from typing import Any
 
 from deltaferry.errors import StackError
 from deltaferry_dev import REPO_ROOT
-from deltaferry_dev.stack import kafka, registry, s3, spark, tls
-from deltaferry_dev.stack.process import Service, is_alive, port_accepts, stop, write_private
+from deltaferry_dev.stack import kafka, metastore, registry, s3, spark, tls
+from deltaferry_dev.stack.process import (
+    Service,
+    is_alive,
+    port_accepts,
+    stop_service_process,
+    write_private,
+)
 
 __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
 
@@ -51,6 +59,8 @@ __all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_s
 SERVICES: tuple[Any, ...] = (kafka, s3, registry)
 #: Started after SERVICES by `up(cluster=True)`: a Spark standalone master and its workers.
 CLUSTER: tuple[Any, ...] = spark.CLUSTER
+#: Started after SERVICES by `up(catalog=True)`: PostgreSQL, then the Hive Metastore on it.
+CATALOG: tuple[Any, ...] = metastore.CATALOG
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -139,7 +149,8 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     lines = []
     for service in reversed(services):
         # a service may ask for a shorter grace (`extra["stop_grace_s"]`): its data goes anyway
-        how = stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        how = stop_service_process(
+            service, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         if how == "not running":
             lines.append(f"{service.title} (pid {service.process.pid}) was not running")
         else:
@@ -150,13 +161,15 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     return lines
 
 
-def up(stack_dir: Path | None = None, cluster: bool = False) -> dict[str, str]:
+def up(stack_dir: Path | None = None, cluster: bool = False, catalog: bool = False
+       ) -> dict[str, str]:
     """Start the stack unless it already runs; the shell assignments (NAME -> value) either way.
 
-    With `cluster`, a Spark standalone cluster too (`deltaferry_dev.stack.spark`), also added
-    to a stack that already runs without one."""
+    With `cluster`, a Spark standalone cluster too (`deltaferry_dev.stack.spark`), with
+    `catalog` a Hive Metastore on PostgreSQL (`deltaferry_dev.stack.metastore`), each also
+    added to a stack that already runs without it."""
     folder = resolve_stack_dir(stack_dir)
-    wanted = SERVICES + (CLUSTER if cluster else ())
+    wanted = SERVICES + (CATALOG if catalog else ()) + (CLUSTER if cluster else ())
     with _locked(folder):
         state = read_state(folder)
         started: list[Service] = []
@@ -197,7 +210,8 @@ def _stop_added(folder: Path, services: list[Service], before: int) -> None:
     """Stop the services an `up` added to a running stack after one of them failed; the
     running stack's state is written back as it was."""
     for service in reversed(services[before:]):
-        stop(service.process, grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
+        stop_service_process(service,
+                             grace=float(service.extra.get("stop_grace_s", STOP_GRACE_S)))
         for path in service.paths:
             shutil.rmtree(path, ignore_errors=True)
     write_state(folder, make_state(services[:before], ready=True))
@@ -213,7 +227,7 @@ def down(stack_dir: Path | None = None) -> list[str]:
         services = services_of(state)
         if not services:
             state_path(folder).unlink(missing_ok=True)
-            for module in SERVICES + CLUSTER:  # leftovers of a run whose state was lost
+            for module in SERVICES + CATALOG + CLUSTER:  # leftovers of a run whose state was lost
                 shutil.rmtree(module.data_dir(folder), ignore_errors=True)
             shutil.rmtree(tls.tls_dir(folder), ignore_errors=True)
             return [f"stack: not running (no state in {folder})"]
@@ -247,7 +261,7 @@ def stop_service(name: str, stack_dir: Path | None = None) -> str:
     with _locked(folder):
         _, services, index = _recorded(folder, name)
         service = services[index]
-        how = stop(service.process, grace=STOP_GRACE_S)  # its data is kept: a clean stop
+        how = stop_service_process(service, grace=STOP_GRACE_S)  # data kept: a clean stop
     if how == "not running":
         return f"{service.title} (pid {service.process.pid}) was not running"
     return (f"stopped {service.title} (pid {service.process.pid}; {how}); its data is kept: "
@@ -258,14 +272,14 @@ def start_service(name: str, stack_dir: Path | None = None) -> str:
     """Start a stopped service of the stack again in place (same data, ports and credentials)
     and wait until it is ready; a line saying what was done."""
     folder = resolve_stack_dir(stack_dir)
-    module = {m.NAME: m for m in SERVICES}.get(name)
+    module = {m.NAME: m for m in SERVICES + CATALOG}.get(name)
     with _locked(folder):
         state, services, index = _recorded(folder, name)
         if is_alive(services[index].process):
             return f"{services[index].title} (pid {services[index].process.pid}) already runs"
         if module is None:
             raise StackError(f"cannot start {name!r} in place: only "
-                             f"{', '.join(m.NAME for m in SERVICES)} can be")
+                             f"{', '.join(m.NAME for m in SERVICES + CATALOG)} can be")
         for attempt in (1, 2):
             services[index] = module.relaunch(folder, services[index])
             write_state(folder, make_state(services, ready=True))  # `down` finds the new pid

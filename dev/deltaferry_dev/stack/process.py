@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -111,9 +112,11 @@ def start_detached(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     append: bool = False,
+    **as_user: Any,
 ) -> ManagedProcess:
     """Start `argv` in a new session (its own process group) with stdout+stderr into `log`
-    (after what it holds already if `append`: a service started again in place)."""
+    (after what it holds already if `append`: a service started again in place); `as_user`:
+    Popen's user, group and extra_groups, for a server that refuses to run as root."""
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(log, "ab" if append else "wb") as out:
@@ -126,6 +129,7 @@ def start_detached(
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
                 close_fds=True,
+                **as_user,
             )
     except OSError as exc:
         raise StackError(f"could not start {argv[0]}: {exc}") from None
@@ -251,6 +255,12 @@ def wait_ready(
         raise
 
 
+def stop_service_process(service: Service, grace: float) -> str:
+    """`stop` a service's process with its own first signal (``extra["stop_signal"]``, e.g.
+    PostgreSQL's fast shutdown, SIGINT: its SIGTERM waits for every client to leave)."""
+    return stop(service.process, grace=grace, first=service.extra.get("stop_signal", "SIGTERM"))
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to process group `pgid` (start_detached makes each process a group leader).
 
@@ -285,8 +295,10 @@ def _wait_gone(proc: ManagedProcess, seconds: float) -> bool:
         time.sleep(0.1)
 
 
-def stop(proc: ManagedProcess, grace: float = 30.0, kill_wait: float = 10.0) -> str:
-    """Stop `proc` and its process group: SIGTERM, up to `grace` s, then SIGKILL.
+def stop(proc: ManagedProcess, grace: float = 30.0, kill_wait: float = 10.0,
+         first: str = "SIGTERM") -> str:
+    """Stop `proc` and its process group: SIGTERM (or the signal named `first`), up to `grace`
+    s, then SIGKILL.
 
     Returns how it ended ('not running', 'SIGTERM, 2.1 s', 'SIGKILL after 30 s'); StackError if
     it survives SIGKILL. A pid whose start time does not match is never signalled.
@@ -294,10 +306,10 @@ def stop(proc: ManagedProcess, grace: float = 30.0, kill_wait: float = 10.0) -> 
     if not is_alive(proc):
         return "not running"
     t0 = time.monotonic()
-    _signal_group(proc.pid, signal.SIGTERM)
+    _signal_group(proc.pid, signal.Signals[first])
     if _wait_gone(proc, grace):
         _children.pop(proc.pid, None)
-        return f"SIGTERM, {time.monotonic() - t0:.1f} s"
+        return f"{first}, {time.monotonic() - t0:.1f} s"
     _signal_group(proc.pid, signal.SIGKILL)
     if _wait_gone(proc, kill_wait):
         _children.pop(proc.pid, None)
