@@ -66,7 +66,7 @@ def _airflow(args: argparse.Namespace) -> int:
         return running.assignments() if running is not None else {}
 
     return _local_service("airflow", args.action,
-                          lambda: services.up(env=services.local_env()).assignments(),
+                          lambda: services.up(env=services.local_env(catalog=True)).assignments(),
                           services.down, status)
 
 

@@ -21,6 +21,9 @@ Airflow's scheduler (and a run triggered through its REST API), the resulting ta
 alert: the demo starts a local webhook (`deltaferry_dev.receiver`), points the ``demo_alerts``
 connection at it and prints what it received.
 
+Each run registers its topic's table in the stack's Hive Metastore (topics.yaml's ``catalog:``);
+the demo ends by querying them by name from a fresh Spark session.
+
 Runs in a warehouse of its own (``warehouse/demo`` unless DELTAFERRY_WAREHOUSE is set) with the
 topics file at the repository root, so it never touches a user's data.
 """
@@ -43,6 +46,7 @@ AVRO_TOPIC = "demo_payments"
 PROTO_TOPIC = "demo_orders"
 CDC_TOPIC = "demo_customers"
 MYSQL_TOPIC = "demo_mysql_customers"
+DEMO_TOPICS = (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC, MYSQL_TOPIC)
 #: The Airflow connection ``demo_events`` notifies (its entry in topics.yaml).
 ALERTS_CONN_ID = "demo_alerts"
 
@@ -202,10 +206,11 @@ def main() -> int:
     from deltaferry_dev.receiver import WebhookReceiver
 
     own_warehouse = "DELTAFERRY_WAREHOUSE" not in os.environ
-    os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""}))
+    os.environ.update(services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": ""},
+                                         catalog=True))
     bootstrap = os.environ["DELTAFERRY_KAFKA_BOOTSTRAP"]
     registry_url = os.environ["DELTAFERRY_SCHEMA_REGISTRY_URL"]
-    for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC, MYSQL_TOPIC):
+    for topic in DEMO_TOPICS:
         if create_topic(bootstrap, topic, partitions=3) and own_warehouse:
             start_over(services.LOCAL_WAREHOUSE / topic)
     count = produce(bootstrap, DEMO_TOPIC, sample_events())
@@ -226,7 +231,7 @@ def main() -> int:
         airflow.client().set_connection(ALERTS_CONN_ID, webhook.connection())
         say(f"Airflow connection {ALERTS_CONN_ID!r}: a local webhook at {webhook.url} (the "
             f"demo's notify target: {DEMO_TOPIC}'s alerts and task failures go there)")
-        for topic in (DEMO_TOPIC, AVRO_TOPIC, PROTO_TOPIC, CDC_TOPIC, MYSQL_TOPIC):
+        for topic in DEMO_TOPICS:
             dag_id = f"ingest_{topic}"
             # a cdc topic's one run shows it all: a second would find nothing new
             runs = run_through_scheduler(airflow.client(), dag_id, tell=say,
@@ -238,6 +243,7 @@ def main() -> int:
         print_alerts(webhook)
     print_tables()
     print_versions(registry_url)
+    print_by_name()
     say(f"Airflow keeps running at {airflow.url} (user admin, password in "
         f"{airflow.passwords_file}): these runs, their task logs and results are there. "
         "`make stack-down` stops Airflow, the broker, the S3 server and the Schema Registry.")
@@ -313,6 +319,36 @@ def print_history(spark) -> None:
           "position and row; 1002 deleted, the redelivered update of 1001 skipped as stale):")
     (spark.read.format("delta").load(mysql.paths.table).orderBy("id")
      .select("id", "email", "__op", "__source_position", "__source_tx").show(truncate=False))
+
+
+def print_by_name() -> None:
+    """Query the demo's tables by name, as a team's engines would: a fresh Spark session (its
+    own process) pointed at the stack's Hive Metastore, where each run registered its topic's
+    table (topics.yaml's ``catalog:``, deltaferry.catalog)."""
+    import subprocess
+
+    from deltaferry import env as envvars
+    from deltaferry.config import load_topics
+
+    uri = envvars.HIVE_METASTORE_URI.value()
+    names = [f"{t.catalog.schema}.{t.catalog_table}" for t in load_topics().topics
+             if t.name in DEMO_TOPICS and t.catalog.type == "hive"]
+    query = " UNION ALL ".join(f"SELECT '{name}' AS `table`, count(*) AS `rows` FROM {name}"
+                               for name in names)
+    script = ("import logging; logging.getLogger('py4j').setLevel(logging.WARNING)\n"
+              "from deltaferry.spark.session import get_spark\n"
+              "spark = get_spark('deltaferry-demo-catalog', 'local[1]')\n"
+              f"spark.sql({query!r}).show(truncate=False)\n")
+    conf = {"spark.sql.catalogImplementation": "hive", "spark.hadoop.hive.metastore.uris": uri}
+    print(f"The tables by name in the stack's Hive Metastore ({uri}), from a fresh Spark "
+          "session:", flush=True)
+    done = subprocess.run([sys.executable, "-c", script], check=False, text=True,
+                          capture_output=True,  # the JVM's start-up chatter, unless it fails
+                          env={**os.environ, envvars.SPARK_CONF.name: json.dumps(conf)})
+    print(done.stdout, end="", flush=True)
+    if done.returncode:
+        say(f"{done.stderr[-4000:]}\nquerying the tables by name failed (exit "
+            f"{done.returncode}): its output is above")
 
 
 def print_versions(registry_url: str) -> None:

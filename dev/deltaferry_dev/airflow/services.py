@@ -215,15 +215,16 @@ def healthy(document: Mapping) -> bool:
         (document.get(p) or {}).get("status") == "healthy" for p in parts)
 
 
-def local_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+def local_env(base: Mapping[str, str] | None = None, catalog: bool = False) -> dict[str, str]:
     """`base` (default os.environ), and when it names no Kafka brokers, the local stack's
-    settings (`deltaferry stack up`, started if needed) with the demo's warehouse
-    (``warehouse/demo``) unless DELTAFERRY_WAREHOUSE is set."""
+    settings (`deltaferry stack up`, started if needed; with `catalog`, its Hive Metastore
+    too, as `stack up --catalog`) with the demo's warehouse (``warehouse/demo``) unless
+    DELTAFERRY_WAREHOUSE is set."""
     env = dict(os.environ if base is None else base)
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         from deltaferry_dev import stack
 
-        env.update(stack.up())
+        env.update(stack.up(catalog=catalog))
         env.setdefault("DELTAFERRY_WAREHOUSE", str(LOCAL_WAREHOUSE))
     return env
 
