@@ -51,7 +51,9 @@ def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
 
 def warn_local_warehouse(ctx: TopicContext, spark) -> None:
     """Log `local_warehouse_on_cluster`'s warning for the session `spark`, if any."""
-    problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
+    # the session's settings hold the master, over Spark Connect too (no SparkContext there)
+    problem = local_warehouse_on_cluster(spark.conf.get("spark.master", "local"),
+                                         ctx.settings.warehouse)
     if problem:
         log.warning("%s", problem)
 
