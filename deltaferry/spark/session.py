@@ -172,6 +172,9 @@ def is_connect(spark) -> bool:
 #: through Hadoop's cache, which is the server's and keyed by bucket alone, so that a session
 #: never reaches a bucket through a file system another session's credentials opened.
 CONNECT_SESSION_CONF = {"fs.s3a.impl.disable.cache": "true"}
+#: Retries of a Spark Connect session's first call (a few seconds in all, not pyspark's
+#: minutes: a server that refuses the token or whose certificate is not trusted says so now).
+CONNECT_PROBE_RETRIES = 3
 
 
 def connect_settings(conf: Mapping[str, str] | None = None,
@@ -185,6 +188,19 @@ def connect_settings(conf: Mapping[str, str] | None = None,
             **CONNECT_SESSION_CONF, **s3, **extra_spark_conf(env), **(conf or {})}
 
 
+def rpc_problem(exc: BaseException) -> str:
+    """What a failed Spark Connect call says, in one line: the gRPC status and its details
+    where one is behind `exc` (pyspark wraps them), else the exception's first line."""
+    import grpc
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, grpc.RpcError) and hasattr(seen, "code"):
+            return f"{seen.code().name}: {seen.details()}"
+        seen = seen.__cause__ or seen.__context__
+    return next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
 def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
                     env: Mapping[str, str] | None = None):
     """A new session on the Spark Connect server of DELTAFERRY_SPARK_REMOTE (of `env`, default
@@ -195,6 +211,7 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
     import grpc
     from pyspark.errors import PySparkException
     from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     url = envvars.SPARK_REMOTE.value(env)
@@ -227,6 +244,20 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
                           f"(sc://host:port/;param=value...): {problem}") from None
     channel.set("user_agent", "deltaferry")
     spark = ConnectSession.builder.channelBuilder(channel).create()
+    client = spark.client
+    patient = client.get_retry_policies()
+    # the first call says at once what is wrong (a refused token or certificate, no server):
+    # pyspark's own retries would take minutes; the run's calls keep them (a server restart)
+    client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_PROBE_RETRIES,
+                                             max_backoff=2000)])
+    try:
+        spark.conf.get("spark.sql.session.timeZone")
+    except (PySparkException, grpc.RpcError) as exc:
+        raise ConfigError(envvars.SPARK_REMOTE.name, f"the Spark Connect server at "
+                          f"{channel.endpoint} did not take the session: "
+                          f"{rpc_problem(exc)}") from None
+    finally:
+        client.set_retry_policies(patient)
     for key, value in connect_settings(conf, env).items():
         spark.conf.set(key, value)
     log.debug("Spark Connect session %s for %s", spark.session_id, app_name)
