@@ -68,6 +68,13 @@ KAFKA_OPTIONS = _v("DELTAFERRY_KAFKA_OPTIONS", "Kafka client properties (securit
 # --- Spark ------------------------------------------------------------------------------------
 SPARK_MASTER = _v("DELTAFERRY_SPARK_MASTER", "the Spark master of the jobs", "Spark master URL",
                   default="local[*]")
+SPARK_REMOTE = _v("DELTAFERRY_SPARK_REMOTE", "a Spark Connect server the steps run on instead "
+                  "of a driver of their own (`sc://host:port/;use_ssl=true;token=...`); the "
+                  "token is a secret", "Spark Connect URL",
+                  default_doc="unset: each step starts its own driver", secret=True)
+SPARK_REMOTE_CA_BUNDLE = _v("DELTAFERRY_SPARK_REMOTE_CA_BUNDLE", "the CA certificates (PEM) a "
+                            "Spark Connect server's TLS certificate is checked against",
+                            "path", default_doc="the system's CAs")
 SPARK_CONF = _v("DELTAFERRY_SPARK_CONF", "extra Spark settings (no S3 credentials)",
                 "JSON object")
 SPARK_LOG_LEVEL = _v("DELTAFERRY_SPARK_LOG_LEVEL", "the Spark driver's log level",

@@ -51,7 +51,9 @@ def local_warehouse_on_cluster(master: str, warehouse: str) -> str | None:
 
 def warn_local_warehouse(ctx: TopicContext, spark) -> None:
     """Log `local_warehouse_on_cluster`'s warning for the session `spark`, if any."""
-    problem = local_warehouse_on_cluster(spark.sparkContext.master, ctx.settings.warehouse)
+    # the session's settings hold the master, over Spark Connect too (no SparkContext there)
+    problem = local_warehouse_on_cluster(spark.conf.get("spark.master", "local"),
+                                         ctx.settings.warehouse)
     if problem:
         log.warning("%s", problem)
 
@@ -78,42 +80,48 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
     ingest step's alerts, deltaferry.alerts), and an alert whose action is fail ends the run
     there. The list of reports. A step finding the topic empty raises EmptyTopicError, or
     with `stop_when_empty` is logged and ends the run. Every Delta commit of a step names the
-    Airflow task it runs for, if any (`ctx.task`, `deltaferry.origin`).
+    Airflow task it runs for, if any (`ctx.task`, `deltaferry.origin`). A Spark Connect
+    session started here is closed at the end (its settings, S3 credentials among them, go).
 
     One snapshot of the topic's state (deltaferry.state), read under the lock so that no
     other run changes it meanwhile, serves the whole run."""
-    from deltaferry.spark.session import get_spark
+    from deltaferry.spark.session import get_spark, is_connect
     from deltaferry.spark.table import commits_for
 
     steps.preflight(ctx, list(todo))
     reports: list = []
-    with topic_lock(ctx, what).hold(wait) if hold_lock else nullcontext():
-        state = TopicState(ctx)
-        if check_kafka:
-            state.offsets  # noqa: B018  (reading them is the check)
-        for position, step in enumerate(todo):
-            skip = step.skip(ctx, state, reinfer=reinfer) if decide else None
-            if skip is not None:
-                reports.append(step.checked(ctx, skip, state))
-            else:
-                if spark is None and step.needs_spark(ctx.topic):
-                    spark = get_spark(app_name or f"deltaferry-{ctx.topic.name}",
-                                      ctx.settings.spark_master)
-                if spark is not None:
-                    warn_local_warehouse(ctx, spark)
-                try:
-                    with commits_for(spark, ctx.task):  # the step's commits name its task
-                        done = step.run(ctx, spark, state, reinfer=reinfer)
-                except EmptyTopicError as exc:
-                    if not stop_when_empty:
-                        raise
-                    log.warning("%s", exc)
+    given = spark
+    try:
+        with topic_lock(ctx, what).hold(wait) if hold_lock else nullcontext():
+            state = TopicState(ctx)
+            if check_kafka:
+                state.offsets  # noqa: B018  (reading them is the check)
+            for position, step in enumerate(todo):
+                skip = step.skip(ctx, state, reinfer=reinfer) if decide else None
+                if skip is not None:
+                    reports.append(step.checked(ctx, skip, state))
+                else:
+                    if spark is None and step.needs_spark(ctx.topic):
+                        spark = get_spark(app_name or f"deltaferry-{ctx.topic.name}",
+                                          ctx.settings.spark_master)
+                    if spark is not None:
+                        warn_local_warehouse(ctx, spark)
+                    try:
+                        with commits_for(spark, ctx.task):  # the step's commits name its task
+                            done = step.run(ctx, spark, state, reinfer=reinfer)
+                    except EmptyTopicError as exc:
+                        if not stop_when_empty:
+                            raise
+                        log.warning("%s", exc)
+                        break
+                    reports.extend(step.checked(ctx, report, state) for report in done)
+                if alerts.failing(reports) and position < len(todo) - 1:
+                    log.warning("%s: an alert's action is fail; the steps after %s do not run",
+                                ctx.topic.name, step.name)
                     break
-                reports.extend(step.checked(ctx, report, state) for report in done)
-            if alerts.failing(reports) and position < len(todo) - 1:
-                log.warning("%s: an alert's action is fail; the steps after %s do not run",
-                            ctx.topic.name, step.name)
-                break
+    finally:  # a Spark Connect session opened here ends with the run: the server drops it
+        if spark is not None and spark is not given and is_connect(spark):
+            spark.stop()
     return reports
 
 

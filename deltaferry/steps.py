@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, EmptyTopicError
 
 if TYPE_CHECKING:
@@ -58,6 +59,10 @@ class Step:
     parts: tuple[str, ...] = ()
     #: Whether it reads the topic's messages (then its Schema Registry is checked first).
     reads_topic: bool = False
+    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not the steps
+    #: whose foreachBatch writer keeps state in the driver's process (the report's counts,
+    #: the topic lock's fence), which a Connect server runs away from the client.
+    over_connect: bool = True
 
     @property
     def script(self) -> Path:
@@ -164,6 +169,7 @@ class Replay(Step):
     task_id: str = "ingest"
     script_name: str = "replay.py"
     reads_topic: bool = True
+    over_connect: bool = False
     reason: str | None = None
     which: QuarantineFilter | None = None
 
@@ -186,6 +192,7 @@ class Stream(Step):
 
     name: str = "stream"
     reads_topic: bool = True
+    over_connect: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
 
     def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
@@ -258,6 +265,13 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
     from deltaferry.storage import check_warehouse
     from deltaferry.tls import check_kafka
 
+    if envvars.SPARK_REMOTE.value(env):
+        refused = [s.name for step in todo for s in step.singles() if not s.over_connect]
+        if refused:
+            raise ConfigError(envvars.SPARK_REMOTE.name, f"the {', '.join(refused)} step "
+                              "does not run over Spark Connect yet (its foreachBatch writer "
+                              "keeps the report and the lock's fence in the driver); unset "
+                              "it for that step")
     check_warehouse(ctx.settings.warehouse)
     if any(single.reads_topic for step in todo for single in step.singles()):
         check_kafka(ctx.settings.kafka_bootstrap, ctx.settings.kafka_options)
@@ -266,7 +280,7 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True),
-    Ingest("ingest", "ingest", "ingest.py", reads_topic=True),
+    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, over_connect=False),
     Maintain("optimize", "optimize", "optimize.py"),
     Maintain("vacuum", "vacuum", "vacuum.py"),
     Step("maintain", "maintain", "maintain.py", parts=("optimize", "vacuum")),

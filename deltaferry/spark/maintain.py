@@ -1,4 +1,5 @@
-"""Maintenance of a topic's tables: OPTIMIZE (compaction), then VACUUM, via the DeltaTable API."""
+"""Maintenance of a topic's tables: OPTIMIZE (compaction), then VACUUM, in Delta's SQL (the same
+on a classic session and over Spark Connect)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from deltaferry import faults
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.reports import MaintainReport
-from deltaferry.spark.table import session_settings
+from deltaferry.spark.table import is_delta_table, quote, session_settings
 from deltaferry.state import record_vacuum
 from deltaferry.storage import storage_for
 
@@ -30,23 +31,20 @@ RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 def _existing_tables(spark: SparkSession, paths: TopicPaths) -> dict[str, str]:
     """The topic's Delta tables that exist: the table itself, the quarantine and a cdc topic's
     remembered deletes."""
-    from delta.tables import DeltaTable
-
     candidates = {"table": paths.table, "quarantine": paths.quarantine,
                   "deletes": paths.deletes}
-    return {n: p for n, p in candidates.items() if DeltaTable.isDeltaTable(spark, p)}
+    return {n: p for n, p in candidates.items() if is_delta_table(spark, p)}
 
 
 def optimize(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
-    """Compact the small files that hourly micro-batches leave behind; the report."""
-    from delta.tables import DeltaTable
-
+    """Compact the small files that hourly micro-batches leave behind; the report. (SQL, not
+    the DeltaTable API: the same over Spark Connect, where Delta has no server plugin.)"""
     topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     details = {}
     for name, path in _existing_tables(spark, paths).items():
         ensure_held(path, f"the OPTIMIZE of {path}")
-        metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+        metrics = spark.sql(f"OPTIMIZE delta.{quote(path)}").first()
         faults.point(f"optimized-{name}")
         m = metrics["metrics"] if metrics else None
         details[name] = (
@@ -60,8 +58,6 @@ def optimize(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
 def vacuum(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
     """Delete files no table version younger than the topic's retention still needs; the
     report."""
-    from delta.tables import DeltaTable
-
     topic, paths = ctx.topic, ctx.paths
     started = time.monotonic()
     hours = topic.vacuum_retention_hours
@@ -78,7 +74,7 @@ def vacuum(spark: SparkSession, ctx: TopicContext) -> MaintainReport:
     with session_settings(spark, unchecked):
         for name, path in _existing_tables(spark, paths).items():
             ensure_held(path, f"the VACUUM of {path}")
-            DeltaTable.forPath(spark, path).vacuum(hours)
+            spark.sql(f"VACUUM delta.{quote(path)} RETAIN {hours:g} HOURS").collect()
             details[name] = f"vacuumed, retention {hours:g} h"
     if details:  # the next VACUUM is due vacuum_interval_hours from now (deltaferry.state)
         ensure_held(paths.root, f"recording the VACUUM in {paths.root}")

@@ -11,6 +11,7 @@ region and path-style settings go to the builder. Spark's default redaction stay
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ from deltaferry.storage import S3A_CREDENTIAL_KEYS, S3Settings, s3a_hadoop_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 #: Settings that suit a small local[*] session; only applied when deltaferry starts a local
 #: master itself, so a cluster's spark-submit --conf is never overridden.
@@ -159,8 +162,112 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     return {**settings, **extra_spark_conf(env), **(conf or {})}
 
 
+def is_connect(spark) -> bool:
+    """Whether `spark` is a Spark Connect session: no JVM in this process, only what Spark
+    Connect's protocol offers (SQL, DataFrames, the session's settings)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+#: Settings of every Spark Connect session deltaferry opens: S3A file systems not shared
+#: through Hadoop's cache, which is the server's and keyed by bucket alone, so that a session
+#: never reaches a bucket through a file system another session's credentials opened.
+CONNECT_SESSION_CONF = {"fs.s3a.impl.disable.cache": "true"}
+#: Retries of a Spark Connect session's first call (a few seconds in all, not pyspark's
+#: minutes: a server that refuses the token or whose certificate is not trusted says so now).
+CONNECT_PROBE_RETRIES = 3
+
+
+def connect_settings(conf: Mapping[str, str] | None = None,
+                     env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a Spark Connect session is given: the session time zone, the S3 settings
+    of `env` with the credentials as the session's own Hadoop settings (``fs.s3a.*``: Spark
+    hands a session's settings to the Hadoop configuration of every file system it opens; the
+    server's own stay untouched), DELTAFERRY_SPARK_CONF, then `conf`."""
+    s3 = s3a_hadoop_conf(S3Settings.from_env(env))
+    return {"spark.sql.session.timeZone": COMMON_CONF["spark.sql.session.timeZone"],
+            **CONNECT_SESSION_CONF, **s3, **extra_spark_conf(env), **(conf or {})}
+
+
+def rpc_problem(exc: BaseException) -> str:
+    """What a failed Spark Connect call says, in one line: the gRPC status and its details
+    where one is behind `exc` (pyspark wraps them), else the exception's first line."""
+    import grpc
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, grpc.RpcError) and hasattr(seen, "code"):
+            return f"{seen.code().name}: {seen.details()}"
+        seen = seen.__cause__ or seen.__context__
+    return next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
+def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
+                    env: Mapping[str, str] | None = None):
+    """A new session on the Spark Connect server of DELTAFERRY_SPARK_REMOTE (of `env`, default
+    os.environ), its certificate checked against DELTAFERRY_SPARK_REMOTE_CA_BUNDLE if set,
+    with `connect_settings`: a session of its own, so nothing of it (S3 credentials included)
+    is visible to another session on the server. ConfigError naming the variable if the URL is
+    not a Spark Connect URL (the message never repeats the URL: it may hold a token)."""
+    import grpc
+    from pyspark.errors import PySparkException
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    url = envvars.SPARK_REMOTE.value(env)
+    ca_file = envvars.SPARK_REMOTE_CA_BUNDLE.value(env)
+    ca = None
+    if ca_file:
+        try:
+            ca = open(ca_file, "rb").read()
+        except OSError as exc:
+            raise ConfigError(envvars.SPARK_REMOTE_CA_BUNDLE.name,
+                              f"cannot read {ca_file}: {exc.strerror}") from None
+
+    class Channel(DefaultChannelBuilder):
+        """The URL's channel, TLS checked against the CA bundle when one is given."""
+
+        def toChannel(self) -> grpc.Channel:  # noqa: N802 - pyspark's name
+            if ca is None or not self.use_ssl:
+                return super().toChannel()
+            creds = grpc.ssl_channel_credentials(root_certificates=ca)
+            if self.token is not None:
+                creds = grpc.composite_channel_credentials(
+                    creds, grpc.access_token_call_credentials(self.token))
+            return self._secure_channel(self.endpoint, creds)
+
+    try:
+        channel = Channel(url)
+    except (PySparkException, ValueError) as exc:
+        problem = getattr(exc, "getErrorClass", lambda: None)() or type(exc).__name__
+        raise ConfigError(envvars.SPARK_REMOTE.name, "not a Spark Connect URL "
+                          f"(sc://host:port/;param=value...): {problem}") from None
+    channel.set("user_agent", "deltaferry")
+    spark = ConnectSession.builder.channelBuilder(channel).create()
+    client = spark.client
+    patient = client.get_retry_policies()
+    # the first call says at once what is wrong (a refused token or certificate, no server):
+    # pyspark's own retries would take minutes; the run's calls keep them (a server restart)
+    client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_PROBE_RETRIES,
+                                             max_backoff=2000)])
+    try:
+        spark.conf.get("spark.sql.session.timeZone")
+    except (PySparkException, grpc.RpcError) as exc:
+        raise ConfigError(envvars.SPARK_REMOTE.name, f"the Spark Connect server at "
+                          f"{channel.endpoint} did not take the session: "
+                          f"{rpc_problem(exc)}") from None
+    finally:
+        client.set_retry_policies(patient)
+    for key, value in connect_settings(conf, env).items():
+        spark.conf.set(key, value)
+    log.debug("Spark Connect session %s for %s", spark.session_id, app_name)
+    return spark
+
+
 def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
-    """The active SparkSession, or a new one with Delta and the Kafka connector.
+    """The active SparkSession, or a new one with Delta and the Kafka connector; with
+    DELTAFERRY_SPARK_REMOTE set, a new session on that Spark Connect server instead
+    (`connect_session`).
 
     Under spark-submit the master, jars and py-files come from the submit command; otherwise
     `master` (else DELTAFERRY_SPARK_MASTER, else local[*]) and the jars resolved by `make
@@ -169,6 +276,8 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
     """
     from pyspark.sql import SparkSession
 
+    if envvars.SPARK_REMOTE.value():
+        return connect_session(app_name, conf)
     active = SparkSession.getActiveSession()
     if active is not None:
         configure_s3a(active)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deltaferry.errors import ConfigError
+from deltaferry.errors import ConfigError, DeltaferryError
 from deltaferry.lock import ensure_held
 from deltaferry.origin import TaskRun, user_metadata
 from deltaferry.schema.rules import fields_needing_mapping, widened_type
@@ -382,16 +382,47 @@ def idempotent_writes(spark: SparkSession, app_id: str, version: int, tag: str):
     })
 
 
+def is_delta_table(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table is at `path`: Delta's own check on a classic session; over Spark
+    Connect (no Delta server plugin there), whether DESCRIBE HISTORY finds one."""
+    from deltaferry.spark.session import is_connect
+
+    if not is_connect(spark):
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(spark, path))
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.sql(f"DESCRIBE HISTORY delta.{quote(path)} LIMIT 1").collect()
+    except AnalysisException:
+        return False
+    return True
+
+
+def known_version(spark: SparkSession, path: str) -> int:
+    """The newest version of the table at `path` that `spark` knows of: on a classic session
+    the DeltaLog Delta keeps in the driver (a commit of this session updates it; no listing),
+    on a Spark Connect session (no JVM here) the newest entry of DESCRIBE HISTORY."""
+    from deltaferry.spark.session import is_connect
+
+    if is_connect(spark):
+        newest = spark.sql(f"DESCRIBE HISTORY delta.{quote(path)} LIMIT 1").first()
+        if newest is None:
+            raise DeltaferryError(f"table {path}: DESCRIBE HISTORY lists no version")
+        return int(newest["version"])
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session's gateway
+    return int(jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, path).unsafeVolatileSnapshot().version())
+
+
 def latest_commit_info(spark: SparkSession, path: str, storage: Storage) -> dict:
     """The commitInfo of the table's newest commit this session knows of: its version from
     the DeltaLog that Delta keeps in the driver (a commit of this session updates it; no
     listing), its log entry read through `storage` (one small read, no Spark job). {} when
     the entry has none."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a running session's gateway
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-        spark._jsparkSession, path)
-    version = int(delta_log.unsafeVolatileSnapshot().version())
+    version = known_version(spark, path)
     entry = storage.read(join(path, "_delta_log", f"{version:020d}.json"))
     for line in entry.decode("utf-8").splitlines():
         action = json.loads(line) if line.strip() else {}
@@ -516,10 +547,7 @@ def size_in_bytes(spark: SparkSession, path: str) -> int:
     from deltaferry.storage import storage_for
 
     try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None  # a running session's gateway
-        version = int(jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            spark._jsparkSession, path).unsafeVolatileSnapshot().version())
+        version = known_version(spark, path)
         crc = storage_for(path).read(join(path, "_delta_log", f"{version:020d}.crc"))
         return int(json.loads(crc)["tableSizeBytes"])
     except Exception as exc:  # no checksum file, another layout: Delta's own figure

@@ -177,7 +177,8 @@ def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = F
     """Whether steps on `master` run in warm drivers: only on local masters; Airflow's tasks
     unless DELTAFERRY_WARM_DRIVERS is ``off``, `deltaferry run` (`command`) only when it is
     ``on`` (a command that leaves a driver running for the next hour is asked for, not
-    assumed)."""
+    assumed). Never with DELTAFERRY_SPARK_REMOTE: the steps run on that Spark Connect
+    server."""
     from deltaferry.spark.shipping import is_local
 
     setting = envvars.WARM_DRIVERS.value(env).lower()
@@ -186,7 +187,7 @@ def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = F
 
         raise ConfigError(ENABLED_VAR, f"{setting!r} is not auto, on or off")
     wanted = setting == "on" if command else setting != "off"
-    return wanted and is_local(master)
+    return wanted and is_local(master) and not envvars.SPARK_REMOTE.value(env)
 
 
 #: A task's own variables: they travel in its request, never in the pool's environment.

@@ -13,7 +13,7 @@ import sys
 from deltaferry.errors import DeltaferryError
 
 #: The local stack's services, as `deltaferry stack stop|start` names them.
-SERVICE_NAMES = ("kafka", "s3", "registry", "postgres", "metastore")
+SERVICE_NAMES = ("kafka", "s3", "registry", "postgres", "metastore", "spark-connect")
 
 
 def _local_service(what: str, action: str, up, down, status) -> int:
@@ -44,7 +44,7 @@ def _stack(args: argparse.Namespace) -> int:
         return 0
 
     def up() -> dict[str, str]:
-        return stack.up(cluster=args.cluster, catalog=args.catalog)
+        return stack.up(cluster=args.cluster, catalog=args.catalog, connect=args.connect)
 
     def down() -> list[str]:
         """The stack, then this user's warm drivers of the default folder (deltaferry.spark.warm:
@@ -82,8 +82,8 @@ def stack_command(sub: argparse._SubParsersAction) -> None:
         "stop one service, keeping its data and ports; start SERVICE: start it again in place",
     )
     p_stack.add_argument("service", nargs="?", choices=SERVICE_NAMES,
-                         help="stop and start: the service (kafka, s3, registry, and with "
-                         "--catalog's stack postgres, metastore)")
+                         help="stop and start: the service (kafka, s3, registry; postgres, "
+                         "metastore with --catalog; spark-connect with --connect)")
     p_stack.add_argument(
         "--cluster", action="store_true",
         help="with up: also a Spark standalone cluster (a master and two workers on 127.0.0.1; "
@@ -92,6 +92,10 @@ def stack_command(sub: argparse._SubParsersAction) -> None:
         "--catalog", action="store_true",
         help="with up: also a Hive Metastore on PostgreSQL (prints "
         "DELTAFERRY_HIVE_METASTORE_URI=thrift://...), added to a running stack if need be")
+    p_stack.add_argument(
+        "--connect", action="store_true",
+        help="with up: also a Spark Connect server (TLS from the stack's CA, a token; prints "
+        "DELTAFERRY_SPARK_REMOTE=sc://...), added to a running stack if need be")
     p_stack.set_defaults(func=_stack)
 
 

@@ -341,6 +341,6 @@ def test_a_service_stopped_and_started_in_place_keeps_its_data_port_and_assignme
 
 def test_the_cli_names_the_stacks_services():
     from deltaferry_dev.cli import SERVICE_NAMES
-    from deltaferry_dev.stack import CATALOG, SERVICES
+    from deltaferry_dev.stack import CATALOG, CONNECT, SERVICES
 
-    assert SERVICE_NAMES == tuple(m.NAME for m in SERVICES + CATALOG)
+    assert SERVICE_NAMES == tuple(m.NAME for m in SERVICES + CATALOG + CONNECT)

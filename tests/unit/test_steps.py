@@ -99,3 +99,20 @@ def test_the_replay_job_is_a_step_of_the_jobs_not_of_the_command_lines_steps():
     assert replay_step("{}").which == QuarantineFilter()
     with pytest.raises(Exception, match="^replay param: replay: unknown condition"):
         replay_step('{"colour": 1}')
+
+
+def test_steps_that_keep_state_in_the_driver_are_refused_over_spark_connect(tmp_path):
+    """With DELTAFERRY_SPARK_REMOTE the ingest (and replay, stream) step is refused before
+    anything runs, with one line naming the variable and the step; maintenance is not."""
+    from deltaferry.errors import ConfigError
+
+    env = {"DELTAFERRY_SPARK_REMOTE": "sc://localhost:15002"}
+    ctx = context(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        steps.preflight(ctx, [steps.get("infer"), steps.get("ingest")], env)
+    assert "DELTAFERRY_SPARK_REMOTE" in str(refused.value)
+    assert "the ingest step" in str(refused.value)
+    for name in ("replay", "stream"):
+        assert not steps.JOBS.get(name, steps.Stream()).over_connect
+    steps.preflight(ctx, [steps.get("maintain")], env)  # a folder warehouse: nothing to say
+    steps.preflight(ctx, [steps.get("ingest")], {})

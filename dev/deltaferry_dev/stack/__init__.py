@@ -1,9 +1,10 @@
 """The local stack: `up` starts its processes in the background, `down` stops them, `status` says
 whether they run. The stack is a Kafka broker, an S3 server (SeaweedFS) and a Schema Registry
 (Apicurio, built by `make setup`), started in that order, and on request (`up(cluster=True)`,
-`stack up --cluster`) a Spark standalone master with two workers, and (`up(catalog=True)`,
+`stack up --cluster`) a Spark standalone master with two workers, (`up(catalog=True)`,
 `stack up --catalog`) a Hive Metastore on PostgreSQL (`deltaferry_dev.stack.metastore`:
-``DELTAFERRY_HIVE_METASTORE_URI=thrift://...``). More services join by adding
+``DELTAFERRY_HIVE_METASTORE_URI=thrift://...``), and (`up(connect=True)`, `stack up
+--connect`) a Spark Connect server. More services join by adding
 to SERVICES a module (or object) with a `NAME`, `launch(stack_dir, env) -> Service` (start the
 process, return at once; `env` holds the assignments of the services started before it),
 `await_ready(service) -> float`
@@ -44,7 +45,7 @@ from typing import Any
 
 from deltaferry.errors import StackError
 from deltaferry_dev import REPO_ROOT
-from deltaferry_dev.stack import kafka, metastore, registry, s3, spark, tls
+from deltaferry_dev.stack import connect, kafka, metastore, registry, s3, spark, tls
 from deltaferry_dev.stack.process import (
     Service,
     is_alive,
@@ -61,6 +62,8 @@ SERVICES: tuple[Any, ...] = (kafka, s3, registry)
 CLUSTER: tuple[Any, ...] = spark.CLUSTER
 #: Started after SERVICES by `up(catalog=True)`: PostgreSQL, then the Hive Metastore on it.
 CATALOG: tuple[Any, ...] = metastore.CATALOG
+#: Started after SERVICES by `up(connect=True)`: a Spark Connect server (TLS, a token).
+CONNECT: tuple[Any, ...] = (connect,)
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -161,15 +164,17 @@ def _stop_all(stack_dir: Path, services: list[Service]) -> list[str]:
     return lines
 
 
-def up(stack_dir: Path | None = None, cluster: bool = False, catalog: bool = False
-       ) -> dict[str, str]:
+def up(stack_dir: Path | None = None, cluster: bool = False, catalog: bool = False,
+       connect: bool = False) -> dict[str, str]:
     """Start the stack unless it already runs; the shell assignments (NAME -> value) either way.
 
     With `cluster`, a Spark standalone cluster too (`deltaferry_dev.stack.spark`), with
-    `catalog` a Hive Metastore on PostgreSQL (`deltaferry_dev.stack.metastore`), each also
-    added to a stack that already runs without it."""
+    `catalog` a Hive Metastore on PostgreSQL (`deltaferry_dev.stack.metastore`), with
+    `connect` a Spark Connect server (`deltaferry_dev.stack.connect`); each also added to a
+    stack that already runs without it."""
     folder = resolve_stack_dir(stack_dir)
-    wanted = SERVICES + (CATALOG if catalog else ()) + (CLUSTER if cluster else ())
+    wanted = (SERVICES + (CATALOG if catalog else ()) + (CLUSTER if cluster else ())
+              + (CONNECT if connect else ()))
     with _locked(folder):
         state = read_state(folder)
         started: list[Service] = []
@@ -227,7 +232,7 @@ def down(stack_dir: Path | None = None) -> list[str]:
         services = services_of(state)
         if not services:
             state_path(folder).unlink(missing_ok=True)
-            for module in SERVICES + CATALOG + CLUSTER:  # leftovers of a run whose state was lost
+            for module in SERVICES + CATALOG + CLUSTER + CONNECT:  # leftovers of a lost state
                 shutil.rmtree(module.data_dir(folder), ignore_errors=True)
             shutil.rmtree(tls.tls_dir(folder), ignore_errors=True)
             return [f"stack: not running (no state in {folder})"]
@@ -272,14 +277,14 @@ def start_service(name: str, stack_dir: Path | None = None) -> str:
     """Start a stopped service of the stack again in place (same data, ports and credentials)
     and wait until it is ready; a line saying what was done."""
     folder = resolve_stack_dir(stack_dir)
-    module = {m.NAME: m for m in SERVICES + CATALOG}.get(name)
+    module = {m.NAME: m for m in SERVICES + CATALOG + CONNECT}.get(name)
     with _locked(folder):
         state, services, index = _recorded(folder, name)
         if is_alive(services[index].process):
             return f"{services[index].title} (pid {services[index].process.pid}) already runs"
         if module is None:
             raise StackError(f"cannot start {name!r} in place: only "
-                             f"{', '.join(m.NAME for m in SERVICES + CATALOG)} can be")
+                             f"{', '.join(m.NAME for m in SERVICES + CATALOG + CONNECT)} can be")
         for attempt in (1, 2):
             services[index] = module.relaunch(folder, services[index])
             write_state(folder, make_state(services, ready=True))  # `down` finds the new pid

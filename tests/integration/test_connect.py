@@ -1,0 +1,157 @@
+"""Steps on a Spark Connect server (issue 47): the local stack's server (`stack up --connect`:
+the server JVM behind a TLS front with the stack's CA, a token it checks itself), reached as a
+remote one is, through DELTAFERRY_SPARK_REMOTE and DELTAFERRY_SPARK_REMOTE_CA_BUNDLE.
+
+The server is added to the session's stack only when a test of this module asks for it (a JVM
+of its own: the rest of the suite does not pay for it), and stopped with the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from deltaferry.storage import S3Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def connect_env(stack_dir, stack_env) -> dict[str, str]:
+    """The session stack's assignments with its Spark Connect server started."""
+    from deltaferry_dev import stack
+
+    return stack.up(stack_dir, connect=True)
+
+
+def remote_env(connect_env: dict[str, str], **changes: str) -> dict[str, str]:
+    """What a user exports to run steps on the stack's server, with `changes`."""
+    names = ("DELTAFERRY_SPARK_REMOTE", "DELTAFERRY_SPARK_REMOTE_CA_BUNDLE",
+             "DELTAFERRY_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    return {**{n: connect_env[n] for n in names}, **changes}
+
+
+def new_bucket(env: dict[str, str]) -> str:
+    """A new bucket on the stack's S3 server."""
+    bucket = f"connect-{uuid.uuid4().hex[:10]}"
+    S3Settings.from_env(env).client().create_bucket(Bucket=bucket)
+    return bucket
+
+
+def test_server_asks_for_its_token_over_tls_and_restarts_in_place(connect_env, stack_dir):
+    """A session with the printed URL and the stack's CA runs SQL; one with another token, or
+    one that does not trust the stack's CA, is refused; `stack stop|start spark-connect` stops
+    the server and starts it again on the same port with the same token."""
+    from deltaferry.errors import ConfigError
+    from deltaferry.spark.session import connect_session
+    from deltaferry_dev import stack
+
+    env = remote_env(connect_env)
+    assert env["DELTAFERRY_SPARK_REMOTE"].startswith("sc://localhost:")
+    assert ";use_ssl=true;token=" in env["DELTAFERRY_SPARK_REMOTE"]
+    spark = connect_session("token-check", env=env)
+    assert spark.sql("SELECT 41 + 1 AS answer").first()["answer"] == 42
+    spark.stop()
+
+    url, token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")
+    wrong = remote_env(connect_env, DELTAFERRY_SPARK_REMOTE=f"{url};token=not-{token}")
+    with pytest.raises(ConfigError) as refused:  # at once, not after pyspark's retries
+        connect_session("wrong-token", env=wrong)
+    assert "DELTAFERRY_SPARK_REMOTE" in str(refused.value)
+    assert "UNAUTHENTICATED" in str(refused.value), refused.value
+    assert token not in str(refused.value)
+
+    untrusting = {k: v for k, v in env.items() if k != "DELTAFERRY_SPARK_REMOTE_CA_BUNDLE"}
+    with pytest.raises(ConfigError) as untrusted:
+        connect_session("no-ca", env=untrusting)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.value), untrusted.value
+
+    assert "stopped" in stack.stop_service("spark-connect", stack_dir)
+    assert "started" in stack.start_service("spark-connect", stack_dir)
+    spark = connect_session("after-restart", env=env)
+    assert spark.sql("SELECT 7 AS n").first()["n"] == 7
+    spark.stop()
+
+
+def test_sessions_on_one_server_keep_their_own_s3_credentials(connect_env):
+    """Two sessions on one server, the second with another (wrong) S3 secret: the second
+    cannot read the table the first wrote and read, though the server's Hadoop caches a file
+    system per bucket (the sessions' file systems are their own), and neither session's
+    credentials are the server's: the server holds none."""
+    from pyspark.errors import PySparkException
+
+    from deltaferry.spark.session import connect_session
+
+    env = remote_env(connect_env)
+    bucket = new_bucket(env)
+    path = f"s3a://{bucket}/table"
+    first = connect_session("first", env=env)
+    first.range(5).write.format("delta").save(path)
+    assert first.read.format("delta").load(path).count() == 5
+
+    other = remote_env(connect_env, AWS_SECRET_ACCESS_KEY="not-the-secret")
+    second = connect_session("second", env=other)
+    with pytest.raises(PySparkException) as refused:
+        second.read.format("delta").load(path).count()
+    assert "403" in str(refused.value) or "Forbidden" in str(refused.value)
+    assert second.conf.get("fs.s3a.secret.key") == "not-the-secret"
+    assert first.conf.get("fs.s3a.secret.key") == env["AWS_SECRET_ACCESS_KEY"]
+    first.stop()
+    second.stop()
+
+
+def test_cli_maintains_a_table_over_spark_connect_and_refuses_ingest(connect_env, new_topic,
+                                                                     tmp_path):
+    """`deltaferry run --steps optimize,vacuum` with DELTAFERRY_SPARK_REMOTE compacts and
+    vacuums the topic's table on the stack's server (delta-rs reads the OPTIMIZE in its
+    history and the rows unchanged in one file; the replaced files are gone from the bucket);
+    `deltaferry run` with the
+    ingest step is refused before anything runs, in one line naming the variable, and no
+    line of either run holds the token."""
+    import subprocess
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+
+    from .test_cli import CLI
+
+    env = remote_env(connect_env)
+    warehouse = f"s3://{new_bucket(env)}/wh"
+    topic = new_topic("connect")
+    table = delta_rs_uri(TopicPaths.for_topic(warehouse, topic).table)
+    options = storage_options(table, env)
+    for n in range(3):  # three small files: optimize_min_files is 2
+        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    optimize_min_files: 2\n"
+                      "    vacuum_retention_hours: 0\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": warehouse,
+            "DELTAFERRY_KAFKA_BOOTSTRAP": connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]}
+    done = subprocess.run([CLI, "run", topic, "--steps", "optimize,vacuum"], env=full,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    history = [c["operation"] for c in DeltaTable(table, storage_options=options).history()]
+    assert history.count("OPTIMIZE") == 1, history
+    after = DeltaTable(table, storage_options=options)
+    assert sorted(after.to_pyarrow_table()["id"].to_pylist()) == [0, 1, 2]
+    assert len(after.file_uris()) == 1
+    # VACUUM (retention 0 h) deleted the three files OPTIMIZE replaced: one data file is left
+    bucket, prefix = table[len("s3://"):].split("/", 1)
+    listed = S3Settings.from_env(env).client().list_objects_v2(Bucket=bucket, Prefix=prefix)
+    data = [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".parquet")
+            and "/_delta_log/" not in o["Key"]]
+    assert len(data) == 1, data
+
+    refused = subprocess.run([CLI, "run", topic], env=full, capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode != 0
+    lines = [line for line in refused.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
+    assert len(lines) == 1 and "ingest step" in lines[0], refused.stderr
+    token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    assert token not in done.stdout + done.stderr + refused.stdout + refused.stderr
