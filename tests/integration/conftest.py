@@ -125,10 +125,10 @@ def shared_airflow(stack_env, tmp_path_factory):
 #: process working alone at the end. The files sharing one Airflow (`airflow_shared.FILES`) are
 #: one unit of work together, the longest: first.
 SLOW_FIRST = ("test_airflow.py", "test_airflow_avro.py", "test_ui_quarantine.py",
-              "test_alerts.py", "test_ui_access.py", "test_cluster.py", "test_fleet.py",
-              "test_outages.py", "test_catalog.py", "test_ui.py", "test_crash.py", "test_tls.py",
-              "test_warm.py",
-              "test_secrets.py")
+              "test_alerts.py", "test_ui_access.py", "test_patterns.py", "test_cdc_connectors.py",
+              "test_connect.py", "test_cluster.py", "test_fleet.py", "test_outages.py",
+              "test_catalog.py", "test_modes.py", "test_ui.py", "test_crash.py", "test_tls.py",
+              "test_warm.py", "test_secrets.py")
 
 
 def pytest_collection_modifyitems(items):
