@@ -1,7 +1,10 @@
-"""JSON topics: the infer step (read what the cache has not covered, keep the latest value per
-key, infer with Spark's JSON inference, merge with the cached schema and store a new version if
-it grew) and the decoder (values parsed with the cached schema, grown first by what inference
-has not read)."""
+"""JSON topics: the infer step (read a bounded sample of a new topic, or what the cache has not
+covered, keep the latest value per key, infer their schema, merge it with the cached one and
+store a new version if it grew) and the decoder (each value parsed once into a VARIANT, whose
+shapes over the batch grow the cached schema first; values then read with it).
+
+Inference is the union of the values' VARIANT shapes (``schema_of_variant_agg``, one
+aggregate) read as the types Spark's JSON inference gives (`deltaferry.schema.variant`)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from deltaferry.schema.merge import (
 )
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
+from deltaferry.schema.variant import inferred_schema
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
 
 if TYPE_CHECKING:
@@ -37,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The newest messages of each partition a new topic's schema is first inferred from, where its
+#: ingest batches grow it (``schema: evolve``): the seed, not a read of the whole topic.
+INFER_SAMPLE = 1_000
 #: How often a run retries after another run wrote the same schema version first.
 COMMIT_ATTEMPTS = 5
 
@@ -94,14 +101,50 @@ def consistent_with(records: DataFrame, cached: dict | None) -> DataFrame:
     return records.where(parsed.getField(CORRUPT).isNull())
 
 
+#: The column a JSON value is parsed into, once, as a VARIANT (`parsed_value`).
+PARSED = "__deltaferry_parsed"
+
+
+def parsed_value(max_bytes: int | None = None) -> Column:
+    """raw_value parsed into a VARIANT: null where it is not a JSON object (malformed, another
+    JSON value, a tombstone) or is over `max_bytes` (such a value is never parsed: ingest
+    quarantines it as too large). Duplicate keys in an object: the last wins, as in Spark's
+    JSON parsing, where the session allows them (``spark.sql.variant.allowDuplicateKeys``,
+    `deltaferry.spark.session.COMMON_CONF`); null otherwise."""
+    from pyspark.sql import functions as F
+
+    value = F.col("raw_value")
+    fits = F.ltrim(value).startswith("{")
+    if max_bytes is not None:
+        fits = fits & (F.octet_length(value) <= max_bytes)
+    return F.when(fits, F.try_parse_json(value))
+
+
+def variant_of(records: DataFrame) -> Column:
+    """The VARIANT of each record's raw_value: its PARSED column where it has one (the value
+    parsed once, for the batch), else parsed here (`parsed_value`)."""
+    from pyspark.sql import functions as F
+
+    return F.col(PARSED) if PARSED in records.columns else parsed_value()
+
+
+def shape(values: Column) -> Column:
+    """The union of the shapes of the VARIANT `values` (nulls left out), as the type string
+    `deltaferry.schema.variant.inferred_schema` reads: an aggregate."""
+    from pyspark.sql import functions as F
+
+    return F.schema_of_variant_agg(values)
+
+
 def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | None = None) -> dict:
-    """Spark's JSON inference over the raw_value of the records that fit `cached`. Malformed
-    values are skipped, and so are fields that are only ever null (Spark would call them
-    string, and a cached string absorbs every later type); they get their type when a value
-    shows up."""
-    values = consistent_with(records, cached).select("raw_value")
-    reader = spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
-    return reader.json(values).schema.jsonValue()
+    """The schema of the JSON objects in the raw_value of the records that fit `cached`, as
+    Spark's JSON inference types them (`deltaferry.schema.variant`), from one aggregate over
+    their VARIANTs. Malformed values are skipped, and so are fields that are only ever null
+    (Spark would call them string, and a cached string absorbs every later type); they get
+    their type when a value shows up."""
+    values = consistent_with(records, cached)
+    row = values.agg(shape(variant_of(values))).first()
+    return inferred_schema(row[0] if row is not None else None, cached)
 
 
 def commit_schema(
@@ -160,8 +203,12 @@ def infer_schema(
     offsets: TopicOffsets | None = None,
     records: Callable[[DataFrame, TopicConfig], DataFrame] | None = None,
     refine: Callable[[DataFrame, dict], dict] | None = None,
+    sample: int | None = None,
 ) -> InferReport:
-    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`).
+    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`);
+    with `sample`, a topic with no cached schema is inferred from only the newest `sample`
+    messages of each partition (all of them if those hold no JSON object): the seed of a
+    schema its ingest batches grow (`JsonDecoder`), the topic's end recorded as covered.
     `records` makes the JSON documents inferred from out of the raw records read (default
     `inference_records`); `refine(raw, inferred)` may then correct the inferred schema from
     what the raw records say of their types (a cdc topic's Connect schemas)."""
@@ -181,16 +228,17 @@ def infer_schema(
         log.info("infer %s: schema v%d already covers every offset", topic.name, cached.version)
         return InferReport(topic.name, cached.version, False, 0, False, "no new messages",
                            time.monotonic() - started)
-    scanned = sum(end - start for start, end in ranges.values())
-    log.info(
-        "infer %s: reading %d offsets (%s)", topic.name, scanned,
-        ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
-    )
-    raw = read_ranges(spark, settings, topic.name, ranges, topic.kafka_timeout_seconds)
-    inferred = infer_from_records(spark, (records or inference_records)(raw, topic),
-                                  cached.schema if cached else None)
-    if refine is not None:
-        inferred = refine(raw, inferred)
+    whole = ranges
+    if cached is None and not reinfer and sample:
+        ranges = {p: (max(start, end - sample), end) for p, (start, end) in whole.items()}
+    inferred, scanned = read_and_infer(spark, topic, settings, ranges, cached, records, refine)
+    if not inferred.get("fields") and ranges != whole:
+        log.info("infer %s: the sample of the newest %d message(s) a partition holds no JSON "
+                 "object; reading the whole topic", topic.name, sample)
+        ranges = whole
+        inferred, scanned = read_and_infer(spark, topic, settings, ranges, cached, records,
+                                           refine)
+    full = full and ranges == whole
     if cached is None and not inferred.get("fields") and not topic.json.schema_hints:
         raise NoSchemaError(
             f"topic {topic.name!r}: none of the {scanned} messages read is a "
@@ -205,6 +253,25 @@ def infer_schema(
                          time.monotonic() - started)
     log.info(report.summary())
     return report
+
+
+def read_and_infer(
+    spark: SparkSession, topic: TopicConfig, settings: Settings,
+    ranges: dict[int, tuple[int, int]], cached: SchemaVersion | None,
+    records: Callable[[DataFrame, TopicConfig], DataFrame] | None,
+    refine: Callable[[DataFrame, dict], dict] | None,
+) -> tuple[dict, int]:
+    """`infer_schema`'s read of the offset `ranges` and inference over them: the inferred
+    schema and how many offsets were read."""
+    scanned = sum(end - start for start, end in ranges.values())
+    log.info(
+        "infer %s: reading %d offsets (%s)", topic.name, scanned,
+        ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(ranges.items())),
+    )
+    raw = read_ranges(spark, settings, topic.name, ranges, topic.kafka_timeout_seconds)
+    inferred = infer_from_records(spark, (records or inference_records)(raw, topic),
+                                  cached.schema if cached else None)
+    return (refine(raw, inferred) if refine is not None else inferred), scanned
 
 
 # --- the decoder -------------------------------------------------------------------------
@@ -436,13 +503,19 @@ def rescuable(schema: dict) -> Column:
 
 
 class JsonDecoder:
-    """JSON values parsed with the topic's cached schema, grown first when a batch holds
-    offsets the infer step never read (messages produced after it), so no new field is
-    silently dropped. Under a schema contract (``schema: freeze``, ``discard_new_fields`` or
-    ``rescue``) the schema is never grown: the batch's fields beyond it are found by
-    inference over the whole batch, and its values that have them are quarantined (freeze),
-    read without them, counted per field in `discarded` (discard_new_fields), or read with
-    them and their misfits in RESCUED (rescue, see `parse_json`)."""
+    """JSON values parsed with the topic's cached schema, grown first by what the batch's values
+    hold beyond it, so no new field is silently dropped. Each value is parsed once into a
+    VARIANT (PARSED, a raw column); the union of their shapes is an aggregate of the batch's
+    first action (`aggregates`, `read_stats`), an exact test for fields the schema does not
+    have (nested ones and array elements included): the schema grows only when it finds some.
+    The typed columns are then read with the grown schema by Spark's JSON parsing
+    (`parse_json`): a VARIANT's casts would read ``2.5`` into a long as 2 and ``"5"`` as 5,
+    where a value of another type than its column's is quarantined. Under a schema contract
+    (``schema: freeze``, ``discard_new_fields`` or ``rescue``) the schema is never grown: the
+    batch's fields beyond it come from the same shapes, and its values that have them are
+    quarantined (freeze), read without them, counted per field in `discarded`
+    (discard_new_fields), or read with them and their misfits in RESCUED (rescue, see
+    `parse_json`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -455,6 +528,9 @@ class JsonDecoder:
         self.schema_version = latest.version
         #: discard_new_fields: the last decoded batch's usable values, per field left out.
         self.discarded: dict[str, int] = {}
+        #: The shape of the next batch's values (`aggregated`), as `shape` says it; None
+        #: until computed.
+        self.shape: str | None = None
 
     @property
     def evolves(self) -> bool:
@@ -462,48 +538,95 @@ class JsonDecoder:
         return self.topic.schema == SchemaMode.EVOLVE
 
     def raw_columns(self, batch_df: DataFrame) -> Any:
-        return with_raw_columns(batch_df)
+        """The raw columns and PARSED: each value parsed once, unless over the topic's
+        max_value_bytes (`parsed_value`)."""
+        return with_raw_columns(batch_df).withColumn(
+            PARSED, parsed_value(self.topic.max_value_bytes))
 
-    def current_schema(self, raw: DataFrame):
-        """The cached schema version, grown by the batch's offsets inference has not read."""
+    def shaped(self) -> Column:
+        """The VARIANTs whose shapes the schema is grown from (evolve: the JSON objects, keyed
+        where rows are identified by the key, as the infer step reads them) or compared with
+        (a contract: every JSON object)."""
+        from pyspark.sql import functions as F
+
+        if self.evolves and self.topic.by_kafka_key:
+            return F.when(F.col("kafka_key").isNotNull(), F.col(PARSED))
+        return F.col(PARSED)
+
+    def aggregates(self) -> list[Column]:
+        """What the batch's first action computes for this decoder (`read_stats`, over the
+        raw columns): the union of the shapes of its values."""
+        return [shape(self.shaped())]
+
+    def aggregated(self, values: list) -> None:
+        """Take the values of `aggregates` for the next batch `decode`s."""
+        self.shape = values[0] or ""
+
+    def batch_shape(self, raw: DataFrame, cached: dict) -> dict:
+        """The schema of `raw`'s values next to the `cached` one (`inferred_schema`), from
+        their shape (`aggregated`'s if taken for this batch, else one job over `raw`: a
+        replay, which has no first action of its own), taken once."""
+        from deltaferry.spark.jobs import one_job
+
+        found, self.shape = self.shape, None
+        if found is None:
+            with one_job(raw):
+                row = raw.agg(*self.aggregates()).first()
+            found = row[0] if row is not None else None
+        return inferred_schema(found or None, cached)
+
+    def current_schema(self, raw: DataFrame, found: dict):
+        """The cached schema version, grown by what the batch's values hold beyond it (their
+        shape `found`). Where a value contradicts the cached schema (a string where it has a
+        struct), the clash would hide new fields nested in the other values: the shape is
+        then taken again of the values that fit (`infer_from_records`, one job)."""
         from pyspark.sql import functions as F
 
         from deltaferry.spark.jobs import one_job
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
-        if not self.evolves:
+        if not self.evolves or not found["fields"]:
             return version
-        fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
-        if fresh.isEmpty():
+        hints = self.topic.json.schema_hints
+        result = merge_schemas(version.schema, apply_hints(found, hints) if hints else found)
+        if not result.changed:
             return version
+        if result.conflicts:
+            found = infer_from_records(
+                self.spark, json_objects(raw, self.topic.by_kafka_key), version.schema)
         with one_job(raw):  # a few rows: AQE would run its shuffle as a job of its own
             ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
                     .agg(F.max("kafka_offset")).collect()}
-        version, changed, changes = commit_schema(
-            self.store, infer_from_records(self.spark, fresh, version.schema), ends,
-            self.topic.json.schema_hints)
+        version, changed, changes = commit_schema(self.store, found, ends, hints)
         if changed:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
 
-    def seen_schema(self, raw: DataFrame, schema: dict) -> dict | None:
+    def seen_schema(self, raw: DataFrame, schema: dict, found: dict) -> dict | None:
         """Under a schema contract, `schema` with the fields the batch's values have beyond it
-        (inferred over the whole batch; None when there are none); None when it evolves."""
+        (their shape `found`; where a value contradicts `schema`, the shape of the values
+        that fit, as `current_schema`; None when there are none); None when it evolves."""
         if self.evolves:
             return None
-        objects = json_objects(raw, keyed=False)
-        seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
-        if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields too
-            seen = merge_schemas(seen, infer_from_records(self.spark, objects)).schema
+        result = merge_schemas(schema, found)
+        seen = result.schema
+        if result.conflicts:
+            objects = json_objects(raw, keyed=False)
+            seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
+            if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields
+                seen = merge_schemas(seen, found).schema
         return seen if new_fields(schema, seen) else None
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        version = self.current_schema(raw)
+        latest = self.store.latest()
+        assert latest is not None  # checked when the decoder was made; versions never vanish
+        found = self.batch_shape(raw, latest.schema)
+        version = self.current_schema(raw, found)
         self.schema_version = version.version
-        seen = self.seen_schema(raw, version.schema)
+        seen = self.seen_schema(raw, version.schema, found)
         mode = self.topic.schema
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
                              seen, mode)
@@ -511,9 +634,9 @@ class JsonDecoder:
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:
-            found = (decoded.where(F.col("problem").isNull())
-                     .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
-            self.discarded = {r["field"]: int(r["count"]) for r in found.collect()}
+            counted = (decoded.where(F.col("problem").isNull())
+                       .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
+            self.discarded = {r["field"]: int(r["count"]) for r in counted.collect()}
             if self.discarded:
                 log.warning("ingest %s: schema discard_new_fields: left out of the rows, fields "
                             "not in schema v%d: %s", self.topic.name, version.version,
@@ -534,8 +657,10 @@ class JsonFormat:
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
               state: TopicState | None = None) -> InferReport:
         assert spark is not None  # infer_needs_spark
-        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer,
-                            offsets=state.offsets if state else None)
+        topic = ctx.topic  # a contract is the whole topic's schema; a schema that grows is seeded
+        return infer_schema(spark, topic, ctx.settings, ctx.store, reinfer=reinfer,
+                            offsets=state.offsets if state else None,
+                            sample=INFER_SAMPLE if topic.schema == SchemaMode.EVOLVE else None)
 
     def decoder(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> JsonDecoder:
         return JsonDecoder(spark, topic, store)

@@ -1,12 +1,14 @@
 """The Spark jobs a micro-batch schedules (issue 45): each costs planning and scheduling time, so
 a typical JSON upsert topic's micro-batches are held to a fixed number of jobs, counted in the
-report (`deltaferry.spark.jobs`); and a keyed topic's first backlog is appended to its empty
-table, not MERGEd into it."""
+report (`deltaferry.spark.jobs`); a keyed topic's first backlog is appended to its empty
+table, not MERGEd into it; a JSON value is parsed once into a VARIANT whose shapes grow the
+schema in the batch's first job, and a new topic's schema is seeded from a sample."""
 
 from __future__ import annotations
 
 import pytest
 
+from deltaferry.formats import json as json_format
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 
@@ -39,12 +41,52 @@ def messages(start: int, count: int, keys: int) -> list[tuple]:
     return out
 
 
-def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
+#: Values whose inference covers what Spark's JSON inference tells apart: integers, decimals
+#: with a scale, doubles, integers too large for a long, booleans, clashing types (a string
+#: where another value has an object, a number where another has a boolean), arrays of
+#: clashing elements, fields only ever null or empty, names needing quotes, whole numbers with a
+#: point beside integers.
+VALUES = [
+    '{"a b":1,"x:y":2,"q`r":3,"é":1,"U,n<i>":1,"A":1,"a":2,"w":5,"v":2.0}', '{"w":1.0}',
+    '{"a":1.5,"l":[1,"x"],"s":{"p":1},"m":[{"p":1},{"q":"x"}],"deep":{"in":[{"k":[1.25]}]}}',
+    '{"a":1,"l":[2],"s":"str","m":[],"z":null,"w":[null],"o":{"n":null},"e":{}}',
+    '{"big":123456789012345678901234}', '{"big":1}', '{"t":true}', '{"t":1}', '{"f":1.5}',
+    '{"f":1e300}', '{"g":-0.0,"h":1E2}', '{bad', '"a string"', '[1,2]', 'null',
+]
+
+
+def test_variant_inference_matches_spark_json_inference(spark):
+    """The schema of the VARIANTs' shapes is the one Spark's JSON inference gives the same
+    values (so no table changes type), field for field."""
+    records = spark.createDataFrame([(v,) for v in VALUES], "raw_value string")
+    expected = (spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
+                .json(records.rdd.map(lambda r: r[0])).schema.jsonValue())
+    inferred = json_format.infer_from_records(spark, json_format.json_objects(records, False))
+    assert inferred == expected
+    assert {f["name"] for f in inferred["fields"]} >= {"w", "big", "deep", "x:y"}  # not empty
+    # a key twice in one object: its last value, as Spark's JSON parsing reads it (Spark's
+    # JSON inference would list the field twice, a schema no table can have)
+    twice = spark.createDataFrame([('{"dup":"x","dup":5}',)], "raw_value string")
+    assert json_format.infer_from_records(spark, twice)["fields"] == [
+        {"name": "dup", "type": "long", "nullable": True, "metadata": {}}]
+
+
+def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch):
     topic = new_topic("jobs", partitions=3)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=300)
     first = messages(0, 600, 200)
+    # fields only the oldest messages have: outside the infer step's sample, nested in a
+    # struct, inside an array's elements
+    first[0] = ("k0", {"id": 0, "n": 0, "name": "n0", "tags": [0],
+                       "address": {"city": "c0", "zip": "1000"}, "items": [{"sku": "a"}]})
+    first[1] = ("k1", {"id": 1, "n": 1, "name": "n1", "tags": [1], "address": {"city": "c1"},
+                       "items": [{"sku": "b", "qty": 2}]})
     produce(kafka_bootstrap, topic, first)
-    run_step("infer", ctx, spark)
+    monkeypatch.setattr(json_format, "INFER_SAMPLE", 50)
+    [inferred] = run_step("infer", ctx, spark)
+    assert inferred.offsets_scanned == 150 and not inferred.full  # the newest 50 a partition
+    schema = ctx.store.latest().schema
+    assert "items" not in [f["name"] for f in schema["fields"]]
     [report] = run_step("ingest", ctx, spark)
     jobs = [b["jobs"] for b in report.progress]
     assert len(jobs) == report.batches >= 2
@@ -57,6 +99,10 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     assert operations == ["WRITE"] + ["MERGE"] * (report.batches - 1)
     assert report.inserted + report.updated > 0 and report.quarantined == 1
     assert_table_is_latest_state(spark, ctx, first)
+    # the batch that held them grew the schema, and the table, by them
+    columns = spark.read.format("delta").load(ctx.paths.table).schema
+    assert columns["address"].dataType.simpleString() == "struct<city:string,zip:string>"
+    assert columns["items"].dataType.simpleString() == "array<struct<qty:bigint,sku:string>>"
 
     later = messages(600, 100, 250)
     later[7] = ("k7", {"id": 7, "late": True})  # a field the infer step never saw
