@@ -578,8 +578,9 @@ class JsonDecoder:
     def current_schema(self, raw: DataFrame, found: dict):
         """The cached schema version, grown by what the batch's values hold beyond it (their
         shape `found`). Where a value contradicts the cached schema (a string where it has a
-        struct), the clash would hide new fields nested in the other values: the shape is
-        then taken again of the values that fit (`infer_from_records`, one job)."""
+        struct, or a long), the clash would hide new fields nested in the other values, or a
+        widening they need: the shape is then taken again of the values that fit
+        (`infer_from_records`, one job)."""
         from pyspark.sql import functions as F
 
         from deltaferry.spark.jobs import one_job
@@ -590,11 +591,12 @@ class JsonDecoder:
             return version
         hints = self.topic.json.schema_hints
         result = merge_schemas(version.schema, apply_hints(found, hints) if hints else found)
-        if not result.changed:
-            return version
-        if result.conflicts:
+        if result.conflicts:  # the values that fit may widen a field the others clash with
             found = infer_from_records(
                 self.spark, json_objects(raw, self.topic.by_kafka_key), version.schema)
+            result = merge_schemas(version.schema, apply_hints(found, hints) if hints else found)
+        if not result.changed:
+            return version
         with one_job(raw):  # a few rows: AQE would run its shuffle as a job of its own
             ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
                     .agg(F.max("kafka_offset")).collect()}

@@ -28,8 +28,10 @@ FIRST_BATCH_JOBS = 11 + 1
 #: for offsets the infer step had not read).
 MERGE_BATCH_JOBS = 9 + 1
 #: A batch of the next run with a field the schema lacks (the schema is grown from it, a new
-#: column added) and one message quarantined (19 while its shape was inferred by Spark's
-#: JSON inference after a look for offsets the infer step had not read).
+#: column added), a nested one beside a value that clashes with the schema (whose shape is
+#: then taken again of the values that fit) and two messages quarantined (19 without the
+#: clash, while its shape was inferred by Spark's JSON inference after a look for offsets the
+#: infer step had not read).
 GROWING_BATCH_JOBS = 16 + 1
 
 
@@ -109,9 +111,16 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path, monke
 
     later = messages(600, 100, 250)
     later[7] = ("k7", {"id": 7, "late": True})  # a field the infer step never saw
+    # a value whose address clashes with the schema's struct (quarantined) beside one with a
+    # new field nested in it: the clash does not hide the field
+    clash = ("k9", {"id": 9, "address": "nowhere"})
+    later[9], later[11] = clash, ("k11", {"id": 11, "address": {"city": "c", "floor": 3}})
     produce(kafka_bootstrap, topic, later)
     [again] = run_step("ingest", ctx, spark)
     [batch] = again.progress
     assert 0 < batch["jobs"] <= GROWING_BATCH_JOBS, batch
-    assert again.schema_version == 3 and again.quarantined == 1
-    assert_table_is_latest_state(spark, ctx, first + later)
+    assert again.schema_version == 3 and again.quarantined == 2
+    assert_table_is_latest_state(spark, ctx, first + [m for m in later if m is not clash])
+    columns = spark.read.format("delta").load(ctx.paths.table).schema
+    assert columns["address"].dataType.simpleString() == \
+        "struct<city:string,zip:string,floor:bigint>"
