@@ -105,18 +105,21 @@ def consistent_with(records: DataFrame, cached: dict | None) -> DataFrame:
 PARSED = "__deltaferry_parsed"
 
 
-def parsed_value(max_bytes: int | None = None) -> Column:
+def parsed_value(max_bytes: int | None = None, wanted: Column | None = None) -> Column:
     """raw_value parsed into a VARIANT: null where it is not a JSON object (malformed, another
-    JSON value, a tombstone) or is over `max_bytes` (such a value is never parsed: ingest
-    quarantines it as too large). Duplicate keys in an object: the last wins, as in Spark's
-    JSON parsing, where the session allows them (``spark.sql.variant.allowDuplicateKeys``,
-    `deltaferry.spark.session.COMMON_CONF`); null otherwise."""
+    JSON value, a tombstone), is over `max_bytes` (such a value is never parsed: ingest
+    quarantines it as too large) or is not `wanted` (not parsed either). Duplicate keys in an
+    object: the last wins, as in Spark's JSON parsing, where the session allows them
+    (``spark.sql.variant.allowDuplicateKeys``, `deltaferry.spark.session.COMMON_CONF`); null
+    otherwise."""
     from pyspark.sql import functions as F
 
     value = F.col("raw_value")
     fits = F.ltrim(value).startswith("{")
     if max_bytes is not None:
         fits = fits & (F.octet_length(value) <= max_bytes)
+    if wanted is not None:
+        fits = fits & wanted
     return F.when(fits, F.try_parse_json(value))
 
 
@@ -208,7 +211,8 @@ def infer_schema(
     """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`);
     with `sample`, a topic with no cached schema is inferred from only the newest `sample`
     messages of each partition (all of them if those hold no JSON object): the seed of a
-    schema its ingest batches grow (`JsonDecoder`), the topic's end recorded as covered.
+    schema its ingest batches grow (`JsonDecoder`), which read every offset as not covered
+    (a sample covers none below it).
     `records` makes the JSON documents inferred from out of the raw records read (default
     `inference_records`); `refine(raw, inferred)` may then correct the inferred schema from
     what the raw records say of their types (a cdc topic's Connect schemas)."""
@@ -246,7 +250,8 @@ def infer_schema(
             "infer; check the producer (values must be JSON objects"
             f"{', keys set' if topic.by_kafka_key else ''})"
         )
-    version, changed, changes = commit_schema(store, inferred, offsets.end(),
+    covered = offsets.end() if ranges == whole else {p: start for p, (start, _) in whole.items()}
+    version, changed, changes = commit_schema(store, inferred, covered,
                                               topic.json.schema_hints,
                                               grow=topic.schema == SchemaMode.EVOLVE)
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,
@@ -276,15 +281,20 @@ def read_and_infer(
 
 # --- the decoder -------------------------------------------------------------------------
 
-def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
-    """The records at offsets the cached schema's inference has not read."""
+def is_uncovered(covered: dict[int, int]) -> Column:
+    """Whether a record is at an offset the cached schema's inference has not read."""
     from pyspark.sql import functions as F
 
     if not covered:
-        return raw
+        return F.lit(True)
     limits = F.create_map(*[F.lit(x) for p, o in sorted(covered.items()) for x in (p, o)])
     limit = F.coalesce(F.element_at(limits, F.col("kafka_partition")), F.lit(0))
-    return raw.where(F.col("kafka_offset") >= limit)
+    return F.col("kafka_offset") >= limit
+
+
+def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
+    """The records at offsets the cached schema's inference has not read."""
+    return raw.where(is_uncovered(covered)) if covered else raw
 
 
 def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
@@ -539,9 +549,11 @@ class JsonDecoder:
 
     def raw_columns(self, batch_df: DataFrame) -> Any:
         """The raw columns and PARSED: each value parsed once, unless over the topic's
-        max_value_bytes (`parsed_value`)."""
+        max_value_bytes (`parsed_value`) or, where the schema grows, at an offset the infer
+        step read (its values are in the schema: nothing to parse twice)."""
+        fresh = is_uncovered(self.store.covered()) if self.evolves else None
         return with_raw_columns(batch_df).withColumn(
-            PARSED, parsed_value(self.topic.max_value_bytes))
+            PARSED, parsed_value(self.topic.max_value_bytes, fresh))
 
     def shaped(self) -> Column:
         """The VARIANTs whose shapes the schema is grown from (evolve: the JSON objects, keyed
