@@ -1,10 +1,11 @@
-"""JSON topics: the infer step (read a bounded sample of a new topic, or what the cache has not
-covered, keep the latest value per key, infer their schema, merge it with the cached one and
-store a new version if it grew) and the decoder (each value parsed once into a VARIANT, whose
-shapes over the batch grow the cached schema first; values then read with it).
+"""JSON topics: the infer step (read what the cache has not covered, keep the latest value per
+key, infer their schema, merge it with the cached one and store a new version if it grew) and
+the decoder (each value the infer step did not read parsed once into a VARIANT, whose shapes
+over the batch grow the cached schema first; values then read with it).
 
-Inference is the union of the values' VARIANT shapes (``schema_of_variant_agg``, one
-aggregate) read as the types Spark's JSON inference gives (`deltaferry.schema.variant`)."""
+A batch's inference is the union of its values' VARIANT shapes (``schema_of_variant_agg``, an
+aggregate of its first job) read as the types Spark's JSON inference gives
+(`deltaferry.schema.variant`); the infer step's is Spark's JSON inference."""
 
 from __future__ import annotations
 
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The newest messages of each partition a new topic's schema is first inferred from, where its
-#: ingest batches grow it (``schema: evolve``): the seed, not a read of the whole topic.
-INFER_SAMPLE = 1_000
 #: How often a run retries after another run wrote the same schema version first.
 COMMIT_ATTEMPTS = 5
 
@@ -123,14 +121,6 @@ def parsed_value(max_bytes: int | None = None, wanted: Column | None = None) -> 
     return F.when(fits, F.try_parse_json(value))
 
 
-def variant_of(records: DataFrame) -> Column:
-    """The VARIANT of each record's raw_value: its PARSED column where it has one (the value
-    parsed once, for the batch), else parsed here (`parsed_value`)."""
-    from pyspark.sql import functions as F
-
-    return F.col(PARSED) if PARSED in records.columns else parsed_value()
-
-
 def shape(values: Column) -> Column:
     """The union of the shapes of the VARIANT `values` (nulls left out), as the type string
     `deltaferry.schema.variant.inferred_schema` reads: an aggregate."""
@@ -141,13 +131,18 @@ def shape(values: Column) -> Column:
 
 def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | None = None) -> dict:
     """The schema of the JSON objects in the raw_value of the records that fit `cached`, as
-    Spark's JSON inference types them (`deltaferry.schema.variant`), from one aggregate over
-    their VARIANTs. Malformed values are skipped, and so are fields that are only ever null
-    (Spark would call them string, and a cached string absorbs every later type); they get
-    their type when a value shows up."""
+    Spark's JSON inference types them: where the records hold their values parsed (PARSED,
+    a micro-batch's), from one aggregate over those VARIANTs (`deltaferry.schema.variant`);
+    else by Spark's JSON inference itself, which types unparsed text in less time than a
+    parse into VARIANTs and their shapes take (the infer step's read). Malformed values are
+    skipped, and so are fields that are only ever null (Spark would call them string, and a
+    cached string absorbs every later type); they get their type when a value shows up."""
     values = consistent_with(records, cached)
-    row = values.agg(shape(variant_of(values))).first()
-    return inferred_schema(row[0] if row is not None else None, cached)
+    if PARSED in values.columns:
+        row = values.agg(shape(values[PARSED])).first()
+        return inferred_schema(row[0] if row is not None else None, cached)
+    reader = spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
+    return reader.json(values.select("raw_value")).schema.jsonValue()
 
 
 def commit_schema(
@@ -206,13 +201,8 @@ def infer_schema(
     offsets: TopicOffsets | None = None,
     records: Callable[[DataFrame, TopicConfig], DataFrame] | None = None,
     refine: Callable[[DataFrame, dict], dict] | None = None,
-    sample: int | None = None,
 ) -> InferReport:
-    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`);
-    with `sample`, a topic with no cached schema is inferred from only the newest `sample`
-    messages of each partition (all of them if those hold no JSON object): the seed of a
-    schema its ingest batches grow (`JsonDecoder`), which read every offset as not covered
-    (a sample covers none below it).
+    """Infer the topic's schema from the offsets the cache has not covered (all if `reinfer`).
     `records` makes the JSON documents inferred from out of the raw records read (default
     `inference_records`); `refine(raw, inferred)` may then correct the inferred schema from
     what the raw records say of their types (a cdc topic's Connect schemas)."""
@@ -232,42 +222,6 @@ def infer_schema(
         log.info("infer %s: schema v%d already covers every offset", topic.name, cached.version)
         return InferReport(topic.name, cached.version, False, 0, False, "no new messages",
                            time.monotonic() - started)
-    whole = ranges
-    if cached is None and not reinfer and sample:
-        ranges = {p: (max(start, end - sample), end) for p, (start, end) in whole.items()}
-    inferred, scanned = read_and_infer(spark, topic, settings, ranges, cached, records, refine)
-    if not inferred.get("fields") and ranges != whole:
-        log.info("infer %s: the sample of the newest %d message(s) a partition holds no JSON "
-                 "object; reading the whole topic", topic.name, sample)
-        ranges = whole
-        inferred, scanned = read_and_infer(spark, topic, settings, ranges, cached, records,
-                                           refine)
-    full = full and ranges == whole
-    if cached is None and not inferred.get("fields") and not topic.json.schema_hints:
-        raise NoSchemaError(
-            f"topic {topic.name!r}: none of the {scanned} messages read is a "
-            f"{'keyed ' if topic.by_kafka_key else ''}JSON object, so there is no schema to "
-            "infer; check the producer (values must be JSON objects"
-            f"{', keys set' if topic.by_kafka_key else ''})"
-        )
-    covered = offsets.end() if ranges == whole else {p: start for p, (start, _) in whole.items()}
-    version, changed, changes = commit_schema(store, inferred, covered,
-                                              topic.json.schema_hints,
-                                              grow=topic.schema == SchemaMode.EVOLVE)
-    report = InferReport(topic.name, version.version, changed, scanned, full, changes,
-                         time.monotonic() - started)
-    log.info(report.summary())
-    return report
-
-
-def read_and_infer(
-    spark: SparkSession, topic: TopicConfig, settings: Settings,
-    ranges: dict[int, tuple[int, int]], cached: SchemaVersion | None,
-    records: Callable[[DataFrame, TopicConfig], DataFrame] | None,
-    refine: Callable[[DataFrame, dict], dict] | None,
-) -> tuple[dict, int]:
-    """`infer_schema`'s read of the offset `ranges` and inference over them: the inferred
-    schema and how many offsets were read."""
     scanned = sum(end - start for start, end in ranges.values())
     log.info(
         "infer %s: reading %d offsets (%s)", topic.name, scanned,
@@ -276,7 +230,22 @@ def read_and_infer(
     raw = read_ranges(spark, settings, topic.name, ranges, topic.kafka_timeout_seconds)
     inferred = infer_from_records(spark, (records or inference_records)(raw, topic),
                                   cached.schema if cached else None)
-    return (refine(raw, inferred) if refine is not None else inferred), scanned
+    if refine is not None:
+        inferred = refine(raw, inferred)
+    if cached is None and not inferred.get("fields") and not topic.json.schema_hints:
+        raise NoSchemaError(
+            f"topic {topic.name!r}: none of the {scanned} messages read is a "
+            f"{'keyed ' if topic.by_kafka_key else ''}JSON object, so there is no schema to "
+            "infer; check the producer (values must be JSON objects"
+            f"{', keys set' if topic.by_kafka_key else ''})"
+        )
+    version, changed, changes = commit_schema(store, inferred, offsets.end(),
+                                              topic.json.schema_hints,
+                                              grow=topic.schema == SchemaMode.EVOLVE)
+    report = InferReport(topic.name, version.version, changed, scanned, full, changes,
+                         time.monotonic() - started)
+    log.info(report.summary())
+    return report
 
 
 # --- the decoder -------------------------------------------------------------------------
@@ -671,10 +640,8 @@ class JsonFormat:
     def infer(self, ctx: TopicContext, spark: SparkSession | None, reinfer: bool = False,
               state: TopicState | None = None) -> InferReport:
         assert spark is not None  # infer_needs_spark
-        topic = ctx.topic  # a contract is the whole topic's schema; a schema that grows is seeded
-        return infer_schema(spark, topic, ctx.settings, ctx.store, reinfer=reinfer,
-                            offsets=state.offsets if state else None,
-                            sample=INFER_SAMPLE if topic.schema == SchemaMode.EVOLVE else None)
+        return infer_schema(spark, ctx.topic, ctx.settings, ctx.store, reinfer=reinfer,
+                            offsets=state.offsets if state else None)
 
     def decoder(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> JsonDecoder:
         return JsonDecoder(spark, topic, store)
