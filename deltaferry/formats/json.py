@@ -105,7 +105,8 @@ PARSED = "__deltaferry_parsed"
 
 def parsed_value(max_bytes: int | None = None, wanted: Column | None = None) -> Column:
     """raw_value parsed into a VARIANT: null where it is not a JSON object (malformed, another
-    JSON value, a tombstone), is over `max_bytes` (such a value is never parsed: ingest
+    JSON value, a tombstone, text that is not valid UTF-8: Spark's JSON parsing refuses it,
+    and the value is quarantined), is over `max_bytes` (such a value is never parsed: ingest
     quarantines it as too large) or is not `wanted` (not parsed either). Duplicate keys in an
     object: the last wins, as in Spark's JSON parsing, where the session allows them
     (``spark.sql.variant.allowDuplicateKeys``, `deltaferry.spark.session.COMMON_CONF`); null
@@ -114,10 +115,11 @@ def parsed_value(max_bytes: int | None = None, wanted: Column | None = None) -> 
 
     value = F.col("raw_value")
     fits = F.ltrim(value).startswith("{")
-    if max_bytes is not None:
-        fits = fits & (F.octet_length(value) <= max_bytes)
+    if max_bytes is not None:  # first: a huge value is not read for the UTF-8 check either
+        fits = (F.octet_length(value) <= max_bytes) & fits
     if wanted is not None:
-        fits = fits & wanted
+        fits = wanted & fits
+    fits = fits & F.is_valid_utf8(value)
     return F.when(fits, F.try_parse_json(value))
 
 
