@@ -109,10 +109,10 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     produce(kafka_bootstrap, topic, later)
     [again] = run_step("ingest", ctx, spark)
     [batch] = again.progress
-    assert 0 < batch["jobs"] <= GROWING_BATCH_JOBS, batch
-    assert again.schema_version == 3 and again.quarantined == 2
+    assert again.schema_version == 2 and again.quarantined == 2
     assert_table_is_latest_state(spark, ctx, first + [m for m in later if m is not clash])
     columns = spark.read.format("delta").load(ctx.paths.table).schema
     assert columns["address"].dataType.simpleString() == \
         "struct<city:string,floor:bigint,zip:string>"
     assert columns["items"].dataType.simpleString() == "array<struct<qty:bigint,sku:string>>"
+    assert 0 < batch["jobs"] <= GROWING_BATCH_JOBS, batch
