@@ -233,8 +233,9 @@ def run_tool(contender: str, topic: str, bootstrap: str, folder: Path, env: dict
         return run_warm(topic, folder, warm_env(env))
     if contender == "warm-dv":
         return run_warm(topic, folder, warm_env(env), "    deletion_vectors: true\n")
-    return run_contender(contender, topic, bootstrap, folder, env, folder.parent
-                         / f"report-{folder.name}.json")
+    own = {**env, "DELTAFERRY_WARM_DRIVERS": "off"} if contender == "deltaferry" else env
+    return run_contender(contender, topic, bootstrap, folder, own, folder.parent
+                         / f"report-{folder.name}.json")  # in its own process, pool or not
 
 
 def run_phases(topic: str, bootstrap: str, folder: Path, env: dict[str, str],

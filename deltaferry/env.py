@@ -89,7 +89,8 @@ PYSPARK_PYTHON = _v("PYSPARK_PYTHON", "the interpreter of the Python workers", "
 JAVA_HOME = _v("JAVA_HOME", "the JVM a class archive is built for", "path",
                default_doc="the java on PATH")
 WARM_DRIVERS = _v("DELTAFERRY_WARM_DRIVERS", "steps on a local master run in kept-running "
-                  "drivers: auto (Airflow tasks) | on (`deltaferry run` too) | off",
+                  "drivers: auto (Airflow tasks, and `deltaferry run` where a pool for its "
+                  "settings runs) | on (`deltaferry run` starts one too) | off",
                   "auto | on | off", default="auto")
 WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and logs (a folder "
               "of this user's, writable by it only)", "path",
@@ -97,6 +98,9 @@ WARM_DIR = _v("DELTAFERRY_WARM_DIR", "where warm driver pools keep sockets and l
               "temporary folder")
 WARM_IDLE_SECONDS = _v("DELTAFERRY_WARM_IDLE_SECONDS", "a warm driver pool unused this long "
                        "stops", "seconds", default="3900")
+WARM_COMMAND_IDLE_SECONDS = _v("DELTAFERRY_WARM_COMMAND_IDLE_SECONDS", "a warm driver pool "
+                               "`deltaferry run` started stops when unused this long (a pool "
+                               "already running keeps its own)", "seconds", default="300")
 POOL = _v("DELTAFERRY_POOL", "the Airflow pool that bounds the Spark drivers", "pool name",
           default="deltaferry")
 # --- object storage ---------------------------------------------------------------------------

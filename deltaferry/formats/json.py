@@ -1,7 +1,11 @@
 """JSON topics: the infer step (read what the cache has not covered, keep the latest value per
-key, infer with Spark's JSON inference, merge with the cached schema and store a new version if
-it grew) and the decoder (values parsed with the cached schema, grown first by what inference
-has not read)."""
+key, infer their schema, merge it with the cached one and store a new version if it grew) and
+the decoder (each value the infer step did not read parsed once into a VARIANT, whose shapes
+over the batch grow the cached schema first; values then read with it).
+
+A batch's inference is the union of its values' VARIANT shapes (``schema_of_variant_agg``, an
+aggregate of its first job) read as the types Spark's JSON inference gives
+(`deltaferry.schema.variant`); the infer step's is Spark's JSON inference."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from deltaferry.schema.merge import (
 )
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
+from deltaferry.schema.variant import inferred_schema
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
 
 if TYPE_CHECKING:
@@ -94,14 +99,52 @@ def consistent_with(records: DataFrame, cached: dict | None) -> DataFrame:
     return records.where(parsed.getField(CORRUPT).isNull())
 
 
+#: The column a JSON value is parsed into, once, as a VARIANT (`parsed_value`).
+PARSED = "__deltaferry_parsed"
+
+
+def parsed_value(max_bytes: int | None = None, wanted: Column | None = None) -> Column:
+    """raw_value parsed into a VARIANT: null where it is not a JSON object (malformed, another
+    JSON value, a tombstone, text that is not valid UTF-8: Spark's JSON parsing refuses it,
+    and the value is quarantined), is over `max_bytes` (such a value is never parsed: ingest
+    quarantines it as too large) or is not `wanted` (not parsed either). Duplicate keys in an
+    object: the last wins, as in Spark's JSON parsing, where the session allows them
+    (``spark.sql.variant.allowDuplicateKeys``, `deltaferry.spark.session.COMMON_CONF`); null
+    otherwise."""
+    from pyspark.sql import functions as F
+
+    value = F.col("raw_value")
+    fits = F.ltrim(value).startswith("{")
+    if max_bytes is not None:  # first: a huge value is not read for the UTF-8 check either
+        fits = (F.octet_length(value) <= max_bytes) & fits
+    if wanted is not None:
+        fits = wanted & fits
+    fits = fits & F.is_valid_utf8(value)
+    return F.when(fits, F.try_parse_json(value))
+
+
+def shape(values: Column) -> Column:
+    """The union of the shapes of the VARIANT `values` (nulls left out), as the type string
+    `deltaferry.schema.variant.inferred_schema` reads: an aggregate."""
+    from pyspark.sql import functions as F
+
+    return F.schema_of_variant_agg(values)
+
+
 def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | None = None) -> dict:
-    """Spark's JSON inference over the raw_value of the records that fit `cached`. Malformed
-    values are skipped, and so are fields that are only ever null (Spark would call them
-    string, and a cached string absorbs every later type); they get their type when a value
-    shows up."""
-    values = consistent_with(records, cached).select("raw_value")
+    """The schema of the JSON objects in the raw_value of the records that fit `cached`, as
+    Spark's JSON inference types them: where the records hold their values parsed (PARSED,
+    a micro-batch's), from one aggregate over those VARIANTs (`deltaferry.schema.variant`);
+    else by Spark's JSON inference itself, which types unparsed text in less time than a
+    parse into VARIANTs and their shapes take (the infer step's read). Malformed values are
+    skipped, and so are fields that are only ever null (Spark would call them string, and a
+    cached string absorbs every later type); they get their type when a value shows up."""
+    values = consistent_with(records, cached)
+    if PARSED in values.columns:
+        row = values.agg(shape(values[PARSED])).first()
+        return inferred_schema(row[0] if row is not None else None, cached)
     reader = spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
-    return reader.json(values).schema.jsonValue()
+    return reader.json(values.select("raw_value")).schema.jsonValue()
 
 
 def commit_schema(
@@ -209,15 +252,20 @@ def infer_schema(
 
 # --- the decoder -------------------------------------------------------------------------
 
-def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
-    """The records at offsets the cached schema's inference has not read."""
+def is_uncovered(covered: dict[int, int]) -> Column:
+    """Whether a record is at an offset the cached schema's inference has not read."""
     from pyspark.sql import functions as F
 
     if not covered:
-        return raw
+        return F.lit(True)
     limits = F.create_map(*[F.lit(x) for p, o in sorted(covered.items()) for x in (p, o)])
     limit = F.coalesce(F.element_at(limits, F.col("kafka_partition")), F.lit(0))
-    return raw.where(F.col("kafka_offset") >= limit)
+    return F.col("kafka_offset") >= limit
+
+
+def uncovered(raw: DataFrame, covered: dict[int, int]) -> DataFrame:
+    """The records at offsets the cached schema's inference has not read."""
+    return raw.where(is_uncovered(covered)) if covered else raw
 
 
 def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
@@ -436,13 +484,19 @@ def rescuable(schema: dict) -> Column:
 
 
 class JsonDecoder:
-    """JSON values parsed with the topic's cached schema, grown first when a batch holds
-    offsets the infer step never read (messages produced after it), so no new field is
-    silently dropped. Under a schema contract (``schema: freeze``, ``discard_new_fields`` or
-    ``rescue``) the schema is never grown: the batch's fields beyond it are found by
-    inference over the whole batch, and its values that have them are quarantined (freeze),
-    read without them, counted per field in `discarded` (discard_new_fields), or read with
-    them and their misfits in RESCUED (rescue, see `parse_json`)."""
+    """JSON values parsed with the topic's cached schema, grown first by what the batch's values
+    hold beyond it, so no new field is silently dropped. Each value is parsed once into a
+    VARIANT (PARSED, a raw column); the union of their shapes is an aggregate of the batch's
+    first action (`aggregates`, `read_stats`), an exact test for fields the schema does not
+    have (nested ones and array elements included): the schema grows only when it finds some.
+    The typed columns are then read with the grown schema by Spark's JSON parsing
+    (`parse_json`): a VARIANT's casts would read ``2.5`` into a long as 2 and ``"5"`` as 5,
+    where a value of another type than its column's is quarantined. Under a schema contract
+    (``schema: freeze``, ``discard_new_fields`` or ``rescue``) the schema is never grown: the
+    batch's fields beyond it come from the same shapes, and its values that have them are
+    quarantined (freeze), read without them, counted per field in `discarded`
+    (discard_new_fields), or read with them and their misfits in RESCUED (rescue, see
+    `parse_json`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -455,6 +509,9 @@ class JsonDecoder:
         self.schema_version = latest.version
         #: discard_new_fields: the last decoded batch's usable values, per field left out.
         self.discarded: dict[str, int] = {}
+        #: The shape of the next batch's values (`aggregated`), as `shape` says it; None
+        #: until computed.
+        self.shape: str | None = None
 
     @property
     def evolves(self) -> bool:
@@ -462,48 +519,99 @@ class JsonDecoder:
         return self.topic.schema == SchemaMode.EVOLVE
 
     def raw_columns(self, batch_df: DataFrame) -> Any:
-        return with_raw_columns(batch_df)
+        """The raw columns and PARSED: each value parsed once, unless over the topic's
+        max_value_bytes (`parsed_value`) or, where the schema grows, at an offset the infer
+        step read (its values are in the schema: nothing to parse twice)."""
+        fresh = is_uncovered(self.store.covered()) if self.evolves else None
+        return with_raw_columns(batch_df).withColumn(
+            PARSED, parsed_value(self.topic.max_value_bytes, fresh))
 
-    def current_schema(self, raw: DataFrame):
-        """The cached schema version, grown by the batch's offsets inference has not read."""
+    def shaped(self) -> Column:
+        """The VARIANTs whose shapes the schema is grown from (evolve: the JSON objects, keyed
+        where rows are identified by the key, as the infer step reads them) or compared with
+        (a contract: every JSON object)."""
+        from pyspark.sql import functions as F
+
+        if self.evolves and self.topic.by_kafka_key:
+            return F.when(F.col("kafka_key").isNotNull(), F.col(PARSED))
+        return F.col(PARSED)
+
+    def aggregates(self) -> list[Column]:
+        """What the batch's first action computes for this decoder (`read_stats`, over the
+        raw columns): the union of the shapes of its values."""
+        return [shape(self.shaped())]
+
+    def aggregated(self, values: list) -> None:
+        """Take the values of `aggregates` for the next batch `decode`s."""
+        self.shape = values[0] or ""
+
+    def batch_shape(self, raw: DataFrame, cached: dict) -> dict:
+        """The schema of `raw`'s values next to the `cached` one (`inferred_schema`), from
+        their shape (`aggregated`'s if taken for this batch, else one job over `raw`: a
+        replay, which has no first action of its own), taken once."""
+        from deltaferry.spark.jobs import one_job
+
+        found, self.shape = self.shape, None
+        if found is None:
+            with one_job(raw):
+                row = raw.agg(*self.aggregates()).first()
+            found = row[0] if row is not None else None
+        return inferred_schema(found or None, cached)
+
+    def current_schema(self, raw: DataFrame, found: dict):
+        """The cached schema version, grown by what the batch's values hold beyond it (their
+        shape `found`). Where a value contradicts the cached schema (a string where it has a
+        struct, or a long), the clash would hide new fields nested in the other values, or a
+        widening they need: the shape is then taken again of the values that fit
+        (`infer_from_records`, one job)."""
         from pyspark.sql import functions as F
 
         from deltaferry.spark.jobs import one_job
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
-        if not self.evolves:
+        if not self.evolves or not found["fields"]:
             return version
-        fresh = json_objects(uncovered(raw, self.store.covered()), self.topic.by_kafka_key)
-        if fresh.isEmpty():
+        hints = self.topic.json.schema_hints
+        result = merge_schemas(version.schema, apply_hints(found, hints) if hints else found)
+        if result.conflicts:  # the values that fit may widen a field the others clash with
+            found = infer_from_records(
+                self.spark, json_objects(raw, self.topic.by_kafka_key), version.schema)
+            result = merge_schemas(version.schema, apply_hints(found, hints) if hints else found)
+        if not result.changed:
             return version
         with one_job(raw):  # a few rows: AQE would run its shuffle as a job of its own
             ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
                     .agg(F.max("kafka_offset")).collect()}
-        version, changed, changes = commit_schema(
-            self.store, infer_from_records(self.spark, fresh, version.schema), ends,
-            self.topic.json.schema_hints)
+        version, changed, changes = commit_schema(self.store, found, ends, hints)
         if changed:
             log.info("schema grew during ingest: v%d (%s)", version.version, changes)
         return version
 
-    def seen_schema(self, raw: DataFrame, schema: dict) -> dict | None:
+    def seen_schema(self, raw: DataFrame, schema: dict, found: dict) -> dict | None:
         """Under a schema contract, `schema` with the fields the batch's values have beyond it
-        (inferred over the whole batch; None when there are none); None when it evolves."""
+        (their shape `found`; where a value contradicts `schema`, the shape of the values
+        that fit, as `current_schema`; None when there are none); None when it evolves."""
         if self.evolves:
             return None
-        objects = json_objects(raw, keyed=False)
-        seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
-        if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields too
-            seen = merge_schemas(seen, infer_from_records(self.spark, objects)).schema
+        result = merge_schemas(schema, found)
+        seen = result.schema
+        if result.conflicts:
+            objects = json_objects(raw, keyed=False)
+            seen = merge_schemas(schema, infer_from_records(self.spark, objects, schema)).schema
+            if self.topic.schema == SchemaMode.RESCUE:  # a value that misfits has new fields
+                seen = merge_schemas(seen, found).schema
         return seen if new_fields(schema, seen) else None
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        version = self.current_schema(raw)
+        latest = self.store.latest()
+        assert latest is not None  # checked when the decoder was made; versions never vanish
+        found = self.batch_shape(raw, latest.schema)
+        version = self.current_schema(raw, found)
         self.schema_version = version.version
-        seen = self.seen_schema(raw, version.schema)
+        seen = self.seen_schema(raw, version.schema, found)
         mode = self.topic.schema
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
                              seen, mode)
@@ -511,9 +619,9 @@ class JsonDecoder:
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:
-            found = (decoded.where(F.col("problem").isNull())
-                     .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
-            self.discarded = {r["field"]: int(r["count"]) for r in found.collect()}
+            counted = (decoded.where(F.col("problem").isNull())
+                       .select(F.explode(NEW_FIELDS).alias("field")).groupBy("field").count())
+            self.discarded = {r["field"]: int(r["count"]) for r in counted.collect()}
             if self.discarded:
                 log.warning("ingest %s: schema discard_new_fields: left out of the rows, fields "
                             "not in schema v%d: %s", self.topic.name, version.version,

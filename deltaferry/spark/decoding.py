@@ -81,6 +81,15 @@ class KeyDecoder(Protocol):
         key field missing, say), as a column; None if values need nothing."""
 
 
+def aggregates(decoder: Decoder) -> list:
+    """The aggregates `decoder` has computed in a micro-batch's first action over its raw
+    columns (`deltaferry.spark.ingest.rows.read_stats`), if it has any: a JSON topic's union
+    of its values' shapes (`JsonDecoder.aggregates`); their values go to its
+    ``aggregated(values)`` before the batch is decoded."""
+    found = getattr(decoder, "aggregates", None)
+    return list(found()) if found is not None else []
+
+
 def with_reason(decoded: DataFrame, keys: KeyDecoder | None = None) -> DataFrame:
     """`decoded` with the record's `reason` for the quarantine (null for a usable record): no
     key first (if `keys` requires one; default StringKeys), then the key decoder's

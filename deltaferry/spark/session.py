@@ -90,6 +90,9 @@ COMMON_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # a JSON object with a key twice: its last value, as Spark's JSON parsing reads it, where
+    # a VARIANT (deltaferry.formats.json.parsed_value) would be null otherwise
+    "spark.sql.variant.allowDuplicateKeys": "true",
 }
 
 

@@ -59,6 +59,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -82,10 +83,16 @@ from deltaferry.errors import DeltaferryError
 from deltaferry.jobs import REPORT_PREFIX
 from deltaferry.lock import process_start
 
+log = logging.getLogger(__name__)
+
 ENABLED_VAR = envvars.WARM_DRIVERS.name
 DIR_VAR = envvars.WARM_DIR.name
 IDLE_VAR = envvars.WARM_IDLE_SECONDS.name
 DEFAULT_IDLE_S = float(envvars.WARM_IDLE_SECONDS.default)
+COMMAND_IDLE_VAR = envvars.WARM_COMMAND_IDLE_SECONDS.name
+#: Settings that do not pick a pool: whether and how long a caller wants one, not what its
+#: drivers read (a command finds the pool Airflow's tasks started with the same settings).
+_NOT_THE_POOLS = (ENABLED_VAR, IDLE_VAR, COMMAND_IDLE_VAR)
 #: A step's timeout when the caller gives none (the topics file's default step timeout).
 DEFAULT_STEP_TIMEOUT_S = 55 * 60.0
 #: Past a step's timeout, how long a task waits for the pool to kill the driver before it does.
@@ -175,10 +182,10 @@ def end_of_step(line: bytes, nonce: str) -> tuple[bytes, int] | None:
 
 def enabled(master: str, env: Mapping[str, str] | None = None, command: bool = False) -> bool:
     """Whether steps on `master` run in warm drivers: only on local masters; Airflow's tasks
-    unless DELTAFERRY_WARM_DRIVERS is ``off``, `deltaferry run` (`command`) only when it is
-    ``on`` (a command that leaves a driver running for the next hour is asked for, not
-    assumed). Never with DELTAFERRY_SPARK_REMOTE: the steps run on that Spark Connect
-    server."""
+    unless DELTAFERRY_WARM_DRIVERS is ``off``; whether `deltaferry run` (`command`) may start
+    a pool: only when it is ``on`` (a command that leaves drivers running is asked for, not
+    assumed; under ``auto`` it uses a pool that runs, `run_command`). Never with
+    DELTAFERRY_SPARK_REMOTE: the steps run on that Spark Connect server."""
     from deltaferry.spark.shipping import is_local
 
     setting = envvars.WARM_DRIVERS.value(env).lower()
@@ -222,8 +229,11 @@ def code_stamp() -> int:
 
 
 def pool_key(env: Mapping[str, str], master: str, drivers: int) -> str:
-    """The pool for these settings, master and size (a digest: no value is readable in it)."""
-    identity = [sorted(driver_env(env).items()), master, drivers, sys.executable, code_stamp()]
+    """The pool for these settings, master and size (a digest: no value is readable in it);
+    whether and how long the caller wants a pool (DELTAFERRY_WARM_DRIVERS, the idle
+    settings) does not change it."""
+    settings = {k: v for k, v in driver_env(env).items() if k not in _NOT_THE_POOLS}
+    identity = [sorted(settings.items()), master, drivers, sys.executable, code_stamp()]
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
 
 
@@ -329,6 +339,13 @@ def _pool_running(pid_file: Path) -> bool:
     return owner is not None and running(*owner)
 
 
+def pool_running(key: str, env: Mapping[str, str]) -> bool:
+    """Whether pool `key` runs (its socket is there and its process alive), in the pool
+    folder of `env` (`pool_dir`)."""
+    folder = pool_dir(env)
+    return (folder / f"{key}.sock").exists() and _pool_running(folder / f"{key}.pid")
+
+
 def ensure_pool(key: str, env: Mapping[str, str], master: str, drivers: int,
                 idle: float | None = None) -> Path:
     """The socket of pool `key`, started (detached, in a session of its own) unless it runs.
@@ -391,15 +408,15 @@ def _await_driver(conn: socket.socket, reader: BinaryIO, more_file: Path) -> byt
 
 
 def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
-            drivers: int, say: Callable[[str], None], timeout: float | None = None
-            ) -> tuple[int, float]:
+            drivers: int, say: Callable[[str], None], timeout: float | None = None,
+            idle: float | None = None) -> tuple[int, float]:
     """Run `step` with its job's arguments (the topic first) in a warm driver of the pool for
     `env`, `master` and `drivers` (started if needed); every line the driver prints goes to
     `say`. The job's exit code (0, or 2 with its one-line error as spark-submit would end) and
     the seconds waited for a driver to take the step. The step may run `timeout` seconds
     (default DEFAULT_STEP_TIMEOUT_S); past it its driver is killed and WarmDriverError says so
     in one line. WarmDriverError too if no driver took the step or the driver went away during
-    it."""
+    it. A pool started here idles out after `idle` seconds (`ensure_pool`'s default if None)."""
     timeout = DEFAULT_STEP_TIMEOUT_S if timeout is None else float(timeout)
     began = time.monotonic()
     key = pool_key(env, master, drivers)
@@ -407,7 +424,7 @@ def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str]
                           "cwd": os.getcwd(), "timeout": timeout, "env": step_env(env),
                           "airflow_task": envvars.AIRFLOW_TASK.raw(env)}).encode()
     for _attempt in range(3):
-        sock = ensure_pool(key, env, master, drivers)
+        sock = ensure_pool(key, env, master, drivers, idle)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(TAKE_TIMEOUT_S)
@@ -481,19 +498,30 @@ def _follow(conn: socket.socket, reader: BinaryIO, say: Callable[[str], None],
 def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], None],
                 step_timeout: float | None = None) -> tuple[int, list[dict]] | None:
     """`deltaferry run` with the command's arguments `argv` in a warm driver, when the topics'
-    master is local and DELTAFERRY_WARM_DRIVERS is ``on`` (None otherwise: the command runs in
-    its own process). The driver's lines go to `say`; its exit code and the reports. The run
-    may take RUN_STEPS times `step_timeout` (default: the topic's ``step_timeout_minutes``,
-    else DEFAULT_STEP_TIMEOUT_S) plus its ``--wait``."""
+    master is local and a pool for the command's settings runs (Airflow's tasks', or an
+    earlier command's), or DELTAFERRY_WARM_DRIVERS is ``on`` (then it starts one, which
+    stops after DELTAFERRY_WARM_COMMAND_IDLE_SECONDS unused); None otherwise (``off``, or no
+    pool runs under ``auto``): the command runs in its own process. The driver's lines go to
+    `say`; its exit code and the reports. The run may take RUN_STEPS times `step_timeout`
+    (default: the topic's ``step_timeout_minutes``, else DEFAULT_STEP_TIMEOUT_S) plus its
+    ``--wait``."""
     from deltaferry import fleet
     from deltaferry.config import load_topics
     from deltaferry.jobs import add_run_arguments
 
     master = envvars.SPARK_MASTER.value(env)
-    if not enabled(master, env, command=True):
+    if not enabled(master, env):
         return None
     topics = load_topics(envvars.TOPICS.raw(env) or None)
     drivers = fleet.slots(topics.spark_slots, env)
+    if not enabled(master, env, command=True):
+        try:
+            if not pool_running(pool_key(env, master, drivers), env):
+                return None
+        except WarmDriverError as exc:  # an unsafe pool folder: no pool of it is used
+            log.info("no warm driver pool used: %s", exc)
+            return None
+    idle = command_idle(env)
     parser = argparse.ArgumentParser(prog="deltaferry run", add_help=False)
     add_run_arguments(parser)
     try:
@@ -508,9 +536,25 @@ def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], No
         report_file = Path(folder) / "report.json"
         code, _ = run_job(RUN_COMMAND, argv, str(report_file), env, master, drivers,
                           lambda line: None if line.startswith(REPORT_PREFIX) else say(line),
-                          timeout=RUN_STEPS * each + wait)
+                          timeout=RUN_STEPS * each + wait, idle=idle)
         reports = json.loads(report_file.read_text()) if report_file.exists() else []
     return code, reports
+
+
+def command_idle(env: Mapping[str, str] | None = None) -> float:
+    """DELTAFERRY_WARM_COMMAND_IDLE_SECONDS of `env`: how long a pool `deltaferry run`
+    starts stays unused before it stops; ConfigError naming the variable unless it is a
+    positive number."""
+    text = envvars.WARM_COMMAND_IDLE_SECONDS.value(env)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        from deltaferry.errors import ConfigError
+
+        raise ConfigError(COMMAND_IDLE_VAR, f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def stop_pools(env: Mapping[str, str] | None = None, grace: float = 20.0) -> list[str]:

@@ -26,6 +26,8 @@ from deltaferry_dev.fleet import driver_count
 pytestmark = pytest.mark.integration
 
 KEYS = 50
+#: DELTAFERRY_WARM_COMMAND_IDLE_SECONDS of `test_deltaferry_run_uses_a_warm_driver_when_asked`.
+IDLE_S = 30
 
 
 @pytest.fixture
@@ -156,13 +158,14 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     first), its summary lines on stdout and its report file written as a run in its own process
     writes them; the next run takes the same driver; relative paths mean the command's folder;
     an error is the command's one line and exit 2. With the default (auto), the command runs in
-    its own process."""
+    the pool that runs for its settings; the pool the command started stops once unused for
+    DELTAFERRY_WARM_COMMAND_IDLE_SECONDS, and the command then runs in its own process."""
     env, topic, topics_file = pool_env
     folder = tmp_path / "here"
     folder.mkdir()
     (folder / "topics.yaml").write_text(topics_file.read_text())
     env = {**env, warm.ENABLED_VAR: "on", "DELTAFERRY_TOPICS": "topics.yaml",
-           "DELTAFERRY_WAREHOUSE": "warehouse"}
+           "DELTAFERRY_WAREHOUSE": "warehouse", warm.COMMAND_IDLE_VAR: str(IDLE_S)}
     env.pop("DELTAFERRY_SPARK_MASTER", None)  # local[*]
 
     code, out, err = deltaferry(env, folder, "run", topic, "--report", "report.json")
@@ -191,10 +194,27 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     assert "no-such-topic" in err
 
     produce(kafka_bootstrap, topic, ((f"k{i}", {"i": i}) for i in range(3)))
-    code, out, err = deltaferry({**env, warm.ENABLED_VAR: "auto"}, folder, "run", topic)
+    auto = {**env, warm.ENABLED_VAR: "auto"}
+    code, out, err = deltaferry(auto, folder, "run", topic)
     assert code == 0, err
-    assert "takes the run step" not in err
+    assert f"warm driver pool {pool}: driver pid" in err  # the pool that runs, under auto
     assert f"ingest {topic}: 3 messages" in out
+
+    # the pool the command started ends once unused for the command's idle time, not an hour
+    assert warm.pool_running(pool, env)
+    deadline = time.monotonic() + IDLE_S + 90
+    while warm.pool_running(pool, env) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not warm.pool_running(pool, env)
+    log = next((tmp_path / "pool").glob(f"{pool}.log")).read_text()
+    assert f"idle for {IDLE_S:g} s: it ends" in log, log
+
+    produce(kafka_bootstrap, topic, ((f"k{i}", {"i": i}) for i in range(2)))
+    code, out, err = deltaferry(auto, folder, "run", topic)
+    assert code == 0, err
+    assert "takes the run step" not in err  # no pool runs: its own process, none started
+    assert f"ingest {topic}: 2 messages" in out
+    assert not warm.pool_running(pool, env)
 
 
 def test_a_steps_settings_never_reach_the_next_topics_steps_in_the_same_driver(

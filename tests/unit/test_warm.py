@@ -229,6 +229,43 @@ def test_what_a_driver_reads_at_start_picks_the_pool_and_the_rest_travels_with_t
     assert warm.step_env(task) == per_task  # neither the settings nor the task's own names
 
 
+def test_whether_and_how_long_a_caller_wants_a_pool_does_not_pick_it():
+    """`deltaferry run` under auto finds the pool Airflow's tasks (or a command under on)
+    started with the same settings."""
+    base = {"DELTAFERRY_KAFKA_BOOTSTRAP": "k:9092", "PATH": "/bin"}
+    key = warm.pool_key(base, "local[*]", 2)
+    for name, value in [(warm.ENABLED_VAR, "on"), (warm.IDLE_VAR, "60"),
+                        (warm.COMMAND_IDLE_VAR, "30")]:
+        assert warm.pool_key({**base, name: value}, "local[*]", 2) == key, name
+    assert warm.pool_key({**base, "DELTAFERRY_WAREHOUSE": "/w"}, "local[*]", 2) != key
+
+
+def test_deltaferry_run_starts_no_pool_unless_asked_and_finds_one_that_runs(tmp_path,
+                                                                             sleeper):
+    """Under auto the command runs in its own process (None) when no pool of its settings
+    runs, and off never uses one; a running pool's socket and pid file are what make it
+    found (`pool_running`). A command-started pool's idle time must be a positive number."""
+    from deltaferry.errors import ConfigError
+
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    env = {"DELTAFERRY_TOPICS": str(topics), warm.DIR_VAR: str(tmp_path / "pool"),
+           "DELTAFERRY_SPARK_MASTER": "local[2]", "PATH": "/bin"}
+    say = []
+    assert warm.run_command(["orders"], env, say.append) is None
+    assert warm.run_command(["orders"], {**env, warm.ENABLED_VAR: "off"}, say.append) is None
+    assert not list((tmp_path / "pool").glob("*.pid")) and say == []  # nothing started
+    key = warm.pool_key(env, "local[2]", 1)
+    assert not warm.pool_running(key, env)
+    (tmp_path / "pool" / f"{key}.sock").touch()
+    (tmp_path / "pool" / f"{key}.pid").write_text(f"{sleeper.pid} {process_start(sleeper.pid)}")
+    assert warm.pool_running(key, env)
+    assert warm.command_idle(env) == 300.0
+    for bad in ("soon", "0", "-5", "inf"):
+        with pytest.raises(ConfigError, match=f"{warm.COMMAND_IDLE_VAR}.*{bad}"):
+            warm.command_idle({warm.COMMAND_IDLE_VAR: bad})
+
+
 def test_a_steps_environment_is_the_tasks_while_it_runs_and_the_drivers_after(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "the driver's")
     monkeypatch.delenv("TEAM_SETTING", raising=False)

@@ -50,6 +50,7 @@ from deltaferry.formats.json import (
 from deltaferry.reports import InferReport
 from deltaferry.schema.merge import merge_schemas
 from deltaferry.spark.decoding import REASON_NO_KEY, StringKeys
+from deltaferry.spark.kafka_source import with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -382,9 +383,19 @@ class DebeziumDecoder(JsonDecoder):
     first by offsets the infer step has not read, as for a JSON topic, whose
     decoder gives it the schema store and its raw columns)."""
 
-    def current_schema(self, raw: DataFrame) -> SchemaVersion:
+    def raw_columns(self, batch_df: DataFrame) -> Any:
+        """The raw columns (a change event's row is parsed by `decode_events`, not once into
+        a VARIANT as a JSON topic's value is)."""
+        return with_raw_columns(batch_df)
+
+    def aggregates(self) -> list:
+        """Nothing of the batch's first action: the schema grows from the rows of the
+        offsets inference has not read (`current_schema`)."""
+        return []
+
+    def current_schema(self, raw: DataFrame, found: dict | None = None) -> SchemaVersion:
         """The cached schema, grown by the rows of the batch's offsets inference has not
-        read."""
+        read (`found` unused: a change event's shape is not its row's)."""
         from pyspark.sql import functions as F
 
         version = self.store.latest()

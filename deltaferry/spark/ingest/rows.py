@@ -10,6 +10,7 @@ How usable records become rows and reach the table is a `TableWriter`, chosen pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from deltaferry.formats.json import CORRUPT
@@ -100,16 +101,21 @@ def parse_within(decoder: Decoder, keys: KeyDecoder, raw: DataFrame, max_bytes: 
     return parsed.unionByName(large, allowMissingColumns=True)
 
 
-def read_stats(raw: DataFrame) -> tuple[int, int]:
-    """(records, bytes of the largest value) of a micro-batch's `raw` records, by the action
-    that reads (and, persisted, caches) them: one job (`one_job`)."""
+def read_stats(raw: DataFrame, extra: Sequence[Column] = ()) -> tuple[int, int, list]:
+    """(records, bytes of the largest value, the values of the aggregates `extra`) of a
+    micro-batch's `raw` records, by the action that reads (and, persisted, caches) them: one
+    job (`one_job`). `extra` is what a decoder computes in the same pass (`aggregates`: a JSON
+    topic's union of its values' shapes)."""
     from pyspark.sql import functions as F
 
     from deltaferry.spark.jobs import one_job
 
     with one_job(raw):
-        row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value")))).first()
-    return (int(row[0]), int(row[1] or 0)) if row is not None else (0, 0)
+        row = raw.agg(F.count(F.lit(1)), F.max(F.octet_length(F.col("raw_value"))),
+                      *extra).first()
+    if row is None:
+        return 0, 0, [None] * len(extra)
+    return int(row[0]), int(row[1] or 0), list(row[2:])
 
 
 def count_unusable(parsed: DataFrame, checker: Checker | None = None

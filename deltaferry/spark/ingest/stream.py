@@ -34,7 +34,7 @@ from deltaferry.reports import (
 )
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys
+from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, aggregates
 from deltaferry.spark.expectations import (
     Checker,
     add_counts,
@@ -213,8 +213,10 @@ class BatchWriter:
         raw = self.keys.raw_columns(self.decoder.raw_columns(batch_df)).persist()
         cached = [raw]  # unpersisted however the batch ends: a warm driver's next step
         try:
-            with batch("kafka read"):
-                count, largest = read_stats(raw)
+            with batch("kafka read"):  # and what the decoder computes in the same pass
+                count, largest, values = read_stats(raw, aggregates(self.decoder))
+                if values:
+                    self.decoder.aggregated(values)  # type: ignore[attr-defined]
             with batch("decode"):
                 parsed = parse_within(self.decoder, self.keys, raw,
                                       self.topic.max_value_bytes, largest)

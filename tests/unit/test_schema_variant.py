@@ -1,0 +1,65 @@
+"""deltaferry.schema.variant: the union of VARIANT shapes (as Spark 4's schema_of_variant_agg
+prints it, strings taken from a real session) read as the types Spark's JSON inference gives."""
+
+import pytest
+
+from deltaferry.errors import SchemaFormatError
+from deltaferry.schema.variant import inferred_schema, parse_variant_type
+
+
+def struct(**fields):
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}}
+                                         for n, t in fields.items()]}
+
+
+def array(element):
+    return {"type": "array", "elementType": element, "containsNull": True}
+
+
+def test_union_of_shapes_maps_onto_json_inference_types():
+    # what schema_of_variant_agg printed for the values of
+    # tests/integration/test_jobs.py::test_variant_inference_matches_spark_json_inference
+    text = ("OBJECT<A: BIGINT, `U,n<i>`: BIGINT, a: DECIMAL(21,1), `a b`: BIGINT, "
+            "big: DECIMAL(24,0), e: DOUBLE, l: ARRAY<VARIANT>, m: ARRAY<OBJECT<p: BIGINT, "
+            "q: STRING>>, o: OBJECT<n: VOID>, `q``r`: BIGINT, s: VARIANT, t: VARIANT, "
+            "w: ARRAY<VOID>, `x:y`: BIGINT, z: VOID, `é`: BIGINT, b: BOOLEAN>")
+    assert inferred_schema(text) == {"type": "struct", "fields": [
+        {"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in [
+            ("A", "long"), ("U,n<i>", "long"), ("a", "double"), ("a b", "long"),
+            ("big", "decimal(24,0)"), ("e", "double"), ("l", array("string")),
+            ("m", array(struct(p="long", q="string"))), ("q`r", "long"), ("s", "string"),
+            ("t", "string"), ("x:y", "long"), ("é", "long"), ("b", "boolean")]]}
+
+
+def test_fields_holding_nothing_to_type_are_left_out():
+    text = "OBJECT<e: OBJECT<>, n: VOID, o: OBJECT<n: VOID, w: ARRAY<ARRAY<VOID>>>, k: BIGINT>"
+    assert inferred_schema(text) == struct(k="long")
+    assert inferred_schema("OBJECT<n: VOID>") == struct()
+
+
+@pytest.mark.parametrize("text", [None, "VARIANT", "STRING", "ARRAY<BIGINT>", "OBJECT<>"])
+def test_no_object_is_an_empty_schema(text):
+    assert inferred_schema(text) == struct()
+
+
+def test_parse_reads_nesting_and_quoted_names():
+    assert parse_variant_type("OBJECT<`a``b`: ARRAY<DECIMAL(5,2)>, c: OBJECT<d: STRING>>") == (
+        "OBJECT", [("a`b", ("ARRAY", ("DECIMAL", 5, 2))), ("c", ("OBJECT", [("d", "STRING")]))])
+
+
+@pytest.mark.parametrize("text", ["OBJECT<a: BIGINT", "OBJECT<`a: BIGINT>", "DECIMAL(5)",
+                                  "OBJECT<a: BIGINT> x", ""])
+def test_a_string_that_is_no_type_is_refused_naming_it(text):
+    with pytest.raises(SchemaFormatError, match="variant schema"):
+        parse_variant_type(text)
+
+
+def test_a_decimal_without_scale_is_double_unless_an_integer_beyond_a_long():
+    """``1.0`` is DECIMAL(1,0) in a VARIANT, and DECIMAL(20,0) beside integers, where Spark's
+    inference says double; an integer beyond a long's range is decimal(p,0) for it."""
+    assert inferred_schema("OBJECT<x: DECIMAL(3,0)>") == struct(x="double")
+    assert inferred_schema("OBJECT<x: DECIMAL(20,0)>") == struct(x="double")
+    assert inferred_schema("OBJECT<x: DECIMAL(24,0)>") == struct(x="decimal(24,0)")
+    cached = struct(x="decimal(20,0)", a=array(struct(y="decimal(19,0)")))
+    assert inferred_schema("OBJECT<x: DECIMAL(20,0), a: ARRAY<OBJECT<y: DECIMAL(19,0)>>>",
+                           cached) == cached
