@@ -6,7 +6,7 @@ must hold after them (`expected_rows`), by the rule: within a key the higher pos
 The same table's events as the MySQL (and MariaDB), SQL Server and Oracle connectors write
 them (`mysql_event`, `sqlserver_event`, `oracle_event`): their own ``source`` blocks
 (`SOURCE_SCHEMAS`, as each connector's SourceInfoStructMaker builds it), positioned by their
-own logs.
+own logs. A MongoDB collection's changes as its connector writes them: `mongo_message`.
 
 The same events as Debezium's AvroConverter writes them through a Schema Registry:
 `AVRO_VALUE_SCHEMA` and `AVRO_KEY_SCHEMA` (as the converter derives them from the Connect
@@ -426,3 +426,81 @@ def avro_value(event: Event) -> dict:
 def avro_key(id_: int) -> dict:
     """The key of customer `id_` (a dict of `AVRO_KEY_SCHEMA`)."""
     return {"id": id_}
+
+
+# MongoDB, as Debezium 2.x's MongoDB connector writes a collection ``inventory.customers``
+# (its connector page, "change event keys" and "change event values"): the key
+# ``{"id": "<the document's _id in extended JSON>"}`` (a string field), the value's ``after``
+# (and ``before``, with pre-images) the document as a string of MongoDB's relaxed extended
+# JSON (Connect type string named io.debezium.data.Json), ``updateDescription`` for updates
+# (the only image of one in capture.mode change_streams), the source block with the replica
+# set ``rs``, ``collection``, ``ord`` (the oplog's order within the second of ``ts_ms``) and
+# ``lsid``/``txnNumber`` (the session and number of a multi-document transaction).
+MONGO_PREFIX = "mongo.inventory.customers"
+_JSON_STRING = {"type": "string", "optional": True, "name": "io.debezium.data.Json",
+                "version": 1}
+MONGO_SOURCE_SCHEMA = {"type": "struct", "fields": [
+    *COMMON_SOURCE_FIELDS, _field("rs", "string", optional=False),
+    _field("collection", "string", optional=False), _field("ord", "int32", optional=False),
+    _field("lsid", "string"), _field("txnNumber", "int64"), _field("wallTime", "int64")],
+    "optional": False, "name": "io.debezium.connector.mongo.Source"}
+MONGO_VALUE_SCHEMA = {"type": "struct", "fields": [
+    {**_JSON_STRING, "field": "before"}, {**_JSON_STRING, "field": "after"},
+    {"type": "struct", "fields": [
+        _field("removedFields", "array", items={"type": "string", "optional": False}),
+        {**_JSON_STRING, "field": "updatedFields"},
+        _field("truncatedArrays", "array", items={"type": "struct", "fields": [
+            _field("field", "string", optional=False),
+            _field("size", "int32", optional=False)],
+            "optional": False, "name": "io.debezium.connector.mongodb.changestream."
+                                       "truncatedarray", "version": 1})],
+     "optional": True, "name": "io.debezium.connector.mongodb.changestream.updatedescription",
+     "version": 1, "field": "updateDescription"},
+    {**MONGO_SOURCE_SCHEMA, "field": "source"}, _field("op", "string"),
+    _field("ts_ms", "int64"), _field("ts_us", "int64"), _field("ts_ns", "int64")],
+    "optional": False, "name": f"{MONGO_PREFIX}.Envelope"}
+MONGO_KEY_SCHEMA = {"type": "struct", "fields": [_field("id", "string", optional=False)],
+                    "optional": False, "name": f"{MONGO_PREFIX}.Key"}
+
+
+def object_id(n: int) -> dict:
+    """The relaxed extended JSON of a MongoDB ObjectId (24 hex digits) numbered `n`."""
+    return {"$oid": f"6770a0c0e4b0a1b2c3d4{n:04x}"}
+
+
+def mongo_document(n: int, version: int = 0) -> dict:
+    """Customer `n`'s document at `version`, in relaxed extended JSON (an ObjectId, a date,
+    an embedded document, an array)."""
+    return {"_id": object_id(n), "name": f"customer {n}", "email": f"c{n}.v{version}@example.com",
+            "orders": n * 10 + version, "joined": {"$date": "2025-06-01T12:00:00Z"},
+            "address": {"city": f"city {n}", "zip": f"0{n}00"}, "tags": ["a", f"v{version}"]}
+
+
+def mongo_message(op: str, n: int, ts_ms: int, ord_: int, wrapped: bool, *,
+                  version: int = 0, full: bool = True,
+                  lsid: str | None = None, txn: int | None = None) -> list[tuple]:
+    """The (key, value) messages of one MongoDB change of document `n` at (`ts_ms`, `ord_`):
+    ``after`` the whole document at `version` (op c, r, and u when `full`: capture.mode
+    change_streams_update_full), only ``updateDescription`` for an update without `full`,
+    neither for a delete, which is followed by its tombstone."""
+    document = mongo_document(n, version)
+    after = json.dumps(document) if op in ("c", "r") or (op == "u" and full) else None
+    update = {"removedFields": None, "truncatedArrays": None,
+              "updatedFields": json.dumps({"email": document["email"],
+                                           "orders": document["orders"]})} \
+        if op == "u" else None
+    payload = {
+        "before": None, "after": after, "updateDescription": update,
+        "source": {"version": "2.7.3.Final", "connector": "mongodb", "name": "mongo",
+                   "ts_ms": ts_ms, "snapshot": "true" if op == "r" else "false",
+                   "db": "inventory", "sequence": None, "ts_us": ts_ms * 1000,
+                   "ts_ns": ts_ms * 1_000_000, "rs": "rs0", "collection": "customers",
+                   "ord": ord_, "lsid": lsid, "txnNumber": txn, "wallTime": ts_ms},
+        "op": op, "ts_ms": ts_ms + 7, "ts_us": (ts_ms + 7) * 1000,
+        "ts_ns": (ts_ms + 7) * 1_000_000}
+    key_payload = {"id": json.dumps(document["_id"])}
+    key = json.dumps({"schema": MONGO_KEY_SCHEMA, "payload": key_payload} if wrapped
+                     else key_payload)
+    value = json.dumps({"schema": MONGO_VALUE_SCHEMA, "payload": payload} if wrapped
+                       else payload)
+    return [(key, value)] + ([(key, None)] if op == "d" else [])

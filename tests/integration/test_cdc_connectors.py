@@ -25,6 +25,8 @@ from deltaferry_dev.debezium_events import (
     customer,
     expected_rows,
     messages,
+    mongo_document,
+    mongo_message,
     mysql_event,
     oracle_event,
     sqlserver_event,
@@ -702,3 +704,77 @@ def test_the_demos_mysql_topic_lands_as_the_demo_prints_it(
         1001: (customer(1001, 2).email, [9, 1800, 0]),
         1003: (customer(1003, 1).email, [10, 154, 0])}
     assert rows[1001]["__source_tx"] == "3e11fa47-71ca-11e1-9e33-c80aa9429562:12"
+
+
+def mongo_runs(wrapped: bool) -> list[list[tuple]]:
+    """Two runs of a MongoDB collection's changes (documents 1 to 3): a snapshot, an insert in
+    a transaction, two updates of one document within one second (ord 1 and 2), a delete and
+    its tombstone, an update without the full document; then, after a connector restart, the
+    first of those updates and the deleted document's snapshot redelivered, and a newer
+    update."""
+    def m(*args, **kwargs) -> list[tuple]:
+        return mongo_message(*args, wrapped, **kwargs)
+
+    return [
+        [*m("r", 1, T, 1), *m("r", 2, T, 2),
+         *m("c", 3, T + S, 1, lsid='{"id": {"$binary": "AAECAwQFBgcICQoLDA0ODw==", '
+                                   '"$type": "04"}}', txn=1),
+         *m("u", 1, T + 2 * S, 1, version=1), *m("u", 1, T + 2 * S, 2, version=2),
+         *m("d", 2, T + 3 * S, 1), *m("u", 3, T + 3 * S, 2, version=1, full=False)],
+        [*m("u", 1, T + 2 * S, 1, version=1), *m("r", 2, T, 2),  # redelivered
+         *m("u", 3, T + 4 * S, 1, version=2)],
+    ]
+
+
+def test_mongodb_documents_land_ordered_by_ord_within_the_second(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """MongoDB change events (capture.mode change_streams_update_full): each document's
+    extended JSON lands as columns keyed by its _id, current (schemaless) and scd2 (with
+    schemas); two updates within one second order by ord, a delete (no image: keyed by the
+    message key) is remembered, redeliveries are stale by position, and an update without the
+    full document is quarantined naming the capture mode."""
+    current = context(new_topic("mongo.inventory.customers", partitions=1), tmp_path / "wh",
+                      kafka_bootstrap, cdc="debezium")
+    history = context(new_topic("mongo.inventory.history", partitions=1), tmp_path / "wh",
+                      kafka_bootstrap, cdc="debezium", history="scd2")
+    for n, expected in enumerate([(0, 1), (2, 0)]):
+        for ctx, wrapped in ((current, False), (history, True)):
+            produce(kafka_bootstrap, ctx.topic.name, mongo_runs(wrapped)[n])
+            run_step("infer", ctx, spark)
+            (report,) = run_step("ingest", ctx, spark)
+            assert (report.stale, report.quarantined) == expected, report.summary()
+
+    def oid(n: int) -> str:
+        return mongo_document(n)["_id"]["$oid"]
+
+    rows = sorted(spark.read.format("delta").load(current.paths.table).collect(),
+                  key=lambda r: r["_id"]["$oid"])
+    assert [(r["_id"]["$oid"], r["email"], r["orders"], r["address"]["city"], r["tags"],
+             r["joined"]["$date"], r["__op"], r["__source_position"]) for r in rows] == [
+        (oid(1), "c1.v2@example.com", 12, "city 1", ["a", "v2"], "2025-06-01T12:00:00Z", "u",
+         [Decimal((T + 2 * S) // 1000), Decimal(2)]),
+        (oid(3), "c3.v2@example.com", 32, "city 3", ["a", "v2"], "2025-06-01T12:00:00Z", "u",
+         [Decimal((T + 4 * S) // 1000), Decimal(1)]),
+    ]
+    assert json.loads(rows[0]["kafka_key"]) == {"_id": {"$oid": oid(1)}}
+    deletes = spark.read.format("delta").load(current.paths.deletes).collect()
+    assert [r["_id"]["$oid"] for r in deletes] == [oid(2)]
+    (reason,) = [r["reason"] for r in
+                 spark.read.format("delta").load(current.paths.quarantine).collect()]
+    assert "change_streams_update_full" in reason and "updateDescription" in reason, reason
+
+    versions = sorted(
+        ((r["_id"]["$oid"], r["__start_at"], r["__end_at"], r["email"], r["__source_tx"])
+         for r in spark.read.format("delta").load(history.paths.table).collect()),
+        key=lambda v: (v[0], v[1], v[2] is None, v[2] or v[1]))
+    session = '{"id": {"$binary": "AAECAwQFBgcICQoLDA0ODw==", "$type": "04"}}'
+    assert versions == [
+        (oid(1), at(T), at(T + 2 * S), "c1.v0@example.com", None),
+        (oid(1), at(T + 2 * S), at(T + 2 * S), "c1.v1@example.com", None),  # ord 1
+        (oid(1), at(T + 2 * S), None, "c1.v2@example.com", None),  # ord 2, same second
+        (oid(2), at(T), at(T + 3 * S), "c2.v0@example.com", None),  # ended by the delete
+        (oid(3), at(T + S), at(T + 4 * S), "c3.v0@example.com", f"{session}/1"),
+        (oid(3), at(T + 4 * S), None, "c3.v2@example.com", None),
+    ], versions
+    assert_readers_agree(spark, current.paths.table)
+    assert_readers_agree(spark, history.paths.table)

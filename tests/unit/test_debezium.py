@@ -120,6 +120,19 @@ def test_the_rows_schema_merges_before_and_after_of_every_envelope():
     assert [f["field"] for f in key["fields"]] == ["id"]
 
 
+def test_a_mongodb_envelope_is_read_by_inference_not_by_its_json_string_schema():
+    """MongoDB's after is a JSON string (io.debezium.data.Json): its envelope's schema gives
+    no columns, so its rows are typed by inference; a relational envelope's are not."""
+    import json
+
+    from deltaferry.formats.debezium import _is_document
+    from deltaferry_dev.debezium_events import MONGO_VALUE_SCHEMA, VALUE_SCHEMA
+
+    assert _is_document(json.dumps(MONGO_VALUE_SCHEMA))
+    assert not _is_document(json.dumps(VALUE_SCHEMA))
+    assert not _is_document(None) and not _is_document("not json")
+
+
 def test_a_field_both_schemas_have_keeps_the_firsts_type():
     merged = c.merge({"type": "struct", "fields": [field("a", "int32")]},
                      {"type": "struct", "fields": [field("a", "string"), field("b", "int8")]})

@@ -5,6 +5,13 @@ row before and after the change (``before``, ``after``), the ``source`` (the con
 position: ``lsn``, ``ts_ms``, ...) and the ``op``. The key is the source table's primary key
 (``{"id": 1001}``, wrapped the same way or not).
 
+MongoDB's events (``source.connector`` ``mongodb``) carry the document as a JSON string
+(extended JSON) in ``after``, read as the row, and the key ``{"id": "<_id as extended
+JSON>"}``, read as ``{"_id": <that JSON>}``: the table is keyed on the document's ``_id``.
+Their Connect schema says only that ``after`` is a string (``io.debezium.data.Json``), so
+their rows are typed by inference, wrapped or not. A MongoDB update without the full document
+(only ``updateDescription`` or ``patch``) is quarantined (`REASON_MONGO_PARTIAL`).
+
 Each event becomes `data`, the row (``after``; ``before`` for a delete) with the key's fields
 taken from the message key, `__key` (those fields: the table is keyed on them), and the source
 columns `__op`, `__source_lsn`, `__source_ts_ms`, `__source_position` (the connector's own
@@ -78,6 +85,16 @@ REASON_UNKNOWN_OP = "Debezium op {op!r} is not one of r, c, u, d (t: truncate)"
 REASON_TRUNCATE = ("truncate event (op t): the source table was truncated; deltaferry does not "
                    "empty the Delta table on its own (delete its rows yourself if meant)")
 REASON_NO_AFTER = "Debezium op {op!r} without an after row"
+#: The MongoDB connector's name (``source.connector``) and the key field its documents are
+#: keyed on: its events' ``after`` is the document as a JSON string (MongoDB's extended JSON),
+#: its key ``{"id": "<_id as extended JSON>"}``.
+MONGODB, MONGODB_KEY = "mongodb", "_id"
+#: Why a MongoDB update without the full document is quarantined: its ``updateDescription``
+#: (or ``patch``) says what changed, not what the document is; never guessed.
+REASON_MONGO_PARTIAL = ("MongoDB update without the full document (only updateDescription or "
+                        "patch): set the connector's capture.mode to change_streams_update_full "
+                        "(or change_streams_update_full_with_pre_image) so that after holds "
+                        "the document")
 REASON_ROW = "the event's row does not fit its schema (a field has another type)"
 #: Why a change is quarantined whose column's type changed to one the table's (or the cached
 #: schema's) cannot widen to: never cast.
@@ -128,6 +145,14 @@ def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None) -> Data
             .otherwise(env.getField(name)) for name in ("op", "before", "after", "source")}
     key_wrapped = key.getField("schema").isNotNull() & key.getField("payload").isNotNull()
     source = part["source"]
+    key_text = F.when(key_wrapped, key.getField("payload")).otherwise(F.col("kafka_key"))
+    # MongoDB's key is {"id": "<the document's _id in extended JSON>"}: the key's field is
+    # the document's own _id, its value the text parsed as JSON (as the document's is)
+    mongo_id = F.get_json_object(key_text, "$.id")
+    key_text = F.when((F.trim(F.get_json_object(source, "$.connector")) == MONGODB)
+                      & mongo_id.isNotNull(),
+                      F.concat(F.lit('{"' + MONGODB_KEY + '":'), mongo_id, F.lit("}"))
+                      ).otherwise(key_text)
 
     def get(path: str) -> Column:
         head, _, rest = path.partition(".")
@@ -146,7 +171,7 @@ def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None) -> Data
         LSN: F.get_json_object(source, "$.lsn").try_cast("bigint"),
         TS_MS: F.get_json_object(source, "$.ts_ms").try_cast("bigint"),
         "__image": F.when(part["op"] == "d", part["before"]).otherwise(part["after"]),
-        "__key_text": F.when(key_wrapped, key.getField("payload")).otherwise(F.col("kafka_key")),
+        "__key_text": key_text,
         **position.columns(get, sequence_by),
     })
 
@@ -170,6 +195,16 @@ def inference_records(raw: DataFrame, topic: TopicConfig | None = None) -> DataF
             .where(F.col("raw_value").isNotNull()))
 
 
+def _is_document(text: str | None) -> bool:
+    """Whether `text` is the Connect schema of an envelope whose ``after`` is a JSON string
+    (``io.debezium.data.Json``: MongoDB's documents), not a struct of columns."""
+    try:
+        after = connect.envelope_field(json.loads(text or "null"), "after")
+    except ValueError:
+        return False
+    return after is not None and after.get("type") == "string"
+
+
 def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
     """(row, key): the Connect schemas of the rows and of the keys of the change events in
     `raw` that carry the schema wrapper, each merged over the events (None where no event,
@@ -184,6 +219,8 @@ def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
     values: list[dict] = []
     keys: list[dict] = []
     for row in found:
+        if _is_document(row["v"]):
+            continue  # MongoDB's: its after is a JSON string, read by inference, as its key
         for text, into in ((row["v"], values), (row["k"], keys)):
             if text is None:
                 continue
@@ -355,6 +392,8 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
         .when(op == "t", REASON_TRUNCATE)
         .when(~op.isin(*OPS), F.format_string(REASON_UNKNOWN_OP.replace("{op!r}", "'%s'"), op))
         .when(F.col("kafka_key").isNull(), REASON_NO_KEY)
+        .when((op == "u") & F.col("__after").isNull()
+              & (F.col(position.CONNECTOR) == MONGODB), REASON_MONGO_PARTIAL)
         .when((op != "d") & F.col("__after").isNull(),
               F.format_string(REASON_NO_AFTER.replace("{op!r}", "'%s'"), op))
         .when(row_bad, F.coalesce(F.expr(misfit_sql(shape.row_parse) or "NULL"),
