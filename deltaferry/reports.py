@@ -213,6 +213,9 @@ class IngestReport(Report):
     #: the remembered deletes or earlier in the batch): redeliveries and replays.
     stale: int = 0
     quarantined: int = 0
+    #: The quarantined messages that are bad messages (their reason is not an expectation's):
+    #: what ``on_bad_messages`` acts on.
+    bad_messages: int = 0
     #: Per expectation of the topic: its action and the records that failed it
     #: (``{"amount_not_negative": {"action": "quarantine", "failed": 3}}``); those of a
     #: quarantine expectation are in `quarantined` too.

@@ -12,7 +12,7 @@ from deltaferry.formats.json import commit_schema
 from deltaferry.reports import IngestReport
 from deltaferry.schema.merge import field_types, new_fields
 from deltaferry.schema.store import SchemaStore
-from deltaferry.spark.expectations import BAD_MESSAGES, BadMessageError, Checker
+from deltaferry.spark.expectations import BAD_MESSAGES, BadMessageError, Checker, needs_checker
 
 
 def field(name, type_):
@@ -42,7 +42,16 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
 @pytest.mark.parametrize("entry, said", [
     ({"schema": "variant"}, "schema: 'variant' is not a supported schema mode (supported: evolve, "
                             "freeze, discard_new_fields, rescue)"),
-    ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail, got 'stop'"),
+    ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail or "
+                                  "{pause_after: {ratio: 0.2, messages: 1000}}, got 'stop'"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 1}}},
+     "on_bad_messages: pause_after.ratio must be the share of bad messages above which the "
+     "topic pauses, from 0 to below 1 (0.2: one in five), got 1"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "messages": 0}}},
+     "pause_after.messages must be a whole number >= 1"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "window": 5}}},
+     "on_bad_messages: pause_after: unknown key(s) window (known: ratio, messages)"),
+    ({"on_bad_messages": {"pause": 1}}, "on_bad_messages: a mapping here must be"),
     ({"schema": "freeze", "format": "avro"},
      "schema freeze is not yet supported with format avro"),
     ({"schema": "discard_new_fields", "cdc": "debezium"},
@@ -112,8 +121,20 @@ def test_bad_messages_are_tallied_and_refuse_the_batch_only_when_on_bad_messages
         "quarantine and checkpoint unchanged): fix the producer or the schema, or make "
         "on_bad_messages quarantine, then run again")
     failing.refuse(8, failing.tally([0, None]))  # no bad message: nothing raised
-    quarantining = Checker(parse_topic({"name": "orders"}, 0))
-    assert quarantining.tally_columns() == [] and quarantining.tally([]) == {}
+    pausing = Checker(parse_topic({"name": "orders", "on_bad_messages": {
+        "pause_after": {"ratio": 0.5}}}, 0))   # counted, never refused
+    assert pausing.tally([2, (0, 3, "value is not valid JSON")])[BAD_MESSAGES][0] == 2
+    pausing.refuse(9, pausing.tally([2, (0, 3, "value is not valid JSON")]))
+
+
+def test_only_a_topic_with_expectations_or_bad_messages_to_act_on_gets_a_checker():
+    assert not needs_checker(parse_topic({"name": "orders"}, 0))
+    for on_bad in ("fail", {"pause_after": {"ratio": 0.1, "messages": 10}}):
+        topic = parse_topic({"name": "orders", "on_bad_messages": on_bad}, 0)
+        assert needs_checker(topic)
+    pause = parse_topic({"name": "o", "on_bad_messages": {"pause_after": {"ratio": 0.25}}}, 0)
+    assert (pause.pause_after.ratio, pause.pause_after.messages) == (0.25, 1)
+    assert parse_topic({"name": "o", "on_bad_messages": "fail"}, 0).pause_after is None
 
 
 def test_the_report_says_the_fields_left_out():
