@@ -67,6 +67,9 @@ METRICS: tuple[TopicMetric, ...] = (
     TopicMetric("deltaferry_alerts_firing", "Alerts the latest run's ingest raised.",
                 lambda r: None if r.last_run is None or r.last_run.alerts is None
                 else len(r.last_run.alerts)),
+    TopicMetric("deltaferry_topic_paused", "1 while the topic's bad messages have paused it "
+                "(on_bad_messages pause_after) until someone resumes it, else 0.",
+                lambda r: float(r.paused is not None) if r.paused_read else None),
     TopicMetric("deltaferry_topic_read_problems", "Parts of the topic that could not be read "
                 "(table, schema, lag, ...); their metrics are left out.",
                 lambda r: len(r.notes)),

@@ -136,7 +136,12 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 {% for row in page.rows %}{% set problems = row.problems %}{% set run = row.last_run %}{% set work = run.work if run else none %}
 <tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
 <td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
-<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div></td>
+<div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div>
+{% if row.paused %}<div class="paused"><strong class="state-failed">paused</strong>
+{% if can_resume(row.dag_id) %}<form method="post" action="{{ root }}/topics/{{ row.name | urlencode }}/resume" class="resume">
+<input type="hidden" name="form_token" value="{{ resume_token(row.dag_id) }}">
+<button type="submit" class="resume" id="resume-{{ row.name }}">Resume</button></form>
+{% else %}<div class="muted resume-cli">Resuming needs permission to trigger {{ row.dag_id }}; or run <code>deltaferry resume {{ row.name }}</code>.</div>{% endif %}</div>{% endif %}</td>
 <td>{{ row.format }}</td>
 <td class="state{% if 'run' in problems %} problem{% endif %}">{% if run %}<a class="run state-{{ run.state }}" href="{{ run_url(airflow, row.dag_id, run.run_id) }}">{{ run.state }}</a>
   <div class="muted when">{{ run.at_label }} {{ run.at }}</div>
@@ -333,6 +338,17 @@ RUNS = """{% extends "base.html" %}
 {% endblock %}
 """
 
+RESUMED = """{% extends "base.html" %}
+{% block title %}{{ topic }}: resume{% endblock %}
+{% block body %}
+<h1>{{ topic }}: resume</h1>
+{% if paused %}<div class="done" id="resumed">Resumed: {{ topic }} was paused since {{ paused.since }} ({{ paused.why() }}).
+Its next run reads the topic again.</div>
+{% else %}<p id="not-paused">{{ topic }} is not paused: nothing to resume.</p>{% endif %}
+<p><a href="{{ root }}/">All topics</a> · <a href="{{ root }}/topics/{{ topic | urlencode }}/quarantine">its quarantine</a></p>
+{% endblock %}
+"""
+
 ERROR = """{% extends "base.html" %}
 {% block title %}deltaferry: {{ status }}{% endblock %}
 {% block body %}<h1>{{ title }}</h1><p>{{ message }}</p>
@@ -341,4 +357,5 @@ ERROR = """{% extends "base.html" %}
 
 TEMPLATES = {"base.html": BASE, "tabs.html": TOPIC_TABS, "topics.html": TOPICS,
              "schema.html": SCHEMA, "quarantine.html": QUARANTINE, "health.html": HEALTH,
-             "runs.html": RUNS, "error.html": ERROR, "replay.html": REPLAY}
+             "runs.html": RUNS, "error.html": ERROR, "replay.html": REPLAY,
+             "resumed.html": RESUMED}

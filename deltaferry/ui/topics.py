@@ -32,6 +32,7 @@ from deltaferry.storage import Storage, storage_for
 
 if TYPE_CHECKING:
     from deltaferry.alerts import Alert
+    from deltaferry.pause import Paused
 
 #: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
@@ -181,13 +182,21 @@ class TopicRow:
     notes: list[str] = field(default_factory=list)
     #: the topic's alerts.max_lag_messages (None: no threshold)
     max_lag: int | None = None
+    #: why its bad messages paused the topic (deltaferry.pause); None: not paused (or unread)
+    paused: Paused | None = None
+    #: whether its paused state was read (`paused` None is then "not paused")
+    paused_read: bool = False
 
     @property
     def problems(self) -> dict[str, str]:
-        """What needs a look, by what it concerns (``run``, ``lag``, ``quarantine``): a last
-        run that failed, a lag over the topic's alerts.max_lag_messages, messages the last run
-        that did work quarantined."""
+        """What needs a look, by what it concerns (``paused``, ``run``, ``lag``,
+        ``quarantine``): a topic its bad messages paused, a last run that failed, a lag over
+        the topic's alerts.max_lag_messages, messages the last run that did work
+        quarantined."""
         found = {}
+        if self.paused is not None:
+            found["paused"] = (f"paused since {self.paused.since}: {self.paused.why()}; its "
+                               "runs are refused until it is resumed")
         run = self.last_run
         if run is not None and run.state in FAILED_STATES:
             found["run"] = f"the last run {run.state.replace('_', ' ')}"
@@ -228,6 +237,9 @@ class TopicRow:
                f"  last run       {last}"]
         if run is not None:
             out.append(f"  last success   {run.last_success_text or 'never'}")
+        if self.paused is not None:
+            out.append(f"  paused         since {self.paused.since}: {self.paused.why()} "
+                       f"(`deltaferry resume {self.name}`)")
         out += [f"  rows           {count(self.rows)}",
                 f"  lag            {count(self.lag)}",
                 f"  quarantined    {count(run.quarantined if run else None)} last run, "
@@ -480,6 +492,12 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
         row.rows = table_rows(paths.table, env)
         row.quarantined_total = table_rows(paths.quarantine, env) or 0
 
+    def pause() -> None:
+        from deltaferry.pause import paused_state
+
+        row.paused = paused_state(storage, paths.root)
+        row.paused_read = True
+
     def not_replayed() -> None:
         if row.quarantined_total == 0:
             row.quarantined_waiting = 0
@@ -508,11 +526,13 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     elif in_warehouse:
         attempt("schema", schema)
         attempt("table", rows)
+        attempt("paused state", pause)
         if waiting and row.quarantined_total is not None:
             attempt("quarantine", not_replayed)
     else:
         row.quarantined_total = 0
         row.quarantined_waiting = 0 if waiting else None
+        row.paused_read = True  # no folder, so no paused state
         if not cached:
             attempt("schema", schema)
     attempt("lag", topic_lag)
