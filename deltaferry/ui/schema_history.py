@@ -1,6 +1,7 @@
-"""The schema-history page: every version of a topic's schema cache with when and from which
-offsets it was made and what changed (the very line the infer step logs, stored with the
-version), the current schema as a tree, and for topics read through the Schema Registry the
+"""The schema-history page: the topic's ``schema:`` mode and each change of it its runs saw,
+every version of a topic's schema cache with when and from which offsets it was made and what
+changed (the very line the infer step logs, stored with the version), the current schema as a
+tree, and for topics read through the Schema Registry the
 subject's registered versions with the fields each one added or dropped.
 """
 
@@ -49,6 +50,16 @@ class RegistryVersion:
     changes: str
 
 
+@dataclass(frozen=True)
+class ModeRow:
+    """A ``schema:`` mode the topic's runs used: which, since when, from which schema version
+    on (None: before the first)."""
+
+    mode: str
+    since: str
+    schema_version: int | None
+
+
 @dataclass
 class SchemaHistory:
     """What the schema-history page shows."""
@@ -71,6 +82,10 @@ class SchemaHistory:
     pinned: bool = False
     #: Why a stored version has no offsets, when none applies (protobuf: writer schemas).
     offsets_note: str = ""
+    #: The topic's ``schema:`` mode in the topics file, and each change of it its runs saw
+    #: (newest first; `SchemaStore.record_mode`).
+    mode: str = "evolve"
+    modes: list[ModeRow] = field(default_factory=list)
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -206,7 +221,11 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     from deltaferry.registry import subject_name
 
     kind = format_of(topic)
-    history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema)
+    history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema,
+                            mode=topic.schema)
+    if kind.caches_schema:
+        history.modes = [ModeRow(str(m.get("mode")), str(m.get("at")), m.get("schema_version"))
+                         for m in store.modes()][::-1]
     if kind.caches_schema and not kind.infer_needs_spark:  # versions of writer schemas
         source = ("the registry's writer schemas" if kind.uses_registry(topic)
                   else f"the .proto file {topic.protobuf.proto_file}")

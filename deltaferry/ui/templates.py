@@ -179,6 +179,11 @@ SCHEMA = """{% extends "base.html" %}
 <h1>{{ topic }}: schema history</h1>
 {% include "tabs.html" %}
 <p class="sub">Format {{ h.format }}; {% if h.cached %}schema cache <code>{{ h.location }}</code>{% else %}schema in the Schema Registry{% endif %}.</p>
+<p id="schema-mode">Schema mode (<code>schema:</code>) <strong>{{ h.mode }}</strong>{% if h.modes and h.modes[0].mode != h.mode %} in the topics file; its runs last used <strong>{{ h.modes[0].mode }}</strong> (the next run that reads messages uses {{ h.mode }}){% endif %}.</p>
+{% if h.modes %}<table id="modes">
+<tr><th>mode</th><th>since</th><th class="num">schema version then</th></tr>
+{% for m in h.modes %}<tr><td class="mode">{{ m.mode }}</td><td>{{ m.since | when }}</td><td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% else %}–{% endif %}</td></tr>{% endfor %}
+</table>{% endif %}
 <h2>{% if h.cached %}Versions of the schema cache{% else %}Where the schema lives{% endif %}</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
