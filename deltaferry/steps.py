@@ -129,12 +129,21 @@ class Infer(Step):
 
 @dataclass(frozen=True)
 class Ingest(Step):
-    """What is new in the topic, into its table (deltaferry.spark.ingest)."""
+    """What is new in the topic, into its table (deltaferry.spark.ingest); a topic whose
+    schema is cached records its ``schema:`` mode when it changed (`SchemaStore.record_mode`,
+    for the schema history), and a json topic back from rescue to evolve first gets what its
+    table's ``_rescued`` column holds of new fields as columns (deltaferry.formats.promote)."""
 
     def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
                 reinfer: bool) -> Any:
+        from deltaferry.formats import format_of
+        from deltaferry.formats.promote import promote_rescued
         from deltaferry.spark.ingest import ingest_topic
 
+        if format_of(ctx.topic).caches_schema and ctx.store.record_mode(ctx.topic.schema):
+            log.info("%s: schema mode %s from now on (the schema history lists it)",
+                     ctx.topic.name, ctx.topic.schema)
+        promote_rescued(spark, ctx)
         return ingest_topic(spark, ctx, state)
 
     def checked(self, ctx: TopicContext, report: Any, state: TopicState | None = None) -> Any:

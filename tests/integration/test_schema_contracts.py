@@ -88,6 +88,7 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         report = run(spark, ctx)
         assert (report.messages_read, report.quarantined, report.schema_version) == (2, 0, 1)
         assert payload_columns(ctx) == PAYLOAD + (["_rescued"] if mode == "rescue" else [])
+        assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [(mode, 1)]
     for ctx in ctxs.values():
         produce(kafka_bootstrap, ctx.topic.name, SECOND)
     reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
@@ -148,6 +149,29 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
     assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
     assert table["g"]["customer"] == {"tier": "bronze"}
     assert reasons(ctx) == {5: "value is not valid JSON"}
+
+    # rescue back to evolve: the next run promotes what _rescued holds of new fields into
+    # columns, re-read from the table; a value that did not fit its column stays rescued
+    ctx = context(ctx.topic.name, tmp_path / "wh", kafka_bootstrap, schema="evolve")
+    produce(kafka_bootstrap, ctx.topic.name, [("h", {"id": 8, "name": "t", "amount": 80,
+                                                     "customer": {"tier": "gold"},
+                                                     "coupon": "NEW"})])
+    report = run(spark, ctx)
+    assert (report.messages_read, report.quarantined) == (1, 0)
+    table = rows(spark, ctx)
+    assert payload_columns(ctx) == [*PAYLOAD, "_rescued", "coupon", "full_name"]
+    assert {k: (r["coupon"], r["full_name"], r["customer"], r["_rescued"])
+            for k, r in table.items()} == {
+        "a": (None, None, {"tier": "gold", "since": None}, None),
+        "b": (None, None, {"tier": "silver", "since": None}, None),
+        "c": ("SAVE", None, {"tier": "gold", "since": None}, None),
+        "d": (None, "w", {"tier": "gold", "since": None}, None),
+        "e": (None, None, {"tier": "gold", "since": None}, '{"amount":"fifty"}'),
+        "g": (None, None, {"tier": "bronze", "since": 2020}, None),
+        "h": ("NEW", None, {"tier": "gold", "since": None}, None)}
+    assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [
+        ("rescue", 1), ("evolve", 2)]   # v2: the infer step's, with coupon from h
+    assert ctx.store.versions() == [1, 2, 3]
 
 
 def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
