@@ -54,6 +54,11 @@ RESCUED = "_rescued"
 #: A value with fields the schema does not have, under ``schema: freeze``.
 REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
+#: How every reason of a value that broke the topic's schema contract starts (a new field
+#: under freeze, a field of another type, a value its schema hints refuse): the quarantine's
+#: "contract" filter (`deltaferry.quarantine.QuarantineFilter.contract`).
+CONTRACT_REASONS = (REASON_NEW_FIELDS.split("{", 1)[0], REASON_FIELD.split("{", 1)[0],
+                    REASON_HINTS)
 
 
 def json_objects(df: DataFrame, keyed: bool = True) -> DataFrame:

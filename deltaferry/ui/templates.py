@@ -227,6 +227,7 @@ QUARANTINE = """{% extends "base.html" %}
 <datalist id="known-reasons">{% for reason in q.reasons %}<option value="{{ reason }}">{% endfor %}</datalist>
 <label>partition <input type="number" min="0" name="partition" id="filter-partition" value="{{ query.filter.partition if query.filter.partition is not none else '' }}"></label>
 <label>key contains <input type="search" name="key" id="filter-key" value="{{ query.filter.key or '' }}"></label>
+<label><input type="checkbox" name="contract" value="1" id="filter-contract"{% if query.filter.contract %} checked{% endif %}> schema contract reasons only</label>
 <label>per page <input type="number" min="1" max="{{ max_size }}" name="size" id="filter-size" value="{{ query.size }}"></label>
 <button type="submit" id="filter-apply">Search</button>
 {% if query.filter.any %}<a id="filter-clear" href="{{ here }}">clear</a>{% endif %}
@@ -239,6 +240,7 @@ page {{ query.page }} of {{ q.pages }}{% if query.page < q.pages %} · <a id="pa
 {% if query.filter.reason is not none %}<input type="hidden" name="reason" value="{{ query.filter.reason }}">{% endif %}
 {% if query.filter.partition is not none %}<input type="hidden" name="partition" value="{{ query.filter.partition }}">{% endif %}
 {% if query.filter.key is not none %}<input type="hidden" name="key" value="{{ query.filter.key }}">{% endif %}
+{% if query.filter.contract %}<input type="hidden" name="contract" value="1">{% endif %}
 <button type="submit" class="replay" id="replay-button">Replay {{ q.matching_waiting | count_text }} message(s)…</button>
 <span class="muted">a run of {{ dag_id }} reads them again through the topic's decoder (after a fix) and lands those that parse; you confirm first</span>
 </form>{% elif not can_replay %}<p class="muted" id="replay-cli">Replaying needs permission to trigger {{ dag_id }}; or run <code>deltaferry quarantine replay {{ topic }}</code>.</p>{% endif %}
@@ -273,6 +275,7 @@ replays the quarantined messages not replayed yet ({{ which.text() }}). Its inge
 {% if which.reason is not none %}<input type="hidden" name="reason" value="{{ which.reason }}">{% endif %}
 {% if which.partition is not none %}<input type="hidden" name="partition" value="{{ which.partition }}">{% endif %}
 {% if which.key is not none %}<input type="hidden" name="key" value="{{ which.key }}">{% endif %}
+{% if which.contract %}<input type="hidden" name="contract" value="1">{% endif %}
 <button type="submit" class="replay" id="replay-confirm-button">Start the replay run</button>
 <a href="{{ here }}{{ back }}" id="replay-cancel">Cancel</a>
 </form>{% endif %}

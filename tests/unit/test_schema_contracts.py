@@ -4,6 +4,9 @@ stored schema that never grows, the bad-message tally and refusal, the report's 
 
 from __future__ import annotations
 
+import re
+
+import pyarrow as pa
 import pytest
 
 from deltaferry.config import parse_topic, parse_topics
@@ -143,3 +146,80 @@ def test_the_report_says_the_fields_left_out():
         report.summary()
     assert "left out" not in IngestReport("orders").summary()
     assert report.as_dict()["discarded_fields"] == {"full_name": 2, "coupon": 1}
+
+
+def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_path):
+    from fastapi.testclient import TestClient
+    from test_ui import signed_in
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.ui.web import create_app
+
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    store = SchemaStore(paths.schema)
+    assert store.modes() == [] and store.record_mode("rescue")
+    store.write_version(struct(field("id", "long")), {0: 2}, "initial schema, 1 field: id")
+    assert not store.record_mode("rescue")                  # the same mode: not again
+    assert store.record_mode("evolve") and store.record_mode("freeze")
+    assert [(m["mode"], m["schema_version"]) for m in store.modes()] == [
+        ("rescue", None), ("evolve", 1), ("freeze", 1)]
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n    schema: discard_new_fields\n")
+    env = {"DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"), "DELTAFERRY_TOPICS": str(topics)}
+    app = create_app(signed_in, env=lambda: env, topics_file=str(topics))
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    assert "Schema mode (<code>schema:</code>) <strong>discard_new_fields</strong> in the topics " \
+           "file; its runs last used <strong>freeze</strong>" in page
+    assert [m for m in re.findall(r'<td class="mode">(\w+)</td>', page)] == [
+        "freeze", "evolve", "rescue"]
+
+
+def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():
+    from deltaferry.formats.promote import nested, promotable
+
+    table = struct(field("id", "long"), field("amount", "long"),
+                   field("customer", struct(field("tier", "string"))),
+                   field("items", array(struct(field("sku", "string")))))
+    rescued = struct(field("amount", "string"), field("coupon", "string"),
+                     field("customer.since", "long"), field("items[].qty", "long"),
+                     field("`a.b`", "long"), field("nope.deeper", "long"))
+    found = promotable(table, rescued)
+    assert [(path, names) for path, names, _ in found] == [
+        ("coupon", ("coupon",)), ("customer.since", ("customer", "since"))]
+    assert nested(found) == struct(field("coupon", "string"),
+                                   field("customer", struct(field("since", "long"))))
+
+
+def test_the_quarantine_filters_a_schema_contracts_reasons(tmp_path):
+    from deltalake import write_deltalake
+    from fastapi.testclient import TestClient
+    from test_ui import quarantine_rows, signed_in
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.quarantine import QuarantineFilter, QuarantineQuery, quarantine_page
+    from deltaferry.ui.web import create_app
+
+    contract = ["value has field(s) not in schema v1 (schema: freeze): coupon",
+                "value does not fit schema v2: field amount is string in the message, long in "
+                "the schema",
+                "value does not fit the topic's schema hints: amount decimal(18,2)"]
+    rows = quarantine_rows(n_json=4).to_pylist()
+    for row, reason in zip(rows, contract, strict=False):
+        row["reason"] = reason
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    write_deltalake(paths.quarantine, pa.Table.from_pylist(rows, quarantine_rows().schema))
+    page = quarantine_page(paths.quarantine, QuarantineQuery(QuarantineFilter(contract=True)))
+    assert sorted(m.reason for m in page.latest) == sorted(contract)    # not JSON, not UTF-8
+    assert QuarantineFilter.from_param({"contract": True, "key": "k"}) == \
+        QuarantineFilter(key="k", contract=True)
+    assert QuarantineFilter(contract=True).as_param() == {"contract": True}
+    assert QuarantineQuery.from_params({"contract": "1"}).link() == "?contract=1"
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    env = {"DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"), "DELTAFERRY_TOPICS": str(topics)}
+    app = create_app(signed_in, env=lambda: env, topics_file=str(topics),
+                     may_trigger=lambda *_: True)
+    text = TestClient(app, headers={"x-user": "ann"}).get(
+        "/topics/orders/quarantine?contract=1").text
+    assert "1–3 of 3 message(s) where a schema contract&#39;s reason" in text
+    assert '<input type="hidden" name="contract" value="1">' in text   # the replay keeps it
