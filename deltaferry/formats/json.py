@@ -460,6 +460,8 @@ class JsonDecoder:
         self.schema_version = latest.version
         #: discard_new_fields: the last decoded batch's usable values, per field left out.
         self.discarded: dict[str, int] = {}
+        #: rescue: the last decoded batch's usable values, per path rescued into RESCUED.
+        self.rescued: dict[str, int] = {}
 
     @property
     def evolves(self) -> bool:
@@ -513,6 +515,13 @@ class JsonDecoder:
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
                              seen, mode)
         self.discarded = {}
+        self.rescued = {}
+        if mode == SchemaMode.RESCUE:
+            paths = F.map_keys(F.from_json(F.col(f"data.{RESCUED}"), "map<string,string>"))
+            found = (decoded.where(F.col("problem").isNull()
+                                   & F.col(f"data.{RESCUED}").isNotNull())
+                     .select(F.explode(paths).alias("path")).groupBy("path").count())
+            self.rescued = {r["path"]: int(r["count"]) for r in found.collect()}
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:

@@ -129,6 +129,16 @@ class LastRun:
                 for name, e in found.items() if isinstance(e, dict)]
 
     @property
+    def rescued(self) -> dict[str, int]:
+        """Per path its ingest kept in ``_rescued`` (``schema: rescue``), the messages it was
+        in; empty without a report of work or without rescued values."""
+        found = self.ingest.get("rescued_fields") if self.did_work and isinstance(
+            self.ingest, dict) else None
+        if not isinstance(found, dict):
+            return {}
+        return {str(path): int(n) for path, n in found.items() if isinstance(n, int)}
+
+    @property
     def result(self) -> str:
         """The ingest report's summary line, else the run's state."""
         if isinstance(self.ingest, dict) and self.ingest.get("summary"):
@@ -249,6 +259,10 @@ class TopicRow:
         if work is not None and work.expectations:
             out.append("  expectations   " + ", ".join(
                 f"{name} {failed:,} {verb}" for name, failed, verb in work.expectations)
+                + ("" if work is run else " (the last run that read messages)"))
+        if work is not None and work.rescued:
+            out.append("  rescued        " + ", ".join(
+                f"{path} {n:,}" for path, n in sorted(work.rescued.items()))
                 + ("" if work is run else " (the last run that read messages)"))
         alerts = run.alerts if run else None
         if alerts is not None:

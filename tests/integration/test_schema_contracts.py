@@ -149,6 +149,10 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
     assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
     assert table["g"]["customer"] == {"tier": "bronze"}
     assert reasons(ctx) == {5: "value is not valid JSON"}
+    assert reports["rescue"].rescued_fields == {"coupon": 1, "full_name": 1, "amount": 1,
+                                                "customer.since": 1}
+    assert "rescued: amount 1, coupon 1, customer.since 1, full_name 1, " in \
+        reports["rescue"].summary()
 
     # rescue back to evolve: the next run promotes what _rescued holds of new fields into
     # columns, re-read from the table; a value that did not fit its column stays rescued

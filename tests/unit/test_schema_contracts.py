@@ -223,3 +223,17 @@ def test_the_quarantine_filters_a_schema_contracts_reasons(tmp_path):
         "/topics/orders/quarantine?contract=1").text
     assert "1–3 of 3 message(s) where a schema contract&#39;s reason" in text
     assert '<input type="hidden" name="contract" value="1">' in text   # the replay keeps it
+
+
+def test_status_and_metrics_count_the_last_runs_rescued_values():
+    from deltaferry.ui.metrics import exposition
+    from deltaferry.ui.topics import LastRun, TopicRow
+
+    report = IngestReport("orders", messages_read=6, rescued_fields={"coupon": 2, "a.b": 1})
+    assert "rescued: a.b 1, coupon 2, schema v0" in report.summary()
+    assert "rescued" not in IngestReport("orders").summary()
+    run = LastRun("r1", "success", "t", {**report.as_dict(), "step": "ingest"})
+    row = TopicRow("orders", "json", "ingest_orders", None, last_run=run)
+    assert "  rescued        a.b 1, coupon 2" in row.lines()
+    assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 3.0' in \
+        exposition([row]).decode()

@@ -271,6 +271,9 @@ class BatchWriter:
         for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json's only
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
+        for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
+            self.report.rescued_fields[field_] = \
+                self.report.rescued_fields.get(field_, 0) + count_
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
         scheduled = self.count_jobs(batch_id, jobs.scheduled())
