@@ -86,6 +86,10 @@ class SchemaHistory:
     #: (newest first; `SchemaStore.record_mode`).
     mode: str = "evolve"
     modes: list[ModeRow] = field(default_factory=list)
+    #: The paths the table's ``_rescued`` column holds, each with the rows holding it (most
+    #: first); what could not be read of it (None: nothing to say).
+    rescued: list[tuple[str, int]] = field(default_factory=list)
+    rescued_problem: str | None = None
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -212,11 +216,37 @@ def registry_versions(registered: list) -> list[RegistryVersion]:
     return rows[::-1]
 
 
+def rescued_paths(table: str, env: Mapping[str, str] | None = None) -> list[tuple[str, int]]:
+    """The paths the ``_rescued`` column of the Delta table at `table` holds (``schema:
+    rescue``), each with the rows holding it, most first (then by path), read with delta-rs;
+    [] without a table or such a column."""
+    from collections import Counter
+
+    from deltalake.exceptions import TableNotFoundError
+
+    from deltaferry.formats.json import RESCUED
+    from deltaferry.lake import open_table
+
+    try:
+        delta = open_table(table, env)
+    except TableNotFoundError:
+        return []
+    if RESCUED not in [f.name for f in delta.schema().fields]:
+        return []
+    found: Counter[str] = Counter()
+    for text in delta.to_pyarrow_table(columns=[RESCUED]).column(RESCUED).to_pylist():
+        if text:
+            found.update(json.loads(text).keys())
+    return sorted(found.items(), key=lambda item: (-item[1], item[0]))
+
+
 def schema_history(topic: TopicConfig, store: SchemaStore,
-                   env: Mapping[str, str] | None = None) -> SchemaHistory:
+                   env: Mapping[str, str] | None = None,
+                   table: str | None = None) -> SchemaHistory:
     """The schema history of `topic`: its cache (`store`) and, for a topic read through the
     Schema Registry, the subject's versions (a registry that does not answer is said on the
-    page, the rest still shows)."""
+    page, the rest still shows); with `table` (the topic's table), the paths its ``_rescued``
+    column holds (`rescued_paths`; one that cannot be read is said)."""
     from deltaferry.formats import format_of, uses_registry
     from deltaferry.registry import subject_name
 
@@ -234,6 +264,11 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     if not history.cached:
         history.pinned = topic.avro.schema_version is not None
         history.read_version = topic.avro.schema_version
+    if table is not None and kind.caches_schema:
+        try:
+            history.rescued = rescued_paths(table, env)
+        except Exception as exc:  # said on the page; the rest still shows
+            history.rescued_problem = f"the table's _rescued column: {exc}"
     numbers = store.versions()
     stored = [store.read(n) for n in numbers]
     history.versions = [version_row(v, stored[i - 1] if i else None)

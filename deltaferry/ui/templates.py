@@ -184,6 +184,10 @@ SCHEMA = """{% extends "base.html" %}
 <tr><th>mode</th><th>since</th><th class="num">schema version then</th></tr>
 {% for m in h.modes %}<tr><td class="mode">{{ m.mode }}</td><td>{{ m.since | when }}</td><td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% else %}–{% endif %}</td></tr>{% endfor %}
 </table>{% endif %}
+{% if h.rescued %}<h2>Rescued in the table's <code>_rescued</code> column</h2>
+<table id="rescued"><tr><th>path</th><th class="num">rows</th></tr>
+{% for path, rows in h.rescued %}<tr><td class="mono path">{{ path }}</td><td class="num">{{ rows | count_text }}</td></tr>{% endfor %}
+</table>{% endif %}{% if h.rescued_problem %}<p class="note">{{ h.rescued_problem }}</p>{% endif %}
 <h2>{% if h.cached %}Versions of the schema cache{% else %}Where the schema lives{% endif %}</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>

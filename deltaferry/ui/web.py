@@ -478,7 +478,8 @@ def create_app(user: Callable[..., Any],
 
         paths = paths_of(topic, settings)
         return schema_history(topic, SchemaStore(paths.schema, storage_for(paths.schema,
-                                                                           settings)), settings)
+                                                                           settings)), settings,
+                              table=paths.table)
 
     def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], query):
         from deltaferry.config import warehouse_from_env

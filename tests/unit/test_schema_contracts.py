@@ -172,6 +172,13 @@ def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_pa
            "file; its runs last used <strong>freeze</strong>" in page
     assert [m for m in re.findall(r'<td class="mode">(\w+)</td>', page)] == [
         "freeze", "evolve", "rescue"]
+    from deltalake import write_deltalake
+
+    write_deltalake(paths.table, pa.table({"kafka_key": ["a", "b", "c"], "_rescued": [
+        '{"coupon":"SAVE","customer.since":2020}', None, '{"coupon":"X"}']}))
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>', page) \
+        == [("coupon", "2"), ("customer.since", "1")]
 
 
 def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():
