@@ -1,7 +1,7 @@
 """The `deltaferry` command line: `run TOPIC`, `stream TOPIC`, `quarantine show|replay TOPIC`,
-`status [TOPIC]`, `topics` and `check [FILE]`, and the subcommands of the `deltaferry.commands`
-entry points (a source checkout's harness adds `stack up|down|status` and `airflow
-up|down|status`)."""
+`resume TOPIC`, `status [TOPIC]`, `topics` and `check [FILE]`, and the subcommands of the
+`deltaferry.commands` entry points (a source checkout's harness adds `stack up|down|status`
+and `airflow up|down|status`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 COMMANDS_GROUP = "deltaferry.commands"
 CHECKOUT_COMMANDS = ("stack", "airflow")
 #: The library's own subcommands: a command line naming one of them loads no entry point.
-OWN_COMMANDS = ("run", "stream", "quarantine", "status", "check", "topics")
+OWN_COMMANDS = ("run", "stream", "quarantine", "resume", "status", "check", "topics")
 
 
 def _not_installed(name: str) -> Callable[[argparse.Namespace], int]:
@@ -101,6 +101,22 @@ def _quarantine(args: argparse.Namespace) -> int:
     ctx = TopicContext.load(args.topic)
     for line in show(ctx.paths.quarantine, latest=args.latest):
         print(line)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from deltaferry.context import TopicContext
+    from deltaferry.pause import resume
+    from deltaferry.storage import storage_for
+
+    ctx = TopicContext.load(args.topic)
+    root = ctx.paths.root
+    found = resume(storage_for(root), root)
+    if found is None:
+        print(f"topic {args.topic} is not paused: nothing to resume")
+    else:
+        print(f"topic {args.topic} resumed (paused since {found.since}: {found.why()}); its "
+              "next run reads it again")
     return 0
 
 
@@ -186,6 +202,8 @@ def _status(args: argparse.Namespace) -> int:
 
 def status_json(row) -> dict:
     """A status row as plain data (``--json``)."""
+    from dataclasses import asdict
+
     run = row.last_run
     return {"topic": row.name, "format": row.format, "dag_id": row.dag_id, "entry": row.entry,
             "last_run": None if run is None else {
@@ -195,7 +213,8 @@ def status_json(row) -> dict:
                 "last_success": run.last_success.isoformat() if run.last_success else None},
             "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,
             "quarantined_not_replayed": row.quarantined_waiting,
-            "schema_version": row.schema_version, "not_read": row.notes}
+            "schema_version": row.schema_version,
+            "paused": None if row.paused is None else asdict(row.paused), "not_read": row.notes}
 
 
 def _topics(args: argparse.Namespace) -> int:
@@ -273,6 +292,12 @@ def build_parser(extensions: bool = True) -> argparse.ArgumentParser:
     p_quarantine.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                               help="replay: wait up to this long for another run of the topic")
     p_quarantine.set_defaults(func=_quarantine)
+
+    p_resume = sub.add_parser(
+        "resume", help="resume a topic that on_bad_messages pause_after paused: its next run "
+        "reads the topic again")
+    p_resume.add_argument("topic", help="a topic listed in the topics file")
+    p_resume.set_defaults(func=_resume)
 
     p_status = sub.add_parser(
         "status", help="what the topics page shows of every topic (or TOPIC): last run, rows, "

@@ -231,6 +231,14 @@ def describe_value(row: Mapping) -> str:
 
 # --- the search: which messages a page lists or a replay takes -------------------------------
 
+def contract_reasons() -> tuple[str, ...]:
+    """How the reasons of values that broke a topic's schema contract start (a new field under
+    ``schema: freeze``, a field of another type, a value the schema hints refuse)."""
+    from deltaferry.formats.json import CONTRACT_REASONS
+
+    return CONTRACT_REASONS
+
+
 @dataclass(frozen=True)
 class QuarantineFilter:
     """Which quarantined messages a page lists or a replay takes: those whose reason contains
@@ -241,8 +249,12 @@ class QuarantineFilter:
     reason: str | None = None
     partition: int | None = None
     key: str | None = None
+    #: Only the messages whose reason is a schema contract's (`contract_reasons`).
+    contract: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.contract, bool):
+            raise TypeError(f"contract must be true or false, not {self.contract!r}")
         for name in ("reason", "key"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -257,7 +269,8 @@ class QuarantineFilter:
     @property
     def any(self) -> bool:
         """Whether any condition is set."""
-        return any(v is not None for v in (self.reason, self.partition, self.key))
+        return self.contract or any(v is not None for v in (self.reason, self.partition,
+                                                            self.key))
 
     def sql(self) -> str:
         """The conditions as a SQL predicate of DataFusion (``TRUE`` for none); the texts are
@@ -272,12 +285,16 @@ class QuarantineFilter:
             parts.append(f"kafka_partition = {int(self.partition)}")
         if self.key is not None:
             parts.append(f"strpos(kafka_key, {literal(self.key)}) > 0")
+        if self.contract:
+            parts.append("(" + " OR ".join(f"starts_with(reason, {literal(p)})"
+                                           for p in contract_reasons()) + ")")
         return " AND ".join(parts) or "TRUE"
 
     def as_param(self) -> dict:
         """The filter as a DAG run's ``replay`` param (conditions not set left out)."""
-        return {k: v for k, v in (("reason", self.reason), ("partition", self.partition),
-                                  ("key", self.key)) if v is not None}
+        found: dict = {k: v for k, v in (("reason", self.reason), ("partition", self.partition),
+                                         ("key", self.key)) if v is not None}
+        return {**found, "contract": True} if self.contract else found
 
     @classmethod
     def from_param(cls, value) -> QuarantineFilter | None:
@@ -291,12 +308,13 @@ class QuarantineFilter:
         if not isinstance(value, Mapping):
             raise ValueError(f"replay must be an object such as {{'reason': 'not valid JSON'}}, "
                              f"not {value!r}")
-        unknown = set(value) - {"reason", "partition", "key"}
+        unknown = set(value) - {"reason", "partition", "key", "contract"}
         if unknown:
             raise ValueError(f"replay: unknown condition(s) {', '.join(sorted(unknown))}; "
-                             "the conditions are reason, partition, key")
+                             "the conditions are reason, partition, key, contract")
         try:
-            return cls(value.get("reason"), value.get("partition"), value.get("key"))
+            return cls(value.get("reason"), value.get("partition"), value.get("key"),
+                       value.get("contract", False))
         except TypeError as exc:
             raise ValueError(f"replay: {exc}") from None
 
@@ -304,7 +322,8 @@ class QuarantineFilter:
         """The filter in words, for a page, a log line or a run's note."""
         parts = ([f"reason contains {self.reason!r}"] if self.reason is not None else []) + (
             [f"partition {self.partition}"] if self.partition is not None else []) + (
-            [f"key contains {self.key!r}"] if self.key is not None else [])
+            [f"key contains {self.key!r}"] if self.key is not None else []) + (
+            ["a schema contract's reason"] if self.contract else [])
         return ", ".join(parts) or "every message"
 
 
@@ -367,8 +386,9 @@ class QuarantineQuery:
             size = MAX_LATEST
         texts = {name: (params.get(name) or "").strip()[:200] or None
                  for name in ("reason", "key")}
-        return cls(QuarantineFilter(texts["reason"], whole("partition", 0), texts["key"]),
-                   whole("page", 1) or 1, size, tuple(notes))
+        contract = (params.get("contract") or "").strip().lower() in ("1", "on", "true")
+        return cls(QuarantineFilter(texts["reason"], whole("partition", 0), texts["key"],
+                                    contract), whole("page", 1) or 1, size, tuple(notes))
 
     def params(self, **changes) -> dict[str, str]:
         """The URL parameters of this query with `changes` (``page``, ``size``), defaults
@@ -376,6 +396,7 @@ class QuarantineQuery:
         page, size = changes.get("page", self.page), changes.get("size", self.size)
         out = {"reason": self.filter.reason, "partition": None if self.filter.partition is None
                else str(self.filter.partition), "key": self.filter.key,
+               "contract": "1" if self.filter.contract else None,
                "size": None if size == DEFAULT_LATEST else str(size),
                "page": None if page == 1 else str(page)}
         return {k: v for k, v in out.items() if v is not None}

@@ -213,6 +213,9 @@ class IngestReport(Report):
     #: the remembered deletes or earlier in the batch): redeliveries and replays.
     stale: int = 0
     quarantined: int = 0
+    #: The quarantined messages that are bad messages (their reason is not an expectation's):
+    #: what ``on_bad_messages`` acts on.
+    bad_messages: int = 0
     #: Per expectation of the topic: its action and the records that failed it
     #: (``{"amount_not_negative": {"action": "quarantine", "failed": 3}}``); those of a
     #: quarantine expectation are in `quarantined` too.
@@ -221,6 +224,8 @@ class IngestReport(Report):
     widened_columns: list[str] = field(default_factory=list)
     #: ``schema: discard_new_fields``: per field left out of the rows, the messages it was in.
     discarded_fields: dict[str, int] = field(default_factory=dict)
+    #: ``schema: rescue``: per path kept in the rows' ``_rescued`` column, the messages it was in.
+    rescued_fields: dict[str, int] = field(default_factory=dict)
     #: Next offset per partition the checkpoint has read up to, and what the topic held beyond.
     offsets_read_to: dict[str, int] = field(default_factory=dict)
     lag: int = 0
@@ -252,6 +257,9 @@ class IngestReport(Report):
             + ("new fields left out: " + ", ".join(
                 f"{f} {n}" for f, n in sorted(self.discarded_fields.items())) + ", "
                if self.discarded_fields else "")
+            + ("rescued: " + ", ".join(
+                f"{f} {n}" for f, n in sorted(self.rescued_fields.items())) + ", "
+               if self.rescued_fields else "")
             + f"schema v{self.schema_version}; read up to "
             f"{read_to}, lag {self.lag}; {self.seconds:.1f} s"
             + (f" ({describe_phases(self.phases)})" if self.phases else "")

@@ -63,6 +63,9 @@ class Step:
     #: whose foreachBatch writer keeps state in the driver's process (the report's counts,
     #: the topic lock's fence), which a Connect server runs away from the client.
     over_connect: bool = True
+    #: Whether it reads new messages, and so is refused while the topic is paused
+    #: (deltaferry.pause; a replay of the quarantine and the maintenance steps are not).
+    paused_refuses: bool = False
 
     @property
     def script(self) -> Path:
@@ -131,20 +134,31 @@ class Infer(Step):
 
 @dataclass(frozen=True)
 class Ingest(Step):
-    """What is new in the topic, into its table (deltaferry.spark.ingest)."""
+    """What is new in the topic, into its table (deltaferry.spark.ingest); a topic whose
+    schema is cached records its ``schema:`` mode when it changed (`SchemaStore.record_mode`,
+    for the schema history), and a json topic back from rescue to evolve first gets what its
+    table's ``_rescued`` column holds of new fields as columns (deltaferry.formats.promote)."""
 
     def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
                 reinfer: bool) -> Any:
+        from deltaferry.formats import format_of
+        from deltaferry.formats.promote import promote_rescued
         from deltaferry.spark.ingest import ingest_topic
 
+        if format_of(ctx.topic).caches_schema and ctx.store.record_mode(ctx.topic.schema):
+            log.info("%s: schema mode %s from now on (the schema history lists it)",
+                     ctx.topic.name, ctx.topic.schema)
+        promote_rescued(spark, ctx)
         return ingest_topic(spark, ctx, state)
 
     def checked(self, ctx: TopicContext, report: Any, state: TopicState | None = None) -> Any:
         """The report with the topic's alerts (deltaferry.alerts), whether ingest ran or was
-        skipped: lag and staleness apply to both."""
+        skipped: lag and staleness apply to both; and, after a run that read messages, the
+        topic's count of bad messages, which may pause it (deltaferry.pause.judge)."""
         from deltaferry.alerts import checked
+        from deltaferry.pause import judge
 
-        return checked(ctx, report, state)
+        return judge(ctx, checked(ctx, report, state))
 
 
 @dataclass(frozen=True)
@@ -193,6 +207,7 @@ class Stream(Step):
     name: str = "stream"
     reads_topic: bool = True
     over_connect: bool = False
+    paused_refuses: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
 
     def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
@@ -260,8 +275,10 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
     """Say warehouse, broker and registry problems (missing bucket, bad credentials, unreachable
     S3 endpoint or Schema Registry, a TLS certificate refused by either side) of running the
     steps `todo` before a JVM is started, each checked once: the brokers' TLS and the registry
-    only when a step reads the topic. Raises DeltaferryError (TlsError for TLS)."""
+    only when a step reads the topic; and refuse a paused topic's steps that read new messages
+    (deltaferry.pause). Raises DeltaferryError (TlsError for TLS, TopicPausedError)."""
     from deltaferry.formats import check_topic_registry
+    from deltaferry.pause import refuse_if_paused, refuses
     from deltaferry.storage import check_warehouse
     from deltaferry.tls import check_kafka
 
@@ -273,14 +290,17 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
                               "keeps the report and the lock's fence in the driver); unset "
                               "it for that step")
     check_warehouse(ctx.settings.warehouse)
+    if refuses(todo):
+        refuse_if_paused(ctx, env)
     if any(single.reads_topic for step in todo for single in step.singles()):
         check_kafka(ctx.settings.kafka_bootstrap, ctx.settings.kafka_options)
         check_topic_registry(ctx.topic, env)
 
 
 STEPS: dict[str, Step] = {s.name: s for s in (
-    Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True),
-    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, over_connect=False),
+    Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True, paused_refuses=True),
+    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, over_connect=False,
+           paused_refuses=True),
     Maintain("optimize", "optimize", "optimize.py"),
     Maintain("vacuum", "vacuum", "vacuum.py"),
     Step("maintain", "maintain", "maintain.py", parts=("optimize", "vacuum")),

@@ -84,12 +84,13 @@ def params():
             None, type=["null", "object"], title="Replay the quarantine", **dialect,
             properties={"reason": {"type": "string"},
                         "partition": {"type": "integer", "minimum": 0},
-                        "key": {"type": "string"}},
+                        "key": {"type": "string"}, "contract": {"type": "boolean"}},
             additionalProperties=False,
             description="Instead of ingesting, the ingest task replays the quarantined "
             "messages not replayed yet that this filter takes ({} for all; reason and key: "
-            "text they contain; partition: a Kafka partition), as `deltaferry quarantine "
-            "replay` does. The quarantine page's replay button sets it.",
+            "text they contain; partition: a Kafka partition; contract: true for a schema "
+            "contract's reasons only), as `deltaferry quarantine replay` does. The quarantine "
+            "page's replay button sets it.",
         ),
     }
 

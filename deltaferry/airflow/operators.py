@@ -14,6 +14,8 @@ needs decided at run time, so a DAG file only names the topic and the step:
   ``proxy_user``, ``env_vars``, ...) passes through unchanged: the hook is the provider's own;
 * Kafka brokers and client properties come from the Kafka connection or the environment and
   reach spark-submit in its environment (never its command line); secret values are masked;
+* a step that reads new messages of a paused topic (deltaferry.pause) fails at once, one line
+  saying why, and is not retried;
 * before spark-submit, `deltaferry.plan` decides from the topic's offsets, checkpoint, schema
   cache and Delta log whether the step has anything to do; if not, no JVM starts and the task
   ends *skipped*, saying why in its log and its XCom (and the ingest task emits no asset event);
@@ -239,6 +241,8 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         ctx = self._context(env, debug)
         self._lineage = lineage.Facts(self.topic, self.step,
                                       lineage.kafka_namespace(kafka.bootstrap), ctx.paths)
+        if replay is None:
+            self._refuse_paused(ctx, env)
         skip = None if replay is not None else self._nothing_to_do(ctx, env, reinfer)
         self.timing["plan"] = time.monotonic() - began
         if skip is not None:
@@ -395,6 +399,28 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         from deltaferry.context import TopicContext
 
         return TopicContext.load(self.topic, self.topics_file, debug=debug, env=env)
+
+    def _refuse_paused(self, ctx, env: dict[str, str]) -> None:
+        """A step that reads new messages of a paused topic (deltaferry.pause) fails at once,
+        with the one line that says why and how to resume it, and without retries: a retry
+        would be refused the same way until a person resumes the topic. A state that cannot be
+        read here is left to the job, whose checks before the JVM read it again (and say what
+        is wrong with the warehouse first)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from deltaferry.pause import TopicPausedError, refuse_if_paused, refuses
+
+        if not refuses([steps.get(self.step)]):
+            return
+        try:
+            refuse_if_paused(ctx, env)
+        except TopicPausedError as exc:
+            self.log.error("deltaferry: %s", exc)
+            raise AirflowFailException(str(exc)) from None
+        except Exception as exc:  # the warehouse does not answer: the job's checks say why
+            self.log.warning("deltaferry: the paused state of %r could not be read here (%s); "
+                             "the step's own checks read it again", self.topic,
+                             type(exc).__name__)
 
     def _nothing_to_do(self, ctx, env: dict[str, str], reinfer: bool) -> dict | None:
         """The step's Skip (as a dict, with what the step checks after it: the ingest step's

@@ -30,6 +30,7 @@ from deltaferry.config.topics import (
     KeyFormat,
     Mode,
     Partition,
+    PauseAfter,
     ProtobufOptions,
     SchemaMode,
     TopicConfig,
@@ -48,8 +49,8 @@ __all__ = [
     "KAFKA_COLUMNS", "KEY_FORMATS", "MODES",
     "PROTO_NAME_RE", "STARTING_OFFSETS", "SUBJECT_STRATEGIES", "TOPIC_NAME_RE",
     "TRIGGER_INTERVAL_RE", "AvroOptions", "FileOptions", "Format", "JsonOptions", "KeyFormat",
-    "Mode", "Partition", "ProtobufOptions", "SchemaMode", "Settings", "TopicConfig", "TopicsFile",
-    "load_topics",
+    "Mode", "Partition", "PauseAfter", "ProtobufOptions", "SchemaMode", "Settings",
+    "TopicConfig", "TopicsFile", "load_topics",
     "parse_kafka_options", "parse_topic", "parse_topics", "topics_path", "trigger_seconds",
     "validate_topic_name", "warehouse_from_env",
 ]

@@ -105,7 +105,8 @@ class SchemaMode(StrEnum):
 
 
 SCHEMA_MODES = tuple(m.value for m in SchemaMode)
-#: What a message ingest cannot use (the quarantine's reasons) does to the run.
+#: What a message ingest cannot use (the quarantine's reasons) does to the run; the third
+#: choice, ``{pause_after: {ratio, messages}}``, is a `PauseAfter`.
 BAD_MESSAGE_ACTIONS = ("quarantine", "fail")
 #: What a crossed threshold does to the run (see deltaferry.alerts).
 ALERT_ACTIONS = ("warn", "fail")
@@ -468,6 +469,48 @@ def _expectations(value: Any) -> tuple[Expectation, ...]:
     return tuple(found)
 
 
+@dataclasses.dataclass(frozen=True)
+class PauseAfter:
+    """``on_bad_messages: {pause_after: {ratio, messages}}``: bad messages are quarantined, and
+    once `messages` messages or more have been read since the topic's count last started
+    (over as many runs as it takes), the share of them that were bad is judged: above `ratio`,
+    the topic is paused until a person resumes it (deltaferry.pause)."""
+
+    ratio: float
+    messages: int = 1
+
+    def describe(self) -> str:
+        """``pause_after {ratio: 0.2, messages: 1000}``, as the topics file says it."""
+        return f"pause_after {{ratio: {self.ratio:g}, messages: {self.messages}}}"
+
+
+def _on_bad_messages(value: Any) -> str | PauseAfter:
+    """quarantine, fail or ``{pause_after: {ratio: <0 to 1>, messages: <whole number >= 1>}}``
+    (messages defaults to 1)."""
+    if isinstance(value, PauseAfter) or value in BAD_MESSAGE_ACTIONS:
+        return value
+    example = "{pause_after: {ratio: 0.2, messages: 1000}}"
+    if not isinstance(value, dict):
+        raise ValueError(f"must be one of {', '.join(BAD_MESSAGE_ACTIONS)} or {example}, "
+                         f"got {value!r}")
+    if set(value) != {"pause_after"} or not isinstance(value["pause_after"], dict):
+        raise ValueError(f"a mapping here must be {example}, got {value!r}")
+    spec = value["pause_after"]
+    unknown = sorted(map(str, set(spec) - {"ratio", "messages"}))
+    if unknown:
+        raise ValueError(f"pause_after: unknown key(s) {', '.join(unknown)} (known: ratio, "
+                         "messages)")
+    ratio: Any = spec.get("ratio")
+    messages: Any = spec.get("messages", 1)
+    if not _is_number(ratio) or not 0 <= ratio < 1:
+        raise ValueError("pause_after.ratio must be the share of bad messages above which the "
+                         f"topic pauses, from 0 to below 1 (0.2: one in five), got {ratio!r}")
+    if not _is_int(messages) or messages < 1:
+        raise ValueError("pause_after.messages must be a whole number >= 1 (the messages read "
+                         f"before the share is judged), got {messages!r}")
+    return PauseAfter(float(ratio), messages)
+
+
 def _nonempty_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
@@ -708,10 +751,14 @@ class TopicConfig:
         "schema stays) | discard_new_fields (the row lands without its new fields, counted per "
         "field) | rescue (the row lands; its new fields and values that do not fit go into "
         "the _rescued column as JSON) (see Schema contracts)")
-    on_bad_messages: Annotated[str, _one_of(BAD_MESSAGE_ACTIONS)] = option(
+    on_bad_messages: Annotated[str | PauseAfter, BeforeValidator(_on_bad_messages)] = option(
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
-        "fail: the run stops at the first one, nothing of its micro-batch written (see Schema "
-        "contracts)")
+        "fail: the run stops at the first one, nothing of its micro-batch written | "
+        "{pause_after: {ratio: 0.2, messages: 1000}}: quarantined, and once that many "
+        "messages were read (over one run or more) with more than that share bad, the run "
+        "fails and the topic is paused until `deltaferry resume` or the UI's Resume (see "
+        "Schema contracts)",
+        json_schema_extra={"shown": "quarantine, fail or {pause_after: {ratio, messages}}"})
     cluster_by: Annotated[tuple[str, ...] | None, BeforeValidator(_cluster_by)] = option(
         None, "lay the table out by these columns (Delta liquid clustering, kept by the "
         "optimize step): a query filtering on them reads fewer files; e.g. [customer_id]; a "
@@ -757,6 +804,11 @@ class TopicConfig:
     def appends(self) -> bool:
         """Whether every valid message is appended as a row (mode append) instead of MERGEd."""
         return self.mode == Mode.APPEND
+
+    @property
+    def pause_after(self) -> PauseAfter | None:
+        """The threshold that pauses the topic (``on_bad_messages: {pause_after: ...}``)."""
+        return self.on_bad_messages if isinstance(self.on_bad_messages, PauseAfter) else None
 
     @property
     def by_kafka_key(self) -> bool:

@@ -59,6 +59,11 @@ RESCUED = "_rescued"
 #: A value with fields the schema does not have, under ``schema: freeze``.
 REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
+#: How every reason of a value that broke the topic's schema contract starts (a new field
+#: under freeze, a field of another type, a value its schema hints refuse): the quarantine's
+#: "contract" filter (`deltaferry.quarantine.QuarantineFilter.contract`).
+CONTRACT_REASONS = (REASON_NEW_FIELDS.split("{", 1)[0], REASON_FIELD.split("{", 1)[0],
+                    REASON_HINTS)
 
 
 def json_objects(df: DataFrame, keyed: bool = True) -> DataFrame:
@@ -512,6 +517,8 @@ class JsonDecoder:
         #: The shape of the next batch's values (`aggregated`), as `shape` says it; None
         #: until computed.
         self.shape: str | None = None
+        #: rescue: the last decoded batch's usable values, per path rescued into RESCUED.
+        self.rescued: dict[str, int] = {}
 
     @property
     def evolves(self) -> bool:
@@ -616,6 +623,13 @@ class JsonDecoder:
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
                              seen, mode)
         self.discarded = {}
+        self.rescued = {}
+        if mode == SchemaMode.RESCUE:
+            paths = F.map_keys(F.from_json(F.col(f"data.{RESCUED}"), "map<string,string>"))
+            per_path = (decoded.where(F.col("problem").isNull()
+                                      & F.col(f"data.{RESCUED}").isNotNull())
+                        .select(F.explode(paths).alias("path")).groupBy("path").count())
+            self.rescued = {r["path"]: int(r["count"]) for r in per_path.collect()}
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:

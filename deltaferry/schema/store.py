@@ -4,6 +4,8 @@
   schema (Spark's JSON form), the offsets the inference had covered, when, and what changed.
 * ``covered.json``: the offsets every inference so far has read (next offset per partition), so
   the next inference reads only what came after.
+* ``modes.json``: each change of the topic's ``schema:`` mode its runs saw (`record_mode`), with
+  when and the schema version then, for the schema-history page.
 
 A version file is created whole or not at all, and only if its name is free: on a local folder
 it is written under a temporary name and linked to its final name (the link fails if the name
@@ -26,6 +28,7 @@ from deltaferry.storage import Storage, join, storage_for
 
 _VERSION_FILE = re.compile(r"^v(\d{6})\.json$")
 COVERED_FILE = "covered.json"
+MODES_FILE = "modes.json"
 
 
 def _now() -> str:
@@ -140,3 +143,26 @@ class SchemaStore:
         )
         ensure_held(self.location, f"writing {self._path(COVERED_FILE)}")
         self.storage.write(self._path(COVERED_FILE), text.encode("utf-8"))
+
+    def modes(self) -> list[dict]:
+        """The ``schema:`` modes the topic's runs saw, oldest first, each ``{"mode", "at",
+        "schema_version"}`` from when a run first saw it ([] before the first record)."""
+        try:
+            data = json.loads(self.storage.read(self._path(MODES_FILE)))
+        except FileNotFoundError:
+            return []
+        return list(data.get("modes") or []) if isinstance(data, dict) else []
+
+    def record_mode(self, mode: str) -> bool:
+        """Record that the topic's runs now use the ``schema:`` `mode` (a run holding the
+        topic's lock), when it is not the mode recorded last; whether it was recorded."""
+        found = self.modes()
+        if found and found[-1].get("mode") == mode:
+            return False
+        latest = self.versions()
+        found.append({"mode": str(mode), "at": _now(),
+                      "schema_version": latest[-1] if latest else None})
+        ensure_held(self.location, f"writing {self._path(MODES_FILE)}")
+        self.storage.write(self._path(MODES_FILE),
+                           json.dumps({"modes": found}, indent=2).encode("utf-8"))
+        return True

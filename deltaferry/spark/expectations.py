@@ -36,8 +36,8 @@ RECORD = "__deltaferry_record"
 CHECKED = "__deltaferry_checked"
 
 
-#: The key of `Checker.tally`'s counts for the bad messages of a topic whose
-#: ``on_bad_messages`` is fail (no expectation's name: those start with a letter).
+#: The key of `Checker.tally`'s counts for the bad messages: records with a reason that is
+#: not an expectation's (no expectation's name: those start with a letter).
 BAD_MESSAGES = "(bad messages)"
 
 
@@ -100,13 +100,21 @@ def spark_problem(exc: Exception) -> str:
     return re.sub(r";\s*line \d+ pos \d+;?$", "", text).rstrip("; ")
 
 
+def needs_checker(topic: TopicConfig) -> bool:
+    """Whether ingest checks `topic`'s batches with a `Checker`: it has expectations, or its
+    bad messages are counted apart from them (``on_bad_messages`` fail or pause_after)."""
+    return bool(topic.expectations) or topic.on_bad_messages != "quarantine"
+
+
 @dataclass
 class Checker:
     """The expectations of one topic, for one query: `check` and `tally` per micro-batch. The
     rules are resolved against a batch's columns the first time a schema is seen (a rule Spark
     cannot evaluate raises `ExpectationRuleError` then, before anything of the batch is
-    written). A topic whose ``on_bad_messages`` is fail is refused the same way when a
-    record of the batch has a reason of its own (not an expectation's): `BAD_MESSAGES`."""
+    written). The records with a reason of their own (not an expectation's) are counted too,
+    `BAD_MESSAGES`; a topic whose ``on_bad_messages`` is fail is refused the same way when the
+    batch has one. A topic needs a checker for its expectations or its ``on_bad_messages``
+    (`needs_checker`)."""
 
     topic: TopicConfig
     #: The schemas (as JSON) the rules were resolved against already.
@@ -185,7 +193,8 @@ class Checker:
 
     def tally_columns(self) -> list[Column]:
         """Aggregate columns of a checked batch: per expectation, the records that failed it
-        and the first (partition, offset) of them."""
+        and the first (partition, offset) of them; then the bad messages (a reason that is not
+        an expectation's) and the first of them with its reason."""
         from pyspark.sql import functions as F
 
         found = []
@@ -193,13 +202,11 @@ class Checker:
             flag = F.col(failed_column(i))
             found.append(F.count_if(flag))
             found.append(F.min(F.when(flag, F.struct("kafka_partition", "kafka_offset"))))
-        if self.fails_on_bad_messages:  # a reason, and no expectation failed (none checked it)
-            bad = F.col("reason").isNotNull()
-            for i in range(len(self.expectations)):
-                bad = bad & ~F.col(failed_column(i))
-            found.append(F.count_if(bad))
-            found.append(F.min(F.when(bad, F.struct("kafka_partition", "kafka_offset",
-                                                    "reason"))))
+        bad = F.col("reason").isNotNull()  # a reason, and no expectation failed (none checked it)
+        for i in range(len(self.expectations)):
+            bad = bad & ~F.col(failed_column(i))
+        found.append(F.count_if(bad))
+        found.append(F.min(F.when(bad, F.struct("kafka_partition", "kafka_offset", "reason"))))
         return found
 
     @property
@@ -209,17 +216,17 @@ class Checker:
 
     def tally(self, values: Sequence) -> dict[str, tuple[int, str]]:
         """The aggregated `values` (`tally_columns`' order) as expectation name -> (records
-        that failed it, the first one as ``partition P offset O``, or "")."""
+        that failed it, the first one as ``partition P offset O``, or ""), and `BAD_MESSAGES`
+        -> (bad messages, the first one with its reason, or "")."""
         result = {}
         for i, expectation in enumerate(self.expectations):
             count, first = values[2 * i], values[2 * i + 1]
             example = f"partition {first[0]} offset {first[1]}" if first is not None else ""
             result[expectation.name] = (int(count or 0), example)
-        if self.fails_on_bad_messages:
-            count, first = values[-2], values[-1]
-            example = (f"partition {first[0]} offset {first[1]}: {first[2]}"
-                       if first is not None else "")
-            result[BAD_MESSAGES] = (int(count or 0), example)
+        count, first = values[-2], values[-1]
+        example = f"partition {first[0]} offset {first[1]}: {first[2]}" if first is not None \
+            else ""
+        result[BAD_MESSAGES] = (int(count or 0), example)
         return result
 
     def refuse(self, batch_id: int, counts: dict[str, tuple[int, str]]) -> None:
@@ -230,7 +237,7 @@ class Checker:
         if failures:
             raise ExpectationFailedError(self.topic.name, batch_id, failures)
         bad, first = counts.get(BAD_MESSAGES, (0, ""))
-        if bad:
+        if bad and self.fails_on_bad_messages:
             raise BadMessageError(self.topic.name, batch_id, bad, first)
 
 

@@ -22,6 +22,7 @@ and the mark are the quarantine writer's (`deltaferry.spark.quarantine`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -31,7 +32,7 @@ from deltaferry import faults
 from deltaferry.config import TopicConfig
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.paths import TopicPaths
-from deltaferry.quarantine import QuarantineFilter
+from deltaferry.quarantine import QuarantineFilter, contract_reasons
 from deltaferry.reports import ReplayReport
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
@@ -111,6 +112,9 @@ def taken(rows: DataFrame, which: QuarantineFilter) -> DataFrame:
         rows = rows.where(F.col("kafka_partition") == which.partition)
     if which.key is not None:
         rows = rows.where(F.col("kafka_key").contains(which.key))
+    if which.contract:
+        starts = [F.col("reason").startswith(p) for p in contract_reasons()]
+        rows = rows.where(functools.reduce(lambda a, b: a | b, starts))
     return rows
 
 

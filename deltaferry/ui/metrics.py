@@ -60,6 +60,10 @@ METRICS: tuple[TopicMetric, ...] = (
                 "it skipped ingest).", lambda r: _run(r, "messages_read")),
     TopicMetric("deltaferry_last_run_quarantined", "Messages the latest run's ingest "
                 "quarantined.", lambda r: r.last_run.quarantined if r.last_run else None),
+    TopicMetric("deltaferry_last_run_rescued_values", "Values the latest run's ingest kept in "
+                "the _rescued column (schema: rescue), every path counted.",
+                lambda r: None if r.last_run is None or r.last_run.figure("messages_read")
+                is None else float(sum(r.last_run.rescued.values()))),
     TopicMetric("deltaferry_last_ingest_seconds", "Seconds the latest run's ingest took (0 when "
                 "it skipped ingest).", lambda r: _run(r, "seconds")),
     TopicMetric("deltaferry_schema_version", "The schema version ingest reads with (the schema "
@@ -67,6 +71,9 @@ METRICS: tuple[TopicMetric, ...] = (
     TopicMetric("deltaferry_alerts_firing", "Alerts the latest run's ingest raised.",
                 lambda r: None if r.last_run is None or r.last_run.alerts is None
                 else len(r.last_run.alerts)),
+    TopicMetric("deltaferry_topic_paused", "1 while the topic's bad messages have paused it "
+                "(on_bad_messages pause_after) until someone resumes it, else 0.",
+                lambda r: float(r.paused is not None) if r.paused_read else None),
     TopicMetric("deltaferry_topic_read_problems", "Parts of the topic that could not be read "
                 "(table, schema, lag, ...); their metrics are left out.",
                 lambda r: len(r.notes)),

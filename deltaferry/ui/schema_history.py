@@ -1,6 +1,7 @@
-"""The schema-history page: every version of a topic's schema cache with when and from which
-offsets it was made and what changed (the very line the infer step logs, stored with the
-version), the current schema as a tree, and for topics read through the Schema Registry the
+"""The schema-history page: the topic's ``schema:`` mode and each change of it its runs saw,
+every version of a topic's schema cache with when and from which offsets it was made and what
+changed (the very line the infer step logs, stored with the version), the current schema as a
+tree, and for topics read through the Schema Registry the
 subject's registered versions with the fields each one added or dropped.
 """
 
@@ -49,6 +50,16 @@ class RegistryVersion:
     changes: str
 
 
+@dataclass(frozen=True)
+class ModeRow:
+    """A ``schema:`` mode the topic's runs used: which, since when, from which schema version
+    on (None: before the first)."""
+
+    mode: str
+    since: str
+    schema_version: int | None
+
+
 @dataclass
 class SchemaHistory:
     """What the schema-history page shows."""
@@ -71,6 +82,14 @@ class SchemaHistory:
     pinned: bool = False
     #: Why a stored version has no offsets, when none applies (protobuf: writer schemas).
     offsets_note: str = ""
+    #: The topic's ``schema:`` mode in the topics file, and each change of it its runs saw
+    #: (newest first; `SchemaStore.record_mode`).
+    mode: str = "evolve"
+    modes: list[ModeRow] = field(default_factory=list)
+    #: The paths the table's ``_rescued`` column holds, each with the rows holding it (most
+    #: first); what could not be read of it (None: nothing to say).
+    rescued: list[tuple[str, int]] = field(default_factory=list)
+    rescued_problem: str | None = None
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -197,16 +216,46 @@ def registry_versions(registered: list) -> list[RegistryVersion]:
     return rows[::-1]
 
 
+def rescued_paths(table: str, env: Mapping[str, str] | None = None) -> list[tuple[str, int]]:
+    """The paths the ``_rescued`` column of the Delta table at `table` holds (``schema:
+    rescue``), each with the rows holding it, most first (then by path), read with delta-rs;
+    [] without a table or such a column."""
+    from collections import Counter
+
+    from deltalake.exceptions import TableNotFoundError
+
+    from deltaferry.formats.json import RESCUED
+    from deltaferry.lake import open_table
+
+    try:
+        delta = open_table(table, env)
+    except TableNotFoundError:
+        return []
+    if RESCUED not in [f.name for f in delta.schema().fields]:
+        return []
+    found: Counter[str] = Counter()
+    for text in delta.to_pyarrow_table(columns=[RESCUED]).column(RESCUED).to_pylist():
+        if text:
+            found.update(json.loads(text).keys())
+    return sorted(found.items(), key=lambda item: (-item[1], item[0]))
+
+
 def schema_history(topic: TopicConfig, store: SchemaStore,
-                   env: Mapping[str, str] | None = None) -> SchemaHistory:
+                   env: Mapping[str, str] | None = None,
+                   table: str | None = None) -> SchemaHistory:
     """The schema history of `topic`: its cache (`store`) and, for a topic read through the
     Schema Registry, the subject's versions (a registry that does not answer is said on the
-    page, the rest still shows)."""
+    page, the rest still shows); with `table` (the topic's table), the paths its ``_rescued``
+    column holds (`rescued_paths`; one that cannot be read is said)."""
     from deltaferry.formats import format_of, uses_registry
     from deltaferry.registry import subject_name
 
     kind = format_of(topic)
-    history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema)
+    history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema,
+                            mode=topic.schema)
+    if kind.caches_schema:
+        history.modes = [ModeRow(str(m.get("mode")), str(m.get("at")), m.get("schema_version"))
+                         for m in store.modes()][::-1]
     if kind.caches_schema and not kind.infer_needs_spark:  # versions of writer schemas
         source = ("the registry's writer schemas" if kind.uses_registry(topic)
                   else f"the .proto file {topic.protobuf.proto_file}")
@@ -215,6 +264,11 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
     if not history.cached:
         history.pinned = topic.avro.schema_version is not None
         history.read_version = topic.avro.schema_version
+    if table is not None and kind.caches_schema:
+        try:
+            history.rescued = rescued_paths(table, env)
+        except Exception as exc:  # said on the page; the rest still shows
+            history.rescued_problem = f"the table's _rescued column: {exc}"
     numbers = store.versions()
     stored = [store.read(n) for n in numbers]
     history.versions = [version_row(v, stored[i - 1] if i else None)

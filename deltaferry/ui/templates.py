@@ -137,7 +137,12 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 <tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
 <td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
 <div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div>
-{% if row.entry != "own entry" %}<div class="muted entry{% if 'gone' in row.entry %} problem{% endif %}">{{ row.entry }}</div>{% endif %}</td>
+{% if row.entry != "own entry" %}<div class="muted entry{% if 'gone' in row.entry %} problem{% endif %}">{{ row.entry }}</div>{% endif %}
+{% if row.paused %}<div class="paused"><strong class="state-failed">paused</strong>
+{% if can_resume(row.dag_id) %}<form method="post" action="{{ root }}/topics/{{ row.name | urlencode }}/resume" class="resume">
+<input type="hidden" name="form_token" value="{{ resume_token(row.dag_id) }}">
+<button type="submit" class="resume" id="resume-{{ row.name }}">Resume</button></form>
+{% else %}<div class="muted resume-cli">Resuming needs permission to trigger {{ row.dag_id }}; or run <code>deltaferry resume {{ row.name }}</code>.</div>{% endif %}</div>{% endif %}</td>
 <td>{{ row.format }}</td>
 <td class="state{% if 'run' in problems %} problem{% endif %}">{% if run %}<a class="run state-{{ run.state }}" href="{{ run_url(airflow, row.dag_id, run.run_id) }}">{{ run.state }}</a>
   <div class="muted when">{{ run.at_label }} {{ run.at }}</div>
@@ -175,6 +180,15 @@ SCHEMA = """{% extends "base.html" %}
 <h1>{{ topic }}: schema history</h1>
 {% include "tabs.html" %}
 <p class="sub">Format {{ h.format }}; {% if h.cached %}schema cache <code>{{ h.location }}</code>{% else %}schema in the Schema Registry{% endif %}.</p>
+<p id="schema-mode">Schema mode (<code>schema:</code>) <strong>{{ h.mode }}</strong>{% if h.modes and h.modes[0].mode != h.mode %} in the topics file; its runs last used <strong>{{ h.modes[0].mode }}</strong> (the next run that reads messages uses {{ h.mode }}){% endif %}.</p>
+{% if h.modes %}<table id="modes">
+<tr><th>mode</th><th>since</th><th class="num">schema version then</th></tr>
+{% for m in h.modes %}<tr><td class="mode">{{ m.mode }}</td><td>{{ m.since | when }}</td><td class="num">{% if m.schema_version is not none %}v{{ m.schema_version }}{% else %}–{% endif %}</td></tr>{% endfor %}
+</table>{% endif %}
+{% if h.rescued %}<h2>Rescued in the table's <code>_rescued</code> column</h2>
+<table id="rescued"><tr><th>path</th><th class="num">rows</th></tr>
+{% for path, rows in h.rescued %}<tr><td class="mono path">{{ path }}</td><td class="num">{{ rows | count_text }}</td></tr>{% endfor %}
+</table>{% endif %}{% if h.rescued_problem %}<p class="note">{{ h.rescued_problem }}</p>{% endif %}
 <h2>{% if h.cached %}Versions of the schema cache{% else %}Where the schema lives{% endif %}</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>
@@ -218,6 +232,7 @@ QUARANTINE = """{% extends "base.html" %}
 <datalist id="known-reasons">{% for reason in q.reasons %}<option value="{{ reason }}">{% endfor %}</datalist>
 <label>partition <input type="number" min="0" name="partition" id="filter-partition" value="{{ query.filter.partition if query.filter.partition is not none else '' }}"></label>
 <label>key contains <input type="search" name="key" id="filter-key" value="{{ query.filter.key or '' }}"></label>
+<label><input type="checkbox" name="contract" value="1" id="filter-contract"{% if query.filter.contract %} checked{% endif %}> schema contract reasons only</label>
 <label>per page <input type="number" min="1" max="{{ max_size }}" name="size" id="filter-size" value="{{ query.size }}"></label>
 <button type="submit" id="filter-apply">Search</button>
 {% if query.filter.any %}<a id="filter-clear" href="{{ here }}">clear</a>{% endif %}
@@ -230,6 +245,7 @@ page {{ query.page }} of {{ q.pages }}{% if query.page < q.pages %} · <a id="pa
 {% if query.filter.reason is not none %}<input type="hidden" name="reason" value="{{ query.filter.reason }}">{% endif %}
 {% if query.filter.partition is not none %}<input type="hidden" name="partition" value="{{ query.filter.partition }}">{% endif %}
 {% if query.filter.key is not none %}<input type="hidden" name="key" value="{{ query.filter.key }}">{% endif %}
+{% if query.filter.contract %}<input type="hidden" name="contract" value="1">{% endif %}
 <button type="submit" class="replay" id="replay-button">Replay {{ q.matching_waiting | count_text }} message(s)…</button>
 <span class="muted">a run of {{ dag_id }} reads them again through the topic's decoder (after a fix) and lands those that parse; you confirm first</span>
 </form>{% elif not can_replay %}<p class="muted" id="replay-cli">Replaying needs permission to trigger {{ dag_id }}; or run <code>deltaferry quarantine replay {{ topic }}</code>.</p>{% endif %}
@@ -264,6 +280,7 @@ replays the quarantined messages not replayed yet ({{ which.text() }}). Its inge
 {% if which.reason is not none %}<input type="hidden" name="reason" value="{{ which.reason }}">{% endif %}
 {% if which.partition is not none %}<input type="hidden" name="partition" value="{{ which.partition }}">{% endif %}
 {% if which.key is not none %}<input type="hidden" name="key" value="{{ which.key }}">{% endif %}
+{% if which.contract %}<input type="hidden" name="contract" value="1">{% endif %}
 <button type="submit" class="replay" id="replay-confirm-button">Start the replay run</button>
 <a href="{{ here }}{{ back }}" id="replay-cancel">Cancel</a>
 </form>{% endif %}
@@ -335,6 +352,17 @@ RUNS = """{% extends "base.html" %}
 {% endblock %}
 """
 
+RESUMED = """{% extends "base.html" %}
+{% block title %}{{ topic }}: resume{% endblock %}
+{% block body %}
+<h1>{{ topic }}: resume</h1>
+{% if paused %}<div class="done" id="resumed">Resumed: {{ topic }} was paused since {{ paused.since }} ({{ paused.why() }}).
+Its next run reads the topic again.</div>
+{% else %}<p id="not-paused">{{ topic }} is not paused: nothing to resume.</p>{% endif %}
+<p><a href="{{ root }}/">All topics</a> · <a href="{{ root }}/topics/{{ topic | urlencode }}/quarantine">its quarantine</a></p>
+{% endblock %}
+"""
+
 ERROR = """{% extends "base.html" %}
 {% block title %}deltaferry: {{ status }}{% endblock %}
 {% block body %}<h1>{{ title }}</h1><p>{{ message }}</p>
@@ -343,4 +371,5 @@ ERROR = """{% extends "base.html" %}
 
 TEMPLATES = {"base.html": BASE, "tabs.html": TOPIC_TABS, "topics.html": TOPICS,
              "schema.html": SCHEMA, "quarantine.html": QUARANTINE, "health.html": HEALTH,
-             "runs.html": RUNS, "error.html": ERROR, "replay.html": REPLAY}
+             "runs.html": RUNS, "error.html": ERROR, "replay.html": REPLAY,
+             "resumed.html": RESUMED}

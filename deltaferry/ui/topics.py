@@ -32,6 +32,7 @@ from deltaferry.storage import Storage, storage_for
 
 if TYPE_CHECKING:
     from deltaferry.alerts import Alert
+    from deltaferry.pause import Paused
 
 #: Seconds the page waits for the broker's watermarks (of all topics together).
 WATERMARK_TIMEOUT_S = 3.0
@@ -128,6 +129,16 @@ class LastRun:
                 for name, e in found.items() if isinstance(e, dict)]
 
     @property
+    def rescued(self) -> dict[str, int]:
+        """Per path its ingest kept in ``_rescued`` (``schema: rescue``), the messages it was
+        in; empty without a report of work or without rescued values."""
+        found = self.ingest.get("rescued_fields") if self.did_work and isinstance(
+            self.ingest, dict) else None
+        if not isinstance(found, dict):
+            return {}
+        return {str(path): int(n) for path, n in found.items() if isinstance(n, int)}
+
+    @property
     def result(self) -> str:
         """The ingest report's summary line, else the run's state."""
         if isinstance(self.ingest, dict) and self.ingest.get("summary"):
@@ -183,13 +194,21 @@ class TopicRow:
     max_lag: int | None = None
     #: which entry of the topics file the topic came from (`TopicsFile.entry_of`)
     entry: str = "own entry"
+    #: why its bad messages paused the topic (deltaferry.pause); None: not paused (or unread)
+    paused: Paused | None = None
+    #: whether its paused state was read (`paused` None is then "not paused")
+    paused_read: bool = False
 
     @property
     def problems(self) -> dict[str, str]:
-        """What needs a look, by what it concerns (``run``, ``lag``, ``quarantine``): a last
-        run that failed, a lag over the topic's alerts.max_lag_messages, messages the last run
-        that did work quarantined."""
+        """What needs a look, by what it concerns (``paused``, ``run``, ``lag``,
+        ``quarantine``): a topic its bad messages paused, a last run that failed, a lag over
+        the topic's alerts.max_lag_messages, messages the last run that did work
+        quarantined."""
         found = {}
+        if self.paused is not None:
+            found["paused"] = (f"paused since {self.paused.since}: {self.paused.why()}; its "
+                               "runs are refused until it is resumed")
         run = self.last_run
         if run is not None and run.state in FAILED_STATES:
             found["run"] = f"the last run {run.state.replace('_', ' ')}"
@@ -231,6 +250,9 @@ class TopicRow:
                f"  last run       {last}"]
         if run is not None:
             out.append(f"  last success   {run.last_success_text or 'never'}")
+        if self.paused is not None:
+            out.append(f"  paused         since {self.paused.since}: {self.paused.why()} "
+                       f"(`deltaferry resume {self.name}`)")
         out += [f"  rows           {count(self.rows)}",
                 f"  lag            {count(self.lag)}",
                 f"  quarantined    {count(run.quarantined if run else None)} last run, "
@@ -240,6 +262,10 @@ class TopicRow:
         if work is not None and work.expectations:
             out.append("  expectations   " + ", ".join(
                 f"{name} {failed:,} {verb}" for name, failed, verb in work.expectations)
+                + ("" if work is run else " (the last run that read messages)"))
+        if work is not None and work.rescued:
+            out.append("  rescued        " + ", ".join(
+                f"{path} {n:,}" for path, n in sorted(work.rescued.items()))
                 + ("" if work is run else " (the last run that read messages)"))
         alerts = run.alerts if run else None
         if alerts is not None:
@@ -483,6 +509,12 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
         row.rows = table_rows(paths.table, env)
         row.quarantined_total = table_rows(paths.quarantine, env) or 0
 
+    def pause() -> None:
+        from deltaferry.pause import paused_state
+
+        row.paused = paused_state(storage, paths.root)
+        row.paused_read = True
+
     def not_replayed() -> None:
         if row.quarantined_total == 0:
             row.quarantined_waiting = 0
@@ -511,11 +543,13 @@ def topic_row(topic: TopicConfig, warehouse: str, env: Mapping[str, str],
     elif in_warehouse:
         attempt("schema", schema)
         attempt("table", rows)
+        attempt("paused state", pause)
         if waiting and row.quarantined_total is not None:
             attempt("quarantine", not_replayed)
     else:
         row.quarantined_total = 0
         row.quarantined_waiting = 0 if waiting else None
+        row.paused_read = True  # no folder, so no paused state
         if not cached:
             attempt("schema", schema)
     attempt("lag", topic_lag)

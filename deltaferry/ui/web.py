@@ -16,7 +16,9 @@ what will be replayed and a form; its POST, signed for that user and DAG (`form_
 cross-site form cannot forge it, and the session cookie is SameSite=Lax), starts a run of the
 DAG with the ``replay`` param (`trigger`) and links to it; who asked, for which topic and what
 is logged here and in Airflow's audit log. Without trigger permission there is no button and
-the POST answers 403.
+the POST answers 403. A topic its bad messages paused (deltaferry.pause) has a Resume button on
+the topics page for the same users: a POST to ``/topics/<topic>/resume`` with a form signed
+the same way (for ``resume:<dag id>``) deletes its paused state; who resumed it is logged.
 
 Topic names from the URL must be topics of the topics file (names Kafka allows, which
 `deltaferry.config` validated), so no URL reaches outside the topic's folders; anything else is
@@ -130,6 +132,12 @@ def form_token_ok(key: bytes, who: str, scope: str, token: str, now: float) -> b
     if not issued.isdigit() or not 0 <= now - int(issued) <= FORM_TTL_S:
         return False
     return hmac.compare_digest(form_token(key, who, scope, int(issued)), token)
+
+
+def resume_scope(dag_id: str) -> str:
+    """The scope of a resume form's token (`form_token`) for the topic of `dag_id`: not the
+    DAG id alone, so that a replay's form cannot resume and a resume's cannot replay."""
+    return f"resume:{dag_id}"
 
 
 def environment() -> Mapping[str, str]:
@@ -389,7 +397,50 @@ def create_app(user: Callable[..., Any],
                            visible=lambda t: t.name in names,
                            query=TopicsQuery.from_params(request.query_params))
         page.notices += filter(None, [pool(topics)])
-        return html(request, "topics.html", page=page)
+        issued = int(time.time())
+        return html(request, "topics.html", page=page,
+                    can_resume=lambda dag_id: may_trigger(who, dag_id),
+                    resume_token=lambda dag_id: form_token(key, user_name(who),
+                                                           resume_scope(dag_id), issued))
+
+    def resume_start(request: Request, who, topic: TopicConfig | None,
+                     fields: Mapping[str, str]) -> HTMLResponse:
+        """Resume a paused topic (deltaferry.pause.resume) for `who`, who may trigger its DAG,
+        with the form the topics page signed for them; 404/403 as the replay."""
+        from deltaferry.pause import resume
+        from deltaferry.storage import storage_for
+
+        refused = allowed(request, who, topic, True, "This")
+        if refused is not None or topic is None:
+            return refused or refuse(request, 404, "Not a deltaferry topic", "This")
+        if not may_trigger(who, topic.dag_id):
+            return refuse(request, 403, "Not allowed",
+                          f"You may not trigger the DAG {topic.dag_id}, so you may not resume "
+                          "its topic.")
+        name = user_name(who)
+        if not form_token_ok(key, name, resume_scope(topic.dag_id),
+                             fields.get("form_token", ""), time.time()):
+            return refuse(request, 403, "Not this page's form",
+                          "The resume form was not made for you by the topics page, or is over "
+                          "an hour old: open the topics page again.")
+        settings = env()
+        root = paths_of(topic, settings).root
+        try:
+            paused = resume(storage_for(root, settings), root)
+        except Exception as exc:  # the warehouse does not answer: say so, not a traceback
+            from deltaferry.ui.topics import problem_text
+
+            return refuse(request, 503, "Cannot resume it now",
+                          redact(problem_text(exc), secret_values(settings)))
+        log.info("deltaferry resume: %s resumed topic %s (%s)", name, topic.name,
+                 f"paused since {paused.since}: {paused.why()}" if paused else "not paused")
+        return html(request, "resumed.html", topic=topic.name, paused=paused)
+
+    @app.post("/topics/{topic}/resume", response_class=HTMLResponse)
+    async def resume_by_topic(request: Request, topic: str, who=Depends(user)):
+        fields = {k: str(v) for k, v in (await request.form()).items()}
+        return await run_in_threadpool(
+            lambda: resume_start(request, who, find_topic(load(topics_file), topic), fields))
 
     @app.get("/metrics")
     def metrics(who=Depends(user)) -> Response:
@@ -427,7 +478,8 @@ def create_app(user: Callable[..., Any],
 
         paths = paths_of(topic, settings)
         return schema_history(topic, SchemaStore(paths.schema, storage_for(paths.schema,
-                                                                           settings)), settings)
+                                                                           settings)), settings,
+                              table=paths.table)
 
     def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], query):
         from deltaferry.config import warehouse_from_env

@@ -3,11 +3,16 @@ evolve``, ``freeze``, ``discard_new_fields`` and ``rescue`` fed the same stream 
 a renamed field, a new nested field, a type change, bad JSON), their tables read back by
 delta-rs and Polars (compared with Spark), the quarantine's reasons naming the field's path
 and both types; ``on_bad_messages: fail`` stopping the run at the first bad message with
-nothing of the batch written."""
+nothing of the batch written; ``pause_after`` pausing a topic through `deltaferry run` until
+``deltaferry resume``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +88,7 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         report = run(spark, ctx)
         assert (report.messages_read, report.quarantined, report.schema_version) == (2, 0, 1)
         assert payload_columns(ctx) == PAYLOAD + (["_rescued"] if mode == "rescue" else [])
+        assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [(mode, 1)]
     for ctx in ctxs.values():
         produce(kafka_bootstrap, ctx.topic.name, SECOND)
     reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
@@ -143,6 +149,33 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
     assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
     assert table["g"]["customer"] == {"tier": "bronze"}
     assert reasons(ctx) == {5: "value is not valid JSON"}
+    assert reports["rescue"].rescued_fields == {"coupon": 1, "full_name": 1, "amount": 1,
+                                                "customer.since": 1}
+    assert "rescued: amount 1, coupon 1, customer.since 1, full_name 1, " in \
+        reports["rescue"].summary()
+
+    # rescue back to evolve: the next run promotes what _rescued holds of new fields into
+    # columns, re-read from the table; a value that did not fit its column stays rescued
+    ctx = context(ctx.topic.name, tmp_path / "wh", kafka_bootstrap, schema="evolve")
+    produce(kafka_bootstrap, ctx.topic.name, [("h", {"id": 8, "name": "t", "amount": 80,
+                                                     "customer": {"tier": "gold"},
+                                                     "coupon": "NEW"})])
+    report = run(spark, ctx)
+    assert (report.messages_read, report.quarantined) == (1, 0)
+    table = rows(spark, ctx)
+    assert payload_columns(ctx) == [*PAYLOAD, "_rescued", "coupon", "full_name"]
+    assert {k: (r["coupon"], r["full_name"], r["customer"], r["_rescued"])
+            for k, r in table.items()} == {
+        "a": (None, None, {"tier": "gold", "since": None}, None),
+        "b": (None, None, {"tier": "silver", "since": None}, None),
+        "c": ("SAVE", None, {"tier": "gold", "since": None}, None),
+        "d": (None, "w", {"tier": "gold", "since": None}, None),
+        "e": (None, None, {"tier": "gold", "since": None}, '{"amount":"fifty"}'),
+        "g": (None, None, {"tier": "bronze", "since": 2020}, None),
+        "h": ("NEW", None, {"tier": "gold", "since": None}, None)}
+    assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [
+        ("rescue", 1), ("evolve", 2)]   # v2: the infer step's, with coupon from h
+    assert ctx.store.versions() == [1, 2, 3]
 
 
 def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
@@ -175,3 +208,54 @@ def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
     report = run(spark, ctx)
     assert (report.messages_read, report.quarantined) == (5, 5)
     assert sorted(rows(spark, ctx)) == ["a", "b"]
+
+
+def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
+        spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, capsys):
+    """`deltaferry run` (in this process, so Spark is the session's): the run that takes the
+    share of bad messages above the ratio lands its batch, fails with the alert's one line and
+    pauses the topic; `deltaferry run` in a process of its own is then refused before any
+    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)"""
+    from deltaferry.cli import main
+
+    topic = new_topic("contract-pause", partitions=1)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    on_bad_messages: {{pause_after: "
+                      "{ratio: 0.1, messages: 5}}\n")
+    env = {"DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
+           "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DELTAFERRY_WARM_DRIVERS", raising=False)  # this process's Spark
+    cli = str(Path(sys.executable).parent / "deltaferry")
+
+    def own_process(*args):
+        return subprocess.run([cli, *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **env})
+
+    produce(kafka_bootstrap, topic, FIRST + SECOND)  # amount inferred as string: 1 bad (JSON)
+    assert main(["run", topic, "--steps", "infer,ingest"]) == 3
+    out, err = capsys.readouterr()
+    line = (f"alert pause_after on topic '{topic}': 0.1429 > 0.1 (1 of the 7 message(s) read "
+            f"were bad; the topic is paused until someone resumes it: deltaferry resume {topic}, "
+            "or Resume on the topics page); action fail")
+    assert line in out.splitlines()
+    assert err.strip().splitlines()[-1] == f"deltaferry: error: {line}"
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    assert sorted(rows(spark, ctx)) == ["a", "b", "c", "d", "e", "g"]   # the batch landed
+    assert reasons(ctx) == {5: "value is not valid JSON"}
+
+    refused = own_process("run", topic)
+    assert refused.returncode == 3
+    (said,) = refused.stderr.strip().splitlines()
+    assert said.startswith(f"deltaferry: error: topic {topic} is paused since ")
+    assert said.endswith(": 1 of the 7 message(s) read were bad (0.1429 > on_bad_messages "
+                         "pause_after ratio 0.1); see its quarantine, fix the producer or the "
+                         f"topic's options, then `deltaferry resume {topic}` (or Resume on the "
+                         "topics page)")
+
+    resumed = own_process("resume", topic)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith(f"topic {topic} resumed (paused since ")
+    assert main(["run", topic, "--steps", "infer,ingest"]) == 0     # not refused: nothing new
+    assert "ingest " + topic + ": skipped" in capsys.readouterr().out

@@ -384,3 +384,47 @@ def test_a_warm_step_is_bounded_by_what_is_left_of_the_tasks_execution_timeout()
     untimed = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest")
     untimed.timing = {"started": time.time()}
     assert untimed.warm_timeout() is None
+
+
+def test_a_paused_topics_tasks_that_read_new_messages_fail_at_once_without_retry(
+        tmp_path, monkeypatch):
+    """The DAG's infer and ingest tasks of a topic its bad messages paused (deltaferry.pause)
+    fail before anything is decided or submitted, with the one line saying why and no retry;
+    the maintenance tasks and a replay run are not refused."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from deltaferry.paths import TopicPaths
+
+    script = tmp_path / "spark-submit"
+    script.write_text("#!/bin/sh\necho '[{\"topic\": \"orders\", \"step\": \"replay\", "
+                      "\"summary\": \"replay orders\"}]' > \"$DELTAFERRY_REPORT_FILE\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
+        "conn_type": "generic", "extra": {"bootstrap.servers": "127.0.0.1:1"}}))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "wh"))
+    state = Path(TopicPaths.for_topic(str(tmp_path / "wh"), "orders").root) / "_state"
+    state.mkdir(parents=True)
+    (state / "paused.json").write_text(json.dumps({
+        "topic": "orders", "since": "2026-11-27T03:00:00+00:00", "read": 10, "bad": 4,
+        "ratio": 0.2, "messages": 10}))
+    for task_id, step in (("infer_schema", "infer"), ("ingest", "ingest")):
+        task = op.DeltaferrySparkSubmitOperator(task_id=task_id, topic="orders", step=step,
+                                                conn_id="no_such_spark",
+                                                spark_binary=str(script))
+        with pytest.raises(AirflowFailException) as refused:
+            task.execute({"params": {}})
+        assert str(refused.value) == (
+            "topic orders is paused since 2026-11-27T03:00:00+00:00: 4 of the 10 message(s) "
+            "read were bad (0.4 > on_bad_messages pause_after ratio 0.2); see its quarantine, "
+            "fix the producer or the topic's options, then `deltaferry resume orders` (or "
+            "Resume on the topics page)")
+    task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
+                                            conn_id="no_such_spark", spark_binary=str(script))
+    assert task.execute({"params": {"replay": {}}})["step"] == "replay"
+    vacuum = op.DeltaferrySparkSubmitOperator(task_id="vacuum", topic="orders", step="vacuum",
+                                              conn_id="no_such_spark", spark_binary=str(script))
+    env = {**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    vacuum._refuse_paused(vacuum._context(env, False), env)  # maintenance: not refused

@@ -4,6 +4,9 @@ stored schema that never grows, the bad-message tally and refusal, the report's 
 
 from __future__ import annotations
 
+import re
+
+import pyarrow as pa
 import pytest
 
 from deltaferry.config import parse_topic, parse_topics
@@ -12,7 +15,7 @@ from deltaferry.formats.json import commit_schema
 from deltaferry.reports import IngestReport
 from deltaferry.schema.merge import field_types, new_fields
 from deltaferry.schema.store import SchemaStore
-from deltaferry.spark.expectations import BAD_MESSAGES, BadMessageError, Checker
+from deltaferry.spark.expectations import BAD_MESSAGES, BadMessageError, Checker, needs_checker
 
 
 def field(name, type_):
@@ -42,7 +45,16 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
 @pytest.mark.parametrize("entry, said", [
     ({"schema": "variant"}, "schema: 'variant' is not a supported schema mode (supported: evolve, "
                             "freeze, discard_new_fields, rescue)"),
-    ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail, got 'stop'"),
+    ({"on_bad_messages": "stop"}, "on_bad_messages: must be one of quarantine, fail or "
+                                  "{pause_after: {ratio: 0.2, messages: 1000}}, got 'stop'"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 1}}},
+     "on_bad_messages: pause_after.ratio must be the share of bad messages above which the "
+     "topic pauses, from 0 to below 1 (0.2: one in five), got 1"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "messages": 0}}},
+     "pause_after.messages must be a whole number >= 1"),
+    ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "window": 5}}},
+     "on_bad_messages: pause_after: unknown key(s) window (known: ratio, messages)"),
+    ({"on_bad_messages": {"pause": 1}}, "on_bad_messages: a mapping here must be"),
     ({"schema": "freeze", "format": "avro"},
      "schema freeze is not yet supported with format avro"),
     ({"schema": "discard_new_fields", "cdc": "debezium"},
@@ -112,8 +124,20 @@ def test_bad_messages_are_tallied_and_refuse_the_batch_only_when_on_bad_messages
         "quarantine and checkpoint unchanged): fix the producer or the schema, or make "
         "on_bad_messages quarantine, then run again")
     failing.refuse(8, failing.tally([0, None]))  # no bad message: nothing raised
-    quarantining = Checker(parse_topic({"name": "orders"}, 0))
-    assert quarantining.tally_columns() == [] and quarantining.tally([]) == {}
+    pausing = Checker(parse_topic({"name": "orders", "on_bad_messages": {
+        "pause_after": {"ratio": 0.5}}}, 0))   # counted, never refused
+    assert pausing.tally([2, (0, 3, "value is not valid JSON")])[BAD_MESSAGES][0] == 2
+    pausing.refuse(9, pausing.tally([2, (0, 3, "value is not valid JSON")]))
+
+
+def test_only_a_topic_with_expectations_or_bad_messages_to_act_on_gets_a_checker():
+    assert not needs_checker(parse_topic({"name": "orders"}, 0))
+    for on_bad in ("fail", {"pause_after": {"ratio": 0.1, "messages": 10}}):
+        topic = parse_topic({"name": "orders", "on_bad_messages": on_bad}, 0)
+        assert needs_checker(topic)
+    pause = parse_topic({"name": "o", "on_bad_messages": {"pause_after": {"ratio": 0.25}}}, 0)
+    assert (pause.pause_after.ratio, pause.pause_after.messages) == (0.25, 1)
+    assert parse_topic({"name": "o", "on_bad_messages": "fail"}, 0).pause_after is None
 
 
 def test_the_report_says_the_fields_left_out():
@@ -122,3 +146,101 @@ def test_the_report_says_the_fields_left_out():
         report.summary()
     assert "left out" not in IngestReport("orders").summary()
     assert report.as_dict()["discarded_fields"] == {"full_name": 2, "coupon": 1}
+
+
+def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_path):
+    from fastapi.testclient import TestClient
+    from test_ui import signed_in
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.ui.web import create_app
+
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    store = SchemaStore(paths.schema)
+    assert store.modes() == [] and store.record_mode("rescue")
+    store.write_version(struct(field("id", "long")), {0: 2}, "initial schema, 1 field: id")
+    assert not store.record_mode("rescue")                  # the same mode: not again
+    assert store.record_mode("evolve") and store.record_mode("freeze")
+    assert [(m["mode"], m["schema_version"]) for m in store.modes()] == [
+        ("rescue", None), ("evolve", 1), ("freeze", 1)]
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n    schema: discard_new_fields\n")
+    env = {"DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"), "DELTAFERRY_TOPICS": str(topics)}
+    app = create_app(signed_in, env=lambda: env, topics_file=str(topics))
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    assert "Schema mode (<code>schema:</code>) <strong>discard_new_fields</strong> in the topics " \
+           "file; its runs last used <strong>freeze</strong>" in page
+    assert [m for m in re.findall(r'<td class="mode">(\w+)</td>', page)] == [
+        "freeze", "evolve", "rescue"]
+    from deltalake import write_deltalake
+
+    write_deltalake(paths.table, pa.table({"kafka_key": ["a", "b", "c"], "_rescued": [
+        '{"coupon":"SAVE","customer.since":2020}', None, '{"coupon":"X"}']}))
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>', page) \
+        == [("coupon", "2"), ("customer.since", "1")]
+
+
+def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():
+    from deltaferry.formats.promote import nested, promotable
+
+    table = struct(field("id", "long"), field("amount", "long"),
+                   field("customer", struct(field("tier", "string"))),
+                   field("items", array(struct(field("sku", "string")))))
+    rescued = struct(field("amount", "string"), field("coupon", "string"),
+                     field("customer.since", "long"), field("items[].qty", "long"),
+                     field("`a.b`", "long"), field("nope.deeper", "long"))
+    found = promotable(table, rescued)
+    assert [(path, names) for path, names, _ in found] == [
+        ("coupon", ("coupon",)), ("customer.since", ("customer", "since"))]
+    assert nested(found) == struct(field("coupon", "string"),
+                                   field("customer", struct(field("since", "long"))))
+
+
+def test_the_quarantine_filters_a_schema_contracts_reasons(tmp_path):
+    from deltalake import write_deltalake
+    from fastapi.testclient import TestClient
+    from test_ui import quarantine_rows, signed_in
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.quarantine import QuarantineFilter, QuarantineQuery, quarantine_page
+    from deltaferry.ui.web import create_app
+
+    contract = ["value has field(s) not in schema v1 (schema: freeze): coupon",
+                "value does not fit schema v2: field amount is string in the message, long in "
+                "the schema",
+                "value does not fit the topic's schema hints: amount decimal(18,2)"]
+    rows = quarantine_rows(n_json=4).to_pylist()
+    for row, reason in zip(rows, contract, strict=False):
+        row["reason"] = reason
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    write_deltalake(paths.quarantine, pa.Table.from_pylist(rows, quarantine_rows().schema))
+    page = quarantine_page(paths.quarantine, QuarantineQuery(QuarantineFilter(contract=True)))
+    assert sorted(m.reason for m in page.latest) == sorted(contract)    # not JSON, not UTF-8
+    assert QuarantineFilter.from_param({"contract": True, "key": "k"}) == \
+        QuarantineFilter(key="k", contract=True)
+    assert QuarantineFilter(contract=True).as_param() == {"contract": True}
+    assert QuarantineQuery.from_params({"contract": "1"}).link() == "?contract=1"
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    env = {"DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"), "DELTAFERRY_TOPICS": str(topics)}
+    app = create_app(signed_in, env=lambda: env, topics_file=str(topics),
+                     may_trigger=lambda *_: True)
+    text = TestClient(app, headers={"x-user": "ann"}).get(
+        "/topics/orders/quarantine?contract=1").text
+    assert "1–3 of 3 message(s) where a schema contract&#39;s reason" in text
+    assert '<input type="hidden" name="contract" value="1">' in text   # the replay keeps it
+
+
+def test_status_and_metrics_count_the_last_runs_rescued_values():
+    from deltaferry.ui.metrics import exposition
+    from deltaferry.ui.topics import LastRun, TopicRow
+
+    report = IngestReport("orders", messages_read=6, rescued_fields={"coupon": 2, "a.b": 1})
+    assert "rescued: a.b 1, coupon 2, schema v0" in report.summary()
+    assert "rescued" not in IngestReport("orders").summary()
+    run = LastRun("r1", "success", "t", {**report.as_dict(), "step": "ingest"})
+    row = TopicRow("orders", "json", "ingest_orders", None, last_run=run)
+    assert "  rescued        a.b 1, coupon 2" in row.lines()
+    assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 3.0' in \
+        exposition([row]).decode()

@@ -36,9 +36,11 @@ from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, aggregates
 from deltaferry.spark.expectations import (
+    BAD_MESSAGES,
     Checker,
     add_counts,
     counts_of,
+    needs_checker,
 )
 from deltaferry.spark.failures import run_failure
 from deltaferry.spark.ingest.progress import (
@@ -122,8 +124,7 @@ class BatchWriter:
         #: How the usable records become rows and reach the table.
         self.table: TableWriter = writer_for(topic, paths, self.keys)
         #: The topic's expectations (None without any: nothing evaluated, no column added).
-        self.checker = Checker(topic) if topic.expectations or topic.on_bad_messages == "fail" \
-            else None
+        self.checker = Checker(topic) if needs_checker(topic) else None
         self._app_id: str | None = None
         #: What stopped a batch (a registry that does not answer, say): raised again by
         #: `ingest_topic` as itself instead of Spark's wrapped StreamingQueryException.
@@ -272,10 +273,16 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
+        if quarantined:  # 0: a batch whose quarantine append was done before (a retry)
+            self.report.bad_messages += failed[BAD_MESSAGES][0] if self.checker is not None \
+                else quarantined
         add_counts(self.report.expectations, self.topic, failed)
         for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json's only
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
+        for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
+            self.report.rescued_fields[field_] = \
+                self.report.rescued_fields.get(field_, 0) + count_
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
         scheduled = self.count_jobs(batch_id, jobs.scheduled())
