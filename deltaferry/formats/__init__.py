@@ -97,8 +97,14 @@ def writer_for(topic: TopicConfig, paths: TopicPaths, keys: KeyDecoder) -> Table
     return LatestPerKey(paths.table, keys.columns, topic.keep_headers)
 
 
-def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore) -> Decoder:
-    """The decoder of `topic`'s format."""
+def decoder_for(spark: SparkSession, topic: TopicConfig, store: SchemaStore,
+                table: str | None = None) -> Decoder:
+    """The decoder of `topic`'s format; an avro topic's reads its schema contract (`schema:`
+    other than evolve) off the columns of its `table`."""
+    if topic.format == Format.AVRO and not topic.cdc:
+        from deltaferry.formats.avro import AvroDecoder
+
+        return AvroDecoder(spark, topic, store, table)
     return format_of(topic).decoder(spark, topic, store)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from deltaferry.config import TopicConfig
+from deltaferry.config import SchemaMode, TopicConfig
 from deltaferry.registry import (
     BATCH_NOT_COMMITTED,
     RegistryError,
@@ -41,6 +41,7 @@ from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from deltaferry.context import TopicContext
     from deltaferry.state import TopicState
@@ -50,6 +51,10 @@ log = logging.getLogger(__name__)
 REASON_FRAMING = "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)"
 REASON_UNKNOWN_ID = "schema id {id} is not known to the schema registry"
 REASON_UNDECODABLE = "Avro body does not decode with writer schema id {id}"
+#: A record whose writer schema has fields the table does not, under ``schema: freeze``
+#: (starts as json's REASON_NEW_FIELDS, so the quarantine's "contract" filter finds it).
+REASON_NEW_FIELDS = "value has field(s) not in the table (schema: freeze): {fields} (writer " \
+    "schema {subject} version {version}, id {id})"
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,57 @@ def all_null_encoding(schema) -> bytes | None:
     return buf.getvalue()
 
 
+def _branches(schema) -> list:
+    """The types a field's type may be: a union's branches, else the type itself."""
+    return schema if isinstance(schema, list) else [schema]
+
+
+def new_field_paths(writer, reader, prefix: str = "") -> list[str]:
+    """The paths of the record fields of `writer` that `reader` lacks (``customer.since``,
+    ``items[].qty``, ``attrs{}.note``), nested records (in unions, arrays and maps too)
+    compared by field name; a path under a new field is not listed."""
+    found: list[str] = []
+    for w in _branches(writer):
+        if not isinstance(w, dict):
+            continue
+        kind = w.get("type")
+        same = [r for r in _branches(reader) if isinstance(r, dict) and r.get("type") == kind]
+        if kind == "record":
+            fields = {f["name"]: f["type"] for r in same for f in r["fields"]}
+            for f in w["fields"]:
+                path = f"{prefix}{f['name']}"
+                if f["name"] not in fields:
+                    found.append(path)
+                else:
+                    found += new_field_paths(f["type"], fields[f["name"]], f"{path}.")
+        elif kind in ("array", "map") and same:
+            key, step = ("items", "[]") if kind == "array" else ("values", "{}")
+            found += new_field_paths(w[key], same[0][key], f"{prefix.removesuffix('.')}{step}.")
+    return list(dict.fromkeys(found))
+
+
+def restricted(schema, columns):
+    """`schema` (an Avro type) without the record fields the Spark type `columns` lacks
+    (nested records by the struct type of their column; unions, arrays and maps followed);
+    a type `columns` says nothing about (None, or not a struct where a record is) as it is."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(schema, list):
+        return [restricted(b, columns) for b in schema]
+    if not isinstance(schema, dict) or columns is None:
+        return schema
+    kind = schema.get("type")
+    if kind == "record" and isinstance(columns, StructType):
+        types = {f.name: f.dataType for f in columns.fields}
+        return {**schema, "fields": [{**f, "type": restricted(f["type"], types[f["name"]])}
+                                     for f in schema["fields"] if f["name"] in types]}
+    if kind == "array" and isinstance(columns, ArrayType):
+        return {**schema, "items": restricted(schema["items"], columns.elementType)}
+    if kind == "map" and isinstance(columns, MapType):
+        return {**schema, "values": restricted(schema["values"], columns.valueType)}
+    return schema
+
+
 class WriterSchemas:
     """Writer schemas by schema id, fetched from the registry once per run."""
 
@@ -148,6 +204,24 @@ class WriterSchemas:
                 raise unanswered(self.url, f"schema id {schema_id}", exc,
                                  then=BATCH_NOT_COMMITTED) from None
         return self._known[schema_id]
+
+    def version(self, schema_id: int, subject: str) -> int | None:
+        """The version of `subject` that `schema_id` is (None if it is none of its versions;
+        the lowest where it is several)."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            found = self.client.get_schema_versions(schema_id, subject_name=subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != 404:
+                raise RegistryError(self.url, f"cannot read the versions of schema id "
+                                    f"{schema_id}: {exc}") from None
+            return None
+        except Exception as exc:  # the HTTP client's: the registry did not answer at all
+            raise unanswered(self.url, f"the versions of schema id {schema_id}", exc,
+                             then=BATCH_NOT_COMMITTED) from None
+        versions = [v.version for v in found if v.subject == subject]
+        return min(versions) if versions else None
 
     def known(self, schema_id: int) -> bool:
         """Whether `schema_id` was looked up in this run already."""
@@ -321,10 +395,24 @@ class AvroKeyDecoder:
 
 class AvroDecoder:
     """The decoder of an avro topic (deltaferry.spark.decoding): records decoded from the wire
-    format with their writer schemas, resolved into the run's reader schema."""
+    format with their writer schemas, resolved into the run's reader schema.
 
-    def __init__(self, spark: SparkSession, topic: TopicConfig, store=None):
+    Under a schema contract (``schema: freeze`` or ``discard_new_fields``, with the topic's
+    `table` given) the reader schema is the run's without the fields the table's columns lack
+    (the whole of it while the table has none of its fields: the first run makes the table),
+    so the table never grows; a record whose writer schema has such fields is quarantined
+    with their paths and the writer's subject version (freeze), or lands without them,
+    counted per field in `discarded` (discard_new_fields)."""
+
+    def __init__(self, spark: SparkSession, topic: TopicConfig, store=None,
+                 table: str | None = None):
+        self.spark = spark
         self.topic = topic
+        self.table = table
+        #: discard_new_fields: the last decoded batch's usable records, per field left out.
+        self.discarded: dict[str, int] = {}
+        #: The table's columns once they hold some of the reader schema's fields.
+        self._columns: StructType | None = None
         self.registry, self.client, self.reader = registry_for_run(topic)
         self.writers = WriterSchemas(self.client, self.registry.safe_url)
         self.schema_version = self.reader.version
@@ -336,6 +424,8 @@ class AvroDecoder:
         return with_wire_columns(batch_df)
 
     def decode(self, raw: DataFrame):
+        from pyspark.sql import functions as F
+
         ids = [r[0] for r in raw.where("wire_ok").select("schema_id").distinct().collect()]
         unseen = any(not self.writers.known(int(i)) for i in ids)
         # the writer schemas first: a registry that stops answering fails the batch on what it
@@ -343,7 +433,60 @@ class AvroDecoder:
         writers = {int(i): self.writers.get(int(i)) for i in ids}
         if unseen:
             self.follow_latest()
-        return decode(raw, writers, self.reader.schema)
+        self.discarded = {}
+        if self.topic.schema == SchemaMode.EVOLVE or self.table is None:
+            return decode(raw, writers, self.reader.schema)
+        reader = self.contract()
+        new = {i: paths for i, w in writers.items()
+               if w is not None and (paths := new_field_paths(w, reader))}
+        decoded = decode(raw, writers, reader)
+        if not new:
+            return decoded
+        if self.topic.schema == SchemaMode.FREEZE:
+            return decoded.withColumn("problem", F.coalesce(F.col("problem"),
+                                                            self.new_fields_reason(new)))
+        counted = (decoded.where(F.col("problem").isNull() & F.col("schema_id").isin(list(new)))
+                   .groupBy("schema_id").count().collect())
+        for row in counted:
+            for path in new[int(row["schema_id"])]:
+                self.discarded[path] = self.discarded.get(path, 0) + int(row["count"])
+        if self.discarded:
+            log.warning("ingest %s: schema discard_new_fields: left out of the rows, fields "
+                        "not in the table: %s", self.topic.name,
+                        ", ".join(f"{f} ({n} message(s))"
+                                  for f, n in sorted(self.discarded.items())))
+        return decoded
+
+    def contract(self) -> dict:
+        """The reader schema without the fields the table's columns lack (as it is while the
+        table has none of its fields, or it is not a record)."""
+        reader = self.reader.schema
+        if not is_record(reader):
+            return reader
+        columns = self._columns
+        if columns is None:
+            assert self.table is not None  # a contract is read only where a table is given
+            columns = self.spark.read.format("delta").load(self.table).schema
+        held = restricted(reader, columns)
+        if not held["fields"]:
+            return reader
+        self._columns = columns
+        return held
+
+    def new_fields_reason(self, new: dict[int, list[str]]):
+        """The freeze reason of a record by its schema id: the fields of its writer schema
+        the table lacks (`new`, by schema id), the writer's subject version and id."""
+        from pyspark.sql import functions as F
+
+        reason = None
+        for schema_id, paths in sorted(new.items()):
+            version = self.writers.version(schema_id, self.reader.subject)
+            text = REASON_NEW_FIELDS.format(
+                fields=", ".join(paths), subject=self.reader.subject,
+                version=version if version is not None else "unknown", id=schema_id)
+            test = F.col("schema_id") == schema_id
+            reason = F.when(test, text) if reason is None else reason.when(test, text)
+        return reason
 
     def follow_latest(self) -> None:
         """Read the subject's latest version again (unless a version is pinned): a batch holds

@@ -130,7 +130,7 @@ def replay_quarantine(spark: SparkSession, ctx: TopicContext,
     started = time.monotonic()
     quarantine.ensure_layout(spark, paths.quarantine)
     delta_table.ensure_table(spark, paths.table)
-    decoder = decoder_for(spark, topic, store)
+    decoder = decoder_for(spark, topic, store, paths.table)
     keys = key_decoder_for(spark, topic)
     report = ReplayReport(topic.name, [])
     for replay_id in quarantine.unfinished(spark, paths.quarantine):

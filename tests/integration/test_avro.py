@@ -14,6 +14,7 @@ from deltaferry.producer.schema import IncompatibleShapeError
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
+from .test_avro_decode import wire
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +102,13 @@ def test_dynamic_producer_registers_compatible_versions_only_when_needed(
 
 def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
         spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
     from deltaferry.kafka import produce
     from deltaferry.producer import DynamicSchemaProducer
 
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
+    client = SchemaRegistryClient({"url": schema_registry_url})
     topic = new_topic("avro-ingest", partitions=2)
     producer = DynamicSchemaProducer({"bootstrap.servers": kafka_bootstrap},
                                      schema_registry_url, topic)
@@ -142,9 +146,48 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     assert "tags" in table.columns
     rows = {r["kafka_key"]: r for r in table.collect()}
     assert rows["k6"]["tags"] == ["x"] and rows["k2"]["tags"] is None
+    columns = table.columns
+    # schema: freeze: a record of a writer version with a field the table lacks is
+    # quarantined, naming the field and the version; records of older writers land
+    producer.produce({"id": 7, "name": "g", "color": "red"}, key="k7")   # v4: new field
+    assert producer.flush(30) == 0
+    v3 = client.get_version(f"{topic}-value", 3)  # the producer writes with the latest only
+    produce(kafka_bootstrap, topic, [("k8", wire(v3.schema_id, json.loads(v3.schema.schema_str),
+                                                 {"id": 8, "name": "h", "qty": 2}))])
+    frozen = TopicContext(TopicConfig(name=topic, format="avro", schema="freeze"),
+                          ctx.settings, paths, ctx.store)
+    [report] = run_step("ingest", frozen, spark)
+    assert report.quarantined == 1
+    table = spark.read.format("delta").load(paths.table)
+    assert table.columns == columns
+    rows = {r["kafka_key"]: r for r in table.collect()}
+    assert "k7" not in rows and rows["k8"]["qty"] == 2
+    v4 = client.get_version(f"{topic}-value", 4)
+    bad = spark.read.format("delta").load(paths.quarantine).where("kafka_key = 'k7'").collect()
+    assert [r["reason"] for r in bad] == [
+        f"value has field(s) not in the table (schema: freeze): color (writer schema "
+        f"{topic}-value version 4, id {v4.schema_id})"]
+    # schema: discard_new_fields: such records land without the field, counted per field
+    producer.produce({"id": 9, "name": "i", "color": "blue"}, key="k9")
+    producer.produce({"id": 10, "name": "j", "qty": 3, "color": "green"}, key="k10")
+    assert producer.flush(30) == 0
+    discarding = TopicContext(TopicConfig(name=topic, format="avro",
+                                          schema="discard_new_fields"),
+                              ctx.settings, paths, ctx.store)
+    [report] = run_step("ingest", discarding, spark)
+    assert report.quarantined == 0 and report.discarded_fields == {"color": 2}
+    table = spark.read.format("delta").load(paths.table)
+    assert table.columns == columns
+    rows = {r["kafka_key"]: r for r in table.collect()}
+    assert (rows["k9"]["name"], rows["k10"]["qty"]) == ("i", 3)
     assert_plain_table(spark, paths.table)
-    assert len(assert_readers_agree(spark, paths.table)) == len(rows)
-    assert len(assert_readers_agree(spark, paths.quarantine)) == 1
+    read = assert_readers_agree(spark, paths.table)
+    assert len(read) == len(rows) == 7
+    by_key = {r["kafka_key"]: (r["id"], r["name"], r["qty"]) for r in read}
+    assert {k: by_key[k] for k in ("k8", "k9", "k10")} == {
+        "k8": (8, "h", 2), "k9": (9, "i", None), "k10": (10, "j", 3)}
+    assert "k7" not in by_key and all("color" not in r for r in read)
+    assert len(assert_readers_agree(spark, paths.quarantine)) == 2
 
 
 def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_registry_url,

@@ -55,16 +55,69 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
     ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "window": 5}}},
      "on_bad_messages: pause_after: unknown key(s) window (known: ratio, messages)"),
     ({"on_bad_messages": {"pause": 1}}, "on_bad_messages: a mapping here must be"),
-    ({"schema": "freeze", "format": "avro"},
-     "schema freeze is not yet supported with format avro"),
+    ({"schema": "rescue", "format": "avro"},
+     "schema rescue is not supported with format avro (_rescued holds JSON text, an avro "
+     "record is binary): use freeze (the record is quarantined, raw bytes kept, for a replay) "
+     "or discard_new_fields"),
+    ({"schema": "freeze", "format": "protobuf", "protobuf": {"message": "a.B"}},
+     "schema freeze is not yet supported with format protobuf (only json and avro topics)"),
     ({"schema": "discard_new_fields", "cdc": "debezium"},
-     "schema discard_new_fields is not yet supported with cdc debezium"),
+     "schema discard_new_fields is not supported with cdc debezium (a change event's row "
+     "follows its source table): leave schema out"),
+    ({"schema": "freeze", "cdc": "debezium", "format": "avro"},
+     "schema freeze is not supported with cdc debezium"),
 ])
 def test_a_bad_schema_option_is_the_entrys_own_error(entry, said):
     with pytest.raises(ConfigError) as raised:
         parse_topic({"name": "orders", **entry}, 3)
     assert str(raised.value).startswith("topics[3] ('orders'): ")
     assert said in str(raised.value)
+
+
+def test_avro_topics_take_freeze_and_discard_new_fields():
+    assert [parse_topic({"name": "a", "format": "avro", "schema": mode}, 0).schema
+            for mode in ("evolve", "freeze", "discard_new_fields")] == [
+        "evolve", "freeze", "discard_new_fields"]
+
+
+def avro_record(name, *fields):
+    return {"type": "record", "name": name,
+            "fields": [{"name": n, "type": t, "default": None} for n, t in fields]}
+
+
+def test_avro_new_field_paths_name_the_outermost_fields_the_reader_lacks():
+    from deltaferry.formats.avro import new_field_paths
+
+    reader = avro_record("R", ("id", "long"),
+                         ("customer", ["null", avro_record("C", ("tier", "string"))]),
+                         ("items", {"type": "array", "items": avro_record("I", ("sku", "string"))}))
+    writer = avro_record("R", ("id", "long"),
+                         ("customer", ["null", avro_record("C", ("tier", "string"),
+                                                           ("since", "long"))]),
+                         ("items", {"type": "array",
+                                    "items": avro_record("I", ("sku", "string"), ("qty", "long"))}),
+                         ("coupon", avro_record("P", ("code", "string"))))
+    assert new_field_paths(writer, reader) == ["customer.since", "items[].qty", "coupon"]
+    assert new_field_paths(reader, writer) == []
+    assert new_field_paths(reader, reader) == []
+
+
+def test_avro_contract_reader_keeps_only_the_tables_columns():
+    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+    from deltaferry.formats.avro import new_field_paths, restricted
+
+    latest = avro_record("R", ("id", "long"), ("qty", "long"),
+                         ("items", {"type": "array",
+                                    "items": avro_record("I", ("sku", "string"), ("n", "long"))}))
+    table = StructType([StructField("kafka_key", StringType()), StructField("id", LongType()),
+                        StructField("items", ArrayType(StructType([
+                            StructField("sku", StringType())])))])
+    held = restricted(latest, table)
+    assert held == avro_record("R", ("id", "long"),
+                               ("items", {"type": "array",
+                                          "items": avro_record("I", ("sku", "string"))}))
+    assert new_field_paths(latest, held) == ["qty", "items[].n"]
 
 
 def test_new_fields_are_the_outermost_fields_the_contract_lacks_with_their_steps():

@@ -277,7 +277,7 @@ class BatchWriter:
             self.report.bad_messages += failed[BAD_MESSAGES][0] if self.checker is not None \
                 else quarantined
         add_counts(self.report.expectations, self.topic, failed)
-        for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json's only
+        for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json, avro
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
         for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
@@ -356,7 +356,7 @@ class IngestStream:
                         paths.root)
         self.report = IngestReport(topic.name, mode=topic.mode,
                                    expectations=counts_of(topic))
-        decoder = decoder_for(spark, topic, store)
+        decoder = decoder_for(spark, topic, store, paths.table)
         self.report.schema_version = decoder.schema_version
         self.writer = BatchWriter(spark, topic, paths, decoder, self.report,
                                   key_decoder_for(spark, topic), settings=settings,
