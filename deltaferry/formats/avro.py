@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 REASON_FRAMING = "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)"
 REASON_UNKNOWN_ID = "schema id {id} is not known to the schema registry"
 REASON_UNDECODABLE = "Avro body does not decode with writer schema id {id}"
-#: A record whose writer schema has fields the table does not, under ``schema: freeze``
-#: (starts as json's REASON_NEW_FIELDS, so the quarantine's "contract" filter finds it).
+#: A record whose writer schema has fields the table does not, under ``schema: freeze`` (a
+#: "contract" reason: `deltaferry.quarantine.contract_reasons`).
 REASON_NEW_FIELDS = "value has field(s) not in the table (schema: freeze): {fields} (writer " \
     "schema {subject} version {version}, id {id})"
 

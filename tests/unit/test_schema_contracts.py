@@ -262,8 +262,10 @@ def test_the_quarantine_filters_a_schema_contracts_reasons(tmp_path):
     contract = ["value has field(s) not in schema v1 (schema: freeze): coupon",
                 "value does not fit schema v2: field amount is string in the message, long in "
                 "the schema",
-                "value does not fit the topic's schema hints: amount decimal(18,2)"]
-    rows = quarantine_rows(n_json=4).to_pylist()
+                "value does not fit the topic's schema hints: amount decimal(18,2)",
+                "value has field(s) not in the table (schema: freeze): color (writer schema "
+                "orders-value version 4, id 12)"]
+    rows = quarantine_rows(n_json=5).to_pylist()
     for row, reason in zip(rows, contract, strict=False):
         row["reason"] = reason
     paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
@@ -281,7 +283,7 @@ def test_the_quarantine_filters_a_schema_contracts_reasons(tmp_path):
                      may_trigger=lambda *_: True)
     text = TestClient(app, headers={"x-user": "ann"}).get(
         "/topics/orders/quarantine?contract=1").text
-    assert "1–3 of 3 message(s) where a schema contract&#39;s reason" in text
+    assert "1–4 of 4 message(s) where a schema contract&#39;s reason" in text
     assert '<input type="hidden" name="contract" value="1">' in text   # the replay keeps it
 
 
