@@ -1137,6 +1137,10 @@ def expand(template: TopicConfig, name: str) -> TopicConfig:
     return replace(template, name=name)
 
 
+#: What `TopicsFile.entry_of` says of a topic listed by name (not through a pattern entry).
+OWN_ENTRY = "own entry"
+
+
 @dataclasses.dataclass
 class TopicsFile:
     """The result of loading a topics file: the valid entries and the errors of the others."""
@@ -1176,7 +1180,7 @@ class TopicsFile:
         """Which entry `topic` came from, in words: its own, or a pattern's (and gone from
         the broker since when, if it is)."""
         if topic.pattern is None:
-            return "own entry"
+            return OWN_ENTRY
         gone = f"; gone from the broker since {self.gone[topic.name]}" \
             if topic.name in self.gone else ""
         return f"pattern {topic.pattern}{gone}"

@@ -137,7 +137,7 @@ page {{ page.number }} of {{ page.pages }}{% if page.number < page.pages %} · <
 <tr data-topic="{{ row.name }}"{% if problems %} class="has-problem"{% endif %}>
 <td class="topic"><a class="dag" href="{{ dag_url(airflow, row.dag_id) }}"><strong>{{ row.name }}</strong></a>
 <div class="muted">{{ row.dag_id }}{% if row.schedule %} · {{ row.schedule }}{% endif %}</div>
-{% if row.entry != "own entry" %}<div class="muted entry{% if 'gone' in row.entry %} problem{% endif %}">{{ row.entry }}</div>{% endif %}
+{% if row.pattern_entry %}<div class="muted entry{% if 'gone' in row.pattern_entry %} problem{% endif %}">{{ row.pattern_entry }}</div>{% endif %}
 {% if row.paused %}<div class="paused"><strong class="state-failed">paused</strong>
 {% if can_resume(row.dag_id) %}<form method="post" action="{{ root }}/topics/{{ row.name | urlencode }}/resume" class="resume">
 <input type="hidden" name="form_token" value="{{ resume_token(row.dag_id) }}">

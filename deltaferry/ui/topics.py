@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 
 from deltaferry import env as envvars
 from deltaferry.config import TopicConfig, TopicsFile, parse_kafka_options, warehouse_from_env
+from deltaferry.config.topics import OWN_ENTRY
 from deltaferry.formats import format_of
 from deltaferry.paths import TopicPaths
 from deltaferry.state import committed_offsets, lag
@@ -193,11 +194,17 @@ class TopicRow:
     #: the topic's alerts.max_lag_messages (None: no threshold)
     max_lag: int | None = None
     #: which entry of the topics file the topic came from (`TopicsFile.entry_of`)
-    entry: str = "own entry"
+    entry: str = OWN_ENTRY
     #: why its bad messages paused the topic (deltaferry.pause); None: not paused (or unread)
     paused: Paused | None = None
     #: whether its paused state was read (`paused` None is then "not paused")
     paused_read: bool = False
+
+    @property
+    def pattern_entry(self) -> str:
+        """The pattern entry the topic came from, as `entry` says it; '' for a topic listed by
+        name (the page and `status` then say nothing of it)."""
+        return "" if self.entry == OWN_ENTRY else self.entry
 
     @property
     def problems(self) -> dict[str, str]:
@@ -245,9 +252,10 @@ class TopicRow:
             last = f"unknown: {runs_unknown}" if runs_unknown else "no run yet"
         waiting = ("" if self.quarantined_waiting is None
                    else f", {count(self.quarantined_waiting)} not replayed")
-        out = [f"{self.name} ({self.format}, DAG {self.dag_id})",
-               f"  entry          {self.entry}",
-               f"  last run       {last}"]
+        out = [f"{self.name} ({self.format}, DAG {self.dag_id})"]
+        if self.pattern_entry:
+            out.append(f"  entry          {self.pattern_entry}")
+        out.append(f"  last run       {last}")
         if run is not None:
             out.append(f"  last success   {run.last_success_text or 'never'}")
         if self.paused is not None:

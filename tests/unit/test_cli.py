@@ -147,7 +147,6 @@ def test_status_prints_what_the_topics_page_shows(warehouse, capsys, monkeypatch
     assert cli.main(["status", TOPIC]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "orders (json, DAG ingest_orders)",
-        "  entry          own entry",
         "  last run       success (2026-11-24 10:00:00 UTC): ingest orders: 9 messages",
         "  last success   2026-11-24 10:00:00 UTC",
         "  rows           5",
