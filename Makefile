@@ -80,13 +80,12 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
-# Three processes (pytest-xdist; on 2 cores a third keeps the CPUs busy while the others wait
-# on a scheduler, a broker or a server's start), a test file at a time each, so a file's module fixtures (its
+# Two processes (pytest-xdist), a test file at a time each, so a file's module fixtures (its
 # Airflow, a stack part it stops) stay in one process; the files sharing one Airflow
 # (tests/integration/airflow_shared.py) go to one process together (conftest.py's scheduler).
 # The slowest start first, in conftest.py's order (--no-loadscope-reorder: xdist would
 # otherwise start the files with the most tests first). INTEGRATION_WORKERS=1 runs them one after another.
-INTEGRATION_WORKERS ?= 3
+INTEGRATION_WORKERS ?= 2
 test-integration: setup
 	scripts/ensure-browser.sh
 	$(BIN)/pytest tests/integration -q -m integration --durations=25 -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder
