@@ -28,6 +28,24 @@ def lookup_of(**conns):
     return lambda conn_id: conns.get(conn_id)
 
 
+def stand_in_submit(tmp_path: Path, body: str) -> Path:
+    """An executable stand-in for spark-submit in `tmp_path`: a shell script of `body`."""
+    script = tmp_path / "spark-submit"
+    script.write_text(f"#!/bin/sh\n{body}")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def one_topic(tmp_path: Path, monkeypatch, kafka_extra: dict) -> None:
+    """The task's environment: a topics file listing `orders` (DELTAFERRY_TOPICS) and the
+    ``kafka_default`` connection with `kafka_extra`."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
+        {"conn_type": "generic", "extra": kafka_extra}))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text("topics:\n  - name: orders\n")
+    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+
+
 # --- Spark master -------------------------------------------------------------------------
 
 def test_spark_master_from_connection_then_env_then_local():
@@ -169,9 +187,7 @@ def test_parse_report_line_and_describe():
 def test_operator_runs_the_step_with_secrets_only_in_the_environment(tmp_path, monkeypatch):
     """The operator against a stand-in spark-submit script that records what it was given."""
     record = tmp_path / "record.json"
-    script = tmp_path / "spark-submit"
-    script.write_text(f"""#!/bin/sh
-python3 - "$@" <<'PY'
+    script = stand_in_submit(tmp_path, f"""python3 - "$@" <<'PY'
 import json, os, sys
 json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_BOOTSTRAP"),
            "options": os.environ.get("DELTAFERRY_KAFKA_OPTIONS"),
@@ -180,18 +196,12 @@ json.dump({{"argv": sys.argv[1:], "bootstrap": os.environ.get("DELTAFERRY_KAFKA_
 PY
 echo '[{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "infer orders: v2"}}]' > "$DELTAFERRY_REPORT_FILE"
 """)
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
-        "conn_type": "generic", "extra": {"bootstrap.servers": "k:9092",
-                                          "sasl.jaas.config": JAAS}}))
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "k:9092", "sasl.jaas.config": JAAS})
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
         "conn_type": "aws", "login": "AKIA1", "password": "s3-hunter3",
         "extra": {"endpoint_url": "http://127.0.0.1:8333"}}))
     monkeypatch.setenv("AIRFLOW_CONN_NO_SUCH_SPARK", "")  # the task defines it: removed after
     monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK")
-    topics = tmp_path / "topics.yaml"
-    topics.write_text("topics:\n  - name: orders\n")
-    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
     task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             conn_id="no_such_spark", spark_binary=str(script))
     report = task.execute({"params": {"reinfer": True, "debug": False}})
@@ -213,24 +223,17 @@ def test_operator_on_a_spark_master_ships_deltaferry_and_the_jars(tmp_path, monk
     """A spark:// master from the spark_default connection: --master is it, --jars the
     resolved jars, --py-files the zip of deltaferry (the executors import it from there)."""
     record = tmp_path / "record.json"
-    script = tmp_path / "spark-submit"
-    script.write_text(f"""#!/bin/sh
-python3 - "$@" <<'PY'
+    script = stand_in_submit(tmp_path, f"""python3 - "$@" <<'PY'
 import json, os, sys
 json.dump({{"argv": sys.argv[1:], "python": os.environ.get("PYSPARK_PYTHON")}},
           open({str(record)!r}, "w"))
 PY
 echo '[{{"topic": "orders", "step": "infer", "summary": "infer orders"}}]' > "$DELTAFERRY_REPORT_FILE"
 """)
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
         {"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
-        {"conn_type": "generic", "extra": {"bootstrap.servers": "k:9092"}}))
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "k:9092"})
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    topics = tmp_path / "topics.yaml"
-    topics.write_text("topics:\n  - name: orders\n")
-    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
     task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
                                             spark_binary=str(script))
     task.execute({"params": {"reinfer": True}})
@@ -337,20 +340,13 @@ def test_a_run_with_the_replay_param_makes_the_ingest_task_replay(tmp_path, monk
     from airflow.sdk.exceptions import AirflowFailException
 
     record = tmp_path / "record.json"
-    script = tmp_path / "spark-submit"
-    script.write_text(f"""#!/bin/sh
-python3 - "$@" <<'PY'
+    script = stand_in_submit(tmp_path, f"""python3 - "$@" <<'PY'
 import json, sys
 json.dump(sys.argv[1:], open({str(record)!r}, "w"))
 PY
 echo '[{{"topic": "orders", "step": "replay", "landed": 2, "summary": "replay orders: 2"}}]' > "$DELTAFERRY_REPORT_FILE"
 """)
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
-        "conn_type": "generic", "extra": {"bootstrap.servers": "127.0.0.1:1"}}))
-    topics = tmp_path / "topics.yaml"
-    topics.write_text("topics:\n  - name: orders\n")
-    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "127.0.0.1:1"})
     monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "wh"))
     task = op.DeltaferrySparkSubmitOperator(task_id="ingest", topic="orders", step="ingest",
                                             conn_id="no_such_spark", spark_binary=str(script))
@@ -395,15 +391,9 @@ def test_a_paused_topics_tasks_that_read_new_messages_fail_at_once_without_retry
 
     from deltaferry.paths import TopicPaths
 
-    script = tmp_path / "spark-submit"
-    script.write_text("#!/bin/sh\necho '[{\"topic\": \"orders\", \"step\": \"replay\", "
-                      "\"summary\": \"replay orders\"}]' > \"$DELTAFERRY_REPORT_FILE\"\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({
-        "conn_type": "generic", "extra": {"bootstrap.servers": "127.0.0.1:1"}}))
-    topics = tmp_path / "topics.yaml"
-    topics.write_text("topics:\n  - name: orders\n")
-    monkeypatch.setenv("DELTAFERRY_TOPICS", str(topics))
+    script = stand_in_submit(tmp_path, "echo '[{\"topic\": \"orders\", \"step\": \"replay\", "
+                             "\"summary\": \"replay orders\"}]' > \"$DELTAFERRY_REPORT_FILE\"\n")
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "127.0.0.1:1"})
     monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "wh"))
     state = Path(TopicPaths.for_topic(str(tmp_path / "wh"), "orders").root) / "_state"
     state.mkdir(parents=True)
