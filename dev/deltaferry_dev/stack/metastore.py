@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from deltaferry import env as envvars
 from deltaferry.errors import SetupError, StackError
 from deltaferry.jvm import deps_dir
 from deltaferry_dev.stack.kafka import java_executable
@@ -48,7 +49,7 @@ from deltaferry_dev.stack.process import (
 )
 
 HOST = "127.0.0.1"
-URI_VAR = "DELTAFERRY_HIVE_METASTORE_URI"
+URI_VAR = envvars.HIVE_METASTORE_URI.name
 HIVE_VERSION = "3.1.3"
 DATABASE = "metastore"
 DB_USER = "deltaferry"
