@@ -246,7 +246,8 @@ def main() -> int:
     print_by_name()
     say(f"Airflow keeps running at {airflow.url} (user admin, password in "
         f"{airflow.passwords_file}): these runs, their task logs and results are there. "
-        "`make stack-down` stops Airflow, the broker, the S3 server and the Schema Registry.")
+        "`make stack-down` stops Airflow, the broker, the S3 server, the Schema Registry and the "
+        "metastore with its PostgreSQL.")
     return 0
 
 
