@@ -14,7 +14,7 @@ import pytest
 
 from deltaferry.kafka import create_topic, produce
 from deltaferry.schema.store import SchemaStore
-from deltaferry_dev.airflow.rest import follow, wait_until
+from deltaferry_dev.airflow.rest import AirflowApiError, follow, wait_until
 
 from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state
@@ -50,11 +50,24 @@ def airflow(shared_airflow, kafka_bootstrap):
         yield shared_airflow.running, topic, shared_airflow.paths(topic)
 
 
+def task_log(client, dag_id, run_id, task_id, ti) -> str:
+    """The end of a task's last try's log, for a failure's message; what is known instead when
+    it never ran (upstream failed) or its log cannot be read."""
+    tries = ti.get("try_number") or 0
+    if tries < 1:
+        return "(never ran)"
+    try:
+        return client.log(dag_id, run_id, task_id, tries)[-4000:]
+    except AirflowApiError as exc:
+        return f"(no log: {exc})"
+
+
 def finished_run(client, dag_id, run_id):
     run = follow(client, dag_id, run_id, tell=print)
     tasks = client.tasks(dag_id, run_id)
     if run["state"] != "success":
-        logs = "\n".join(f"--- {t}\n{client.log(dag_id, run_id, t)[-4000:]}" for t in tasks)
+        logs = "\n".join(f"--- {t} ({ti['state']})\n{task_log(client, dag_id, run_id, t, ti)}"
+                         for t, ti in tasks.items())
         pytest.fail(f"run {run_id} {run['state']}:\n{logs}")
     return run, {t: ti["state"] for t, ti in tasks.items()}
 
