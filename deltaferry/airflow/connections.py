@@ -5,7 +5,10 @@ returns a connection (anything with host, port and extra_dejson) or None, so uni
 plain objects and the operator passes `connection_or_none`.
 
 * Spark: the ``spark_default`` connection (host ``spark://master``, port 7077, or ``local[4]``)
-  wins; without it, ``DELTAFERRY_SPARK_MASTER``, else ``local[*]``.
+  wins; without it, ``DELTAFERRY_SPARK_MASTER``, else ``local[*]``. A ``spark_default`` of the
+  Spark provider's type ``spark_connect`` (host, port, login = user id, password = token, extra
+  ``use_ssl`` and deltaferry's ``ca_bundle``) is a Spark Connect server instead: it becomes the
+  job's ``DELTAFERRY_SPARK_REMOTE`` (and ``_CA_BUNDLE``), the steps run on it.
 * Kafka: the connection named by ``DELTAFERRY_KAFKA_CONN_ID`` (default ``kafka_default``), in
   the apache-kafka provider's form: ``extra`` is a JSON object of client properties
   (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ...); host:port stands in for a
@@ -31,6 +34,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import quote, unquote
 
 from deltaferry import env as envvars
 from deltaferry.config import parse_kafka_options
@@ -61,12 +65,22 @@ def is_secret_property(name: str) -> bool:
     return any(word in lowered for word in _SECRET_WORDS)
 
 
+#: The Spark provider's connection type of a Spark Connect server (its SparkConnectHook).
+SPARK_CONNECT_TYPE = "spark_connect"
+
+
+def is_spark_connect(conn) -> bool:
+    """Whether the Airflow connection `conn` (or None) is a Spark Connect server's."""
+    return conn is not None and getattr(conn, "conn_type", None) == SPARK_CONNECT_TYPE
+
+
 def spark_master(lookup: Lookup, env: Mapping[str, str] | None = None,
                  conn_id: str = SPARK_CONN_ID) -> str:
     """The Spark master URL: the connection's host[:port], else DELTAFERRY_SPARK_MASTER, else
-    local[*]. (The provider's own fallback would be 'yarn', which a laptop does not have.)"""
+    local[*]. (The provider's own fallback would be 'yarn', which a laptop does not have.) A
+    Spark Connect connection names no master: the environment's, as without one."""
     conn = lookup(conn_id)
-    if conn is not None and conn.host:
+    if conn is not None and conn.host and not is_spark_connect(conn):
         return f"{conn.host}:{conn.port}" if conn.port else conn.host
     return envvars.SPARK_MASTER.raw(env) or DEFAULT_SPARK_MASTER
 
@@ -216,3 +230,47 @@ def registry_access(lookup: Lookup, env: Mapping[str, str] | None = None) -> Reg
     ca_bundle = str(extra.get("ca_bundle") or "").strip() or None
     settings = RegistrySettings(url.rstrip("/"), login, password, ca_bundle)
     return RegistryAccess(settings.child_env(), source=where)
+
+
+class SparkRemoteAccess(JobEnvAccess):
+    """A Spark Connect server for one task: DELTAFERRY_SPARK_REMOTE (a secret: its token)."""
+
+    SECRET_VARS = (envvars.SPARK_REMOTE.name,)
+
+    def secrets(self) -> list[str]:
+        """The URL and, on its own, the token in it (a log line may show either)."""
+        url = self.env.get(envvars.SPARK_REMOTE.name, "")
+        tokens = [p.split("=", 1)[1] for p in url.split(";") if p.startswith("token=")]
+        return [v for v in [url, *tokens, *map(unquote, tokens)] if v]
+
+
+def spark_remote_access(lookup: Lookup, conn_id: str = SPARK_CONN_ID) -> SparkRemoteAccess:
+    """The Spark connection, if of type ``spark_connect``, as the job's
+    DELTAFERRY_SPARK_REMOTE (``sc://host:port/;user_id=…;token=…;use_ssl=…``, as the provider's
+    SparkConnectHook builds it, values URL-quoted) and DELTAFERRY_SPARK_REMOTE_CA_BUNDLE (extra
+    ``ca_bundle``); nothing to add otherwise (DELTAFERRY_SPARK_REMOTE of the environment, if
+    any, stays as it is). ConfigError naming the connection without a host, or with a path."""
+    conn = lookup(conn_id)
+    if not is_spark_connect(conn):
+        return SparkRemoteAccess()
+    where = f"Airflow connection {conn_id!r}"
+    extra = _extra(conn, where)
+    host = str(conn.host or "").strip()
+    if not host:
+        raise ConfigError(where, "a spark_connect connection needs a host")
+    host = host.split("://", 1)[1] if "://" in host else host
+    if "/" in host.rstrip("/"):
+        raise ConfigError(where, "the host of a spark_connect connection has no path")
+    netloc = f"{host.rstrip('/')}:{conn.port}" if conn.port else host.rstrip("/")
+    params = []
+    if getattr(conn, "login", None):
+        params.append(f"user_id={quote(str(conn.login), safe='')}")
+    if getattr(conn, "password", None):
+        params.append(f"token={quote(str(conn.password), safe='')}")
+    if extra.get("use_ssl") is not None:
+        params.append(f"use_ssl={str(extra['use_ssl']).lower()}")
+    result = {envvars.SPARK_REMOTE.name: f"sc://{netloc}/" + "".join(f";{p}" for p in params)}
+    ca_bundle = str(extra.get("ca_bundle") or "").strip()
+    if ca_bundle:
+        result[envvars.SPARK_REMOTE_CA_BUNDLE.name] = ca_bundle
+    return SparkRemoteAccess(result, source=where)

@@ -56,10 +56,11 @@ from deltaferry.airflow.connections import (
     kafka_access,
     registry_access,
     spark_master,
+    spark_remote_access,
     storage_access,
 )
 from deltaferry.airflow.reports import describe, one_report
-from deltaferry.jobs import REPORT_FILE_VAR
+from deltaferry.jobs import REPORT_FILE_VAR, REPORT_PREFIX
 from deltaferry.origin import TaskRun
 from deltaferry.quarantine import QuarantineFilter
 
@@ -224,9 +225,16 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         kafka = kafka_access(connection_or_none)
         storage = storage_access(connection_or_none)
         registry = registry_access(connection_or_none)
-        for secret in kafka.secrets() + storage.secrets() + registry.secrets():
+        remote = spark_remote_access(connection_or_none, self.spark_conn_id)
+        for secret in (kafka.secrets() + storage.secrets() + registry.secrets()
+                       + remote.secrets()):
             mask_secret(secret)
         env = child_environment(dict(os.environ), kafka, master, storage, registry)
+        env.update(remote.env)
+        connect = bool(envvars.SPARK_REMOTE.value(env))
+        if connect:  # never the URL: its token; where it came from
+            master = f"a Spark Connect server ({remote.source})"
+            mask_secret(envvars.SPARK_REMOTE.value(env))
         task = task_run(context)
         if task is not None:  # every Delta commit of the step names it (deltaferry.origin)
             env[envvars.AIRFLOW_TASK.name] = task.as_json()
@@ -250,7 +258,10 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.application_args = step_arguments(self.topic, self.job, reinfer, debug,
                                                 self.topics_file, replay)
         running = time.monotonic()
-        if self._runs_warm(master, env):
+        if connect:
+            self.timing["driver"] = "spark-connect"
+            reports = self._run_remote(env)
+        elif self._runs_warm(master, env):
             reports = self._run_warm(env, master)
         else:
             self.timing["driver"] = "spark-submit"
@@ -328,6 +339,40 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                                        f"(exit {code}); its log lines are above")
             return self._read_reports(report_file)
 
+    def _run_remote(self, env: dict[str, str]) -> list[dict]:
+        """The step's job as a Python process of its own on the Spark Connect server of
+        DELTAFERRY_SPARK_REMOTE (no JVM here, no spark-submit: the URL and its token stay in
+        the environment), its lines in this task's log; the job's reports. A failed job
+        fails the task with the job's own error line; a killed task ends the process."""
+        import subprocess
+
+        from airflow.sdk.exceptions import AirflowException
+
+        script = str(steps.job(self.job).script)
+        errors: list[str] = []
+        with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
+            report_file = Path(folder) / "report.json"
+            job_env = {**env, REPORT_FILE_VAR: str(report_file)}
+            with subprocess.Popen([sys.executable, script, *(self.application_args or [])],
+                                  env=job_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  text=True, errors="replace") as job:
+                self._remote_job = job
+                assert job.stdout is not None
+                for line in job.stdout:
+                    line = line.rstrip("\n")
+                    if line.startswith("deltaferry: error:"):
+                        errors.append(line)
+                    if not line.startswith(REPORT_PREFIX):
+                        self.log.info("%s", line)
+                code = job.wait()
+            if code != 0:
+                raise AirflowException(errors[-1] if errors else
+                                       f"deltaferry {self.step} of {self.topic!r} failed on "
+                                       f"the Spark Connect server (exit {code}); its log "
+                                       "lines are above")
+            return self._read_reports(report_file)
+
     def warm_timeout(self) -> float | None:
         """The seconds a warm driver's step may run: what is left of the task's
         `execution_timeout` (the topic's step timeout, which began with `execute`), less the
@@ -362,6 +407,12 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         sees its connection close with this process and stops within a second."""
         if getattr(self, "_warm", False):
             self.log.info("task killed: its warm driver stops when this process ends")
+            return
+        job = getattr(self, "_remote_job", None)
+        if job is not None:  # its Spark Connect session ends with it (the server's queries)
+            if job.poll() is None:
+                self.log.info("task killed: stopping its job (pid %d)", job.pid)
+                job.terminate()
             return
         super().on_kill()
 

@@ -418,3 +418,67 @@ def test_a_paused_topics_tasks_that_read_new_messages_fail_at_once_without_retry
                                               conn_id="no_such_spark", spark_binary=str(script))
     env = {**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     vacuum._refuse_paused(vacuum._context(env, False), env)  # maintenance: not refused
+
+
+# --- Spark Connect ------------------------------------------------------------------------
+
+TOKEN = "t0k/en;x=1"
+
+
+def spark_connect_conn(**extra):
+    return SimpleNamespace(conn_type="spark_connect", host="sc://spark.example", port=15002,
+                           login="ada", password=TOKEN, extra_dejson=extra)
+
+
+def test_a_spark_connect_connection_is_the_jobs_remote_not_a_master():
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    lookup = lookup_of(spark_default=spark_connect_conn(use_ssl=True, ca_bundle="/etc/ca.pem"))
+    assert c.spark_master(lookup, {"DELTAFERRY_SPARK_MASTER": "local[2]"}) == "local[2]"
+    access = c.spark_remote_access(lookup)
+    url = access.env["DELTAFERRY_SPARK_REMOTE"]
+    assert access.env["DELTAFERRY_SPARK_REMOTE_CA_BUNDLE"] == "/etc/ca.pem"
+    assert access.source == "Airflow connection 'spark_default'"
+    parsed = DefaultChannelBuilder(url)  # pyspark reads back what the connection holds
+    assert (parsed.endpoint, parsed.userId, parsed.token, parsed.secure) == (
+        "spark.example:15002", "ada", TOKEN, True)
+    assert TOKEN in access.secrets() and url in access.secrets()
+    assert TOKEN not in repr(access)
+    assert c.spark_remote_access(lookup_of(spark_default=conn("spark://m", 7077))).env == {}
+    with pytest.raises(ConfigError, match="'spark_default'.*needs a host"):
+        c.spark_remote_access(lookup_of(spark_default=SimpleNamespace(
+            conn_type="spark_connect", host="", port=None, extra_dejson={})))
+
+
+def test_over_a_spark_connect_connection_the_job_runs_as_python_with_the_url_in_its_env(
+        tmp_path, monkeypatch):
+    """No spark-submit, no warm driver: the step's job in a Python process of its own, the
+    server's URL (its token) only in that process's environment."""
+    record = tmp_path / "record.json"
+    python = stand_in_submit(tmp_path, f"""python3 - "$@" <<'PY'
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "remote": os.environ.get("DELTAFERRY_SPARK_REMOTE"),
+           "ca": os.environ.get("DELTAFERRY_SPARK_REMOTE_CA_BUNDLE")}}, open({str(record)!r}, "w"))
+PY
+echo "ingest orders: 3 batches"
+if [ -n "$FAIL" ]; then echo "deltaferry: error: topic 'orders': the server went away" >&2; exit 2; fi
+echo '[{{"topic": "orders", "step": "infer", "schema_version": 3, "summary": "infer orders: v3"}}]' > "$DELTAFERRY_REPORT_FILE"
+""")
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "k:9092"})
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({
+        "conn_type": "spark_connect", "host": "spark.example", "port": 15002,
+        "password": TOKEN, "extra": {"use_ssl": "true", "ca_bundle": "/etc/ca.pem"}}))
+    monkeypatch.setattr(op.sys, "executable", str(python))
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer")
+    report = task.execute({"params": {"reinfer": True}})
+    seen = json.loads(record.read_text())
+    assert seen["argv"] == [str(steps.get("infer").script), "orders", "--reinfer"]
+    assert seen["remote"].startswith("sc://spark.example:15002/;token=")
+    assert seen["ca"] == "/etc/ca.pem"
+    assert TOKEN not in " ".join(seen["argv"])
+    timing = report.pop("task")
+    assert report["schema_version"] == 3 and timing["driver"] == "spark-connect"
+    monkeypatch.setenv("FAIL", "1")
+    from airflow.sdk.exceptions import AirflowException
+    with pytest.raises(AirflowException, match="the server went away"):
+        task.execute({"params": {"reinfer": True}})
