@@ -241,8 +241,6 @@ def gone_note(topic: TopicConfig, gone: str | None) -> str:
 
 #: The DAG that lists the broker's topics for the pattern entries (deltaferry.patterns).
 REFRESH_DAG_ID = "deltaferry_refresh_topics"
-#: Its one task.
-REFRESH_TASK_ID = "refresh"
 
 
 def refresh_dag(minutes: float, topics_file: str | None = None):
@@ -268,7 +266,7 @@ def refresh_dag(minutes: float, topics_file: str | None = None):
         "plugin's listener) and kept, with its table.",
         auto_register=False,
     ) as dag:
-        @task(task_id=REFRESH_TASK_ID, retries=1)
+        @task(task_id="refresh", retries=1)
         def refresh():
             import os
 

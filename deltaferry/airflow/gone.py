@@ -73,24 +73,21 @@ def _paused_before(session: Any, dag_id: str, since: str) -> bool:
 
 
 def _pause(session: Any, dag_run: Any) -> list[str]:
-    """Pause, in `session`, the DAGs the succeeded refresh run `dag_run` listed to pause (its
-    refresh task's return value), each once for the time its topic went: not one deltaferry
+    """Pause, in `session`, the DAGs the succeeded refresh run `dag_run` listed to pause (the
+    return value of its one task), each once for the time its topic went: not one deltaferry
     paused before for the same absence (a person unpaused it since), nor one paused already
     (recorded as if it had been). The ones paused."""
     from airflow.models.dag import DagModel
     from airflow.models.log import Log
     from airflow.models.xcom import XComModel
 
-    from deltaferry.airflow.factory import REFRESH_TASK_ID
-
     row = session.scalars(XComModel.get_many(
-        run_id=dag_run.run_id, key="return_value", task_ids=REFRESH_TASK_ID,
-        dag_ids=dag_run.dag_id, limit=1)).first()
+        run_id=dag_run.run_id, key="return_value", dag_ids=dag_run.dag_id, limit=1)).first()
     value = XComModel.deserialize_value(row) if row is not None else None
     wanted = value.get(PAUSE_KEY) if isinstance(value, dict) else None
     if not isinstance(wanted, dict):
-        raise ValueError(f"the task {REFRESH_TASK_ID}'s return value in the database has no "
-                         f"{PAUSE_KEY!r} (an XCom backend that keeps values elsewhere?)")
+        raise ValueError(f"the run's return value in the database has no {PAUSE_KEY!r} (an "
+                         "XCom backend that keeps values elsewhere?)")
     paused = []
     for dag_id, since in sorted(wanted.items()):
         # only a topic's DAG: the value is the task's, still nothing else is ever paused
@@ -113,14 +110,10 @@ def _pause(session: Any, dag_run: Any) -> list[str]:
 
 
 def on_refresh_succeeded(dag_run: Any) -> None:
-    """For a succeeded run of the refresh DAG (other runs are left alone): pause the DAGs its
-    task listed, in the session the run is in (the scheduler's transaction). Never raises (it
-    runs inside the scheduler's loop): a failure is one line in the scheduler's log naming
-    the run."""
-    from deltaferry.airflow.factory import REFRESH_DAG_ID
-
-    if getattr(dag_run, "dag_id", None) != REFRESH_DAG_ID:
-        return
+    """For a succeeded run of the refresh DAG (the listener calls it for no other): pause the
+    DAGs its task listed, in the session the run is in (the scheduler's transaction). Never
+    raises (it runs inside the scheduler's loop): a failure is one line in the scheduler's log
+    naming the run."""
     try:
         from sqlalchemy.orm import object_session
 
@@ -130,10 +123,9 @@ def on_refresh_succeeded(dag_run: Any) -> None:
 
             with create_session() as own:
                 _pause(own, dag_run)
-        else:
-            with session.begin_nested():  # a failure here leaves the scheduler's work alone
-                _pause(session, dag_run)
+        else:  # no savepoint: the scheduler refuses any commit inside its loop, a release too
+            _pause(session, dag_run)
     except Exception as exc:
         log.error("deltaferry: the DAGs of the topics gone from the broker at %s run %s were "
-                  "not paused (%s: %s); pause them by hand", REFRESH_DAG_ID,
-                  getattr(dag_run, "run_id", "?"), type(exc).__name__, exc)
+                  "not paused (%s: %s); pause them by hand", dag_run.dag_id, dag_run.run_id,
+                  type(exc).__name__, exc)

@@ -23,7 +23,10 @@ def on_dag_run_running(dag_run: Any, msg: str) -> None:
 def on_dag_run_success(dag_run: Any, msg: str) -> None:
     """In the scheduler (or the api-server, for a run marked successful there), when a run
     succeeds: for the refresh DAG's, the DAGs of the topics it found gone paused
-    (`deltaferry.airflow.gone.on_refresh_succeeded`)."""
-    from deltaferry.airflow.gone import on_refresh_succeeded
+    (`deltaferry.airflow.gone.on_refresh_succeeded`); other runs are left alone."""
+    from deltaferry.airflow.factory import REFRESH_DAG_ID
 
-    on_refresh_succeeded(dag_run)
+    if getattr(dag_run, "dag_id", None) == REFRESH_DAG_ID:
+        from deltaferry.airflow.gone import on_refresh_succeeded
+
+        on_refresh_succeeded(dag_run)
