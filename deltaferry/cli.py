@@ -223,7 +223,7 @@ def _topics(args: argparse.Namespace) -> int:
     if args.refresh:
         from deltaferry.patterns import refresh
 
-        listed = refresh()
+        listed = refresh().document
         print(f"the broker lists {sum(1 for s in listed['topics'].values() if not s['gone_since'])}"
               f" topic(s); list kept at {listed['refreshed']}")
     topics = load_topics(args.topics_file)

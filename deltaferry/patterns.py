@@ -6,7 +6,9 @@ when first seen, and since when it is gone if the broker stopped listing it) and
 by `refresh` (the DAG ``deltaferry_refresh_topics`` every ``defaults: refresh_minutes``, or
 `deltaferry topics --refresh`). Loading the topics file reads it (one small read), never the
 broker: Airflow's dag-processor parses the DAG files every few seconds. A topic that
-disappears stays in the list, marked gone: its table is kept, its DAG stays, unscheduled.
+disappears stays in the list, marked gone: its table is kept, its DAG stays, unscheduled, and
+the first run of the refresh DAG that finds it gone has it paused in Airflow
+(deltaferry.airflow.gone).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deltaferry import env as envvars
@@ -59,6 +62,12 @@ def known_topics(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
         log.warning("pattern entries: the list of the broker's topics in %s cannot be read "
                     "(%s); their topics are not listed until it can", warehouse, exc)
         return {}
+    return gone_by_name(topics)
+
+
+def gone_by_name(topics: Mapping) -> dict[str, str | None]:
+    """The list's `topics` (its ``"topics"``) as `known_topics` gives them: name -> None, or
+    since when it is gone."""
     return {str(name): (seen or {}).get("gone_since") for name, seen in topics.items()}
 
 
@@ -77,9 +86,19 @@ def merged(previous: Mapping, listed: list[str], now: str) -> dict:
     return {"refreshed": now, "topics": dict(sorted(topics.items()))}
 
 
-def refresh(env: Mapping[str, str] | None = None) -> dict:
+@dataclass(frozen=True)
+class Refreshed:
+    """What a refresh did: the list it kept (`read_list`'s form), the topics it found new (or
+    listed again) and those it found gone (listed before, not now)."""
+
+    document: dict
+    new: list[str]
+    gone: list[str]
+
+
+def refresh(env: Mapping[str, str] | None = None) -> Refreshed:
     """List the broker's topics (DELTAFERRY_KAFKA_BOOTSTRAP, its options) and keep the list in
-    the warehouse; the new list. What changed is said in the log."""
+    the warehouse; the new list and what changed, which is said in the log too."""
     from deltaferry.config.settings import Settings
     from deltaferry.kafka import list_topics
 
@@ -95,4 +114,4 @@ def refresh(env: Mapping[str, str] | None = None) -> dict:
     storage_for(uri, env).write(uri, json.dumps(updated, indent=1).encode("utf-8"))
     log.info("topics refreshed: %d listed by the broker; new: %s; gone: %s", len(listed),
              ", ".join(new) or "none", ", ".join(gone) or "none")
-    return updated
+    return Refreshed(updated, new, gone)

@@ -7,7 +7,9 @@ topics page in the UI's navigation and three tabs on every topic DAG's page. Eve
 through delta-rs and the storage layer: no Spark JVM starts in the api-server.
 
 Its listener (`deltaferry.airflow.listener`) creates the Airflow pool of the topic DAGs' tasks
-when a run of one starts and the pool is missing (deltaferry.airflow.pool).
+when a run of one starts and the pool is missing (deltaferry.airflow.pool), and pauses the DAGs
+of the topics gone from the broker when a run of the refresh DAG succeeds
+(deltaferry.airflow.gone).
 """
 
 from airflow.plugins_manager import AirflowPlugin
@@ -26,7 +28,8 @@ app = create_app(ui.user_dependency(), authorize=ui.may_read_dag, runs=ui.last_r
 
 class DeltaferryUIPlugin(AirflowPlugin):
     name = "deltaferry"
-    # in the scheduler: a topic DAG's run that starts gets its pool created if it is missing
+    # in the scheduler: a topic DAG's run that starts gets its pool created if it is missing;
+    # a refresh run that succeeds gets the gone topics' DAGs paused
     listeners = [listener]
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "deltaferry pages"}]
     external_views = [

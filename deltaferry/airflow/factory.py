@@ -174,7 +174,9 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
               gone: str | None = None):
     """The DAG of one topic. Not auto-registered: a DAG file registers what `build` keeps
     (so a DAG Airflow would refuse cannot take the file's other DAGs down). `gone`: since
-    when a topic a pattern matched is gone from the broker; its DAG stays, unscheduled."""
+    when a topic a pattern matched is gone from the broker; its DAG stays, unscheduled, and
+    is created paused if Airflow does not have it yet (deltaferry.airflow.gone pauses it
+    otherwise)."""
     from airflow.sdk import DAG, Asset, chain
 
     from deltaferry.airflow.operators import DeltaferrySparkSubmitOperator
@@ -207,6 +209,8 @@ def topic_dag(topic: TopicConfig, warehouse: str, topics_file: str | None = None
         tags=[TAG, f"format:{topic.format}"] + (["pattern"] if topic.pattern else [])
         + (["topic-gone"] if gone else []),
         doc_md=doc_for(topic, paths) + gone_note(topic, gone),
+        # None: Airflow's [core] dags_are_paused_at_creation
+        is_paused_upon_creation=True if gone else None,
         auto_register=False,
     ) as dag:
         # A step with nothing to do ends skipped; the next steps still run (none_failed).
@@ -229,8 +233,9 @@ def gone_note(topic: TopicConfig, gone: str | None) -> str:
     note = f"\nFrom the pattern entry `{topic.pattern}` of the topics file."
     if gone:
         note += (f" **The broker no longer lists this topic (since {gone})**: the table is "
-                 "kept and this DAG is no longer scheduled; trigger it by hand to land what "
-                 "is left, or remove the topic from the broker's list by recreating it.")
+                 "kept; this DAG was paused by the refresh that missed the topic and is no "
+                 "longer scheduled. If the topic comes back, the DAG is scheduled again but "
+                 "stays paused until someone unpauses it.")
     return note + "\n"
 
 
@@ -238,9 +243,11 @@ def gone_note(topic: TopicConfig, gone: str | None) -> str:
 REFRESH_DAG_ID = "deltaferry_refresh_topics"
 
 
-def refresh_dag(minutes: float):
+def refresh_dag(minutes: float, topics_file: str | None = None):
     """The DAG that lists the broker's topics every `minutes` and keeps the list in the
-    warehouse, where the next parse of the topic DAGs finds a new matching topic."""
+    warehouse, where the next parse of the topic DAGs finds a new matching topic; its task
+    returns the DAGs of the topics found gone, which the plugin's listener pauses
+    (deltaferry.airflow.gone)."""
     from airflow.sdk import DAG, task
 
     with DAG(
@@ -254,7 +261,9 @@ def refresh_dag(minutes: float):
         doc_md="### The broker's topics, for the pattern entries\n\nEvery "
         f"{minutes:g} minutes (`defaults: refresh_minutes`) this lists the broker's topics "
         "and keeps the list in the warehouse (`_deltaferry/topics.json`); the next parse of "
-        "the topic DAGs gives each new matching topic its DAG `ingest_<topic>`.",
+        "the topic DAGs gives each new matching topic its DAG `ingest_<topic>`. The DAG of a "
+        "topic the broker no longer lists is paused when this run succeeds (the deltaferry "
+        "plugin's listener) and kept, with its table.",
         auto_register=False,
     ) as dag:
         @task(task_id="refresh", retries=1)
@@ -264,6 +273,7 @@ def refresh_dag(minutes: float):
             from airflow.sdk.log import mask_secret
 
             from deltaferry.airflow.connections import kafka_access, storage_access
+            from deltaferry.airflow.gone import PAUSE_KEY, to_pause
             from deltaferry.airflow.operators import connection_or_none
             from deltaferry.patterns import refresh as refresh_list
 
@@ -271,8 +281,10 @@ def refresh_dag(minutes: float):
             kafka, storage = kafka_access(connection_or_none), storage_access(connection_or_none)
             for secret in kafka.secrets() + storage.secrets():
                 mask_secret(secret)
-            listed = refresh_list({**os.environ, **kafka.child_env(), **storage.env})
-            return {"refreshed": listed["refreshed"], "topics": len(listed["topics"])}
+            done = refresh_list({**os.environ, **kafka.child_env(), **storage.env})
+            return {"refreshed": done.document["refreshed"],
+                    "topics": len(done.document["topics"]), "new": len(done.new),
+                    "gone": len(done.gone), PAUSE_KEY: to_pause(done.document, topics_file)}
 
         refresh()
     return dag
@@ -365,7 +377,7 @@ def build(topics_file: str | None = None, warehouse: str | None = None,
         if dags:
             result.dags[dag.dag_id] = dag
     if dags and loaded.patterns and only in (None, REFRESH_DAG_ID):
-        result.dags[REFRESH_DAG_ID] = refresh_dag(loaded.refresh_minutes)
+        result.dags[REFRESH_DAG_ID] = refresh_dag(loaded.refresh_minutes, topics_file)
     result.broken = broken
     for error in broken:
         result.errors.append(str(error))

@@ -1156,7 +1156,8 @@ class TopicsFile:
     #: matched in the broker's list is in `topics`, its `pattern` set.
     patterns: list[TopicConfig] = dataclasses.field(default_factory=list)
     #: Topics a pattern matched that the broker no longer lists, and since when (ISO time):
-    #: their entries stay (their tables are kept), their DAGs are not scheduled.
+    #: their entries stay (their tables are kept), their DAGs are not scheduled (and paused:
+    #: deltaferry.airflow.gone).
     gone: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -1181,8 +1182,8 @@ class TopicsFile:
         the broker since when, if it is)."""
         if topic.pattern is None:
             return OWN_ENTRY
-        gone = f"; gone from the broker since {self.gone[topic.name]}" \
-            if topic.name in self.gone else ""
+        gone = (f"; gone from the broker since {self.gone[topic.name]} (its DAG paused, its "
+                "table kept)") if topic.name in self.gone else ""
         return f"pattern {topic.pattern}{gone}"
 
 
@@ -1254,9 +1255,12 @@ def topics_path(env: Mapping[str, str] | None = None) -> str:
     return envvars.TOPICS.value(env) or str(Path.cwd() / "topics.yaml")
 
 
-def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
+def load_topics(path: str | os.PathLike | None = None,
+                known: Mapping[str, str | None] | None = None) -> TopicsFile:
     """Read and validate the topics file (`path`, else DELTAFERRY_TOPICS, else topics.yaml in
-    the current directory); ConfigError naming the file if it is missing or not YAML."""
+    the current directory); ConfigError naming the file if it is missing or not YAML. Its
+    pattern entries expand to `known` (`parse_topics`), by default the broker's topics as last
+    listed in the warehouse (read only when the file has a pattern entry)."""
     path = str(path or topics_path())
     try:
         with open(path, encoding="utf-8") as handle:
@@ -1265,10 +1269,9 @@ def load_topics(path: str | os.PathLike | None = None) -> TopicsFile:
         raise ConfigError(path, "topics file not found (set DELTAFERRY_TOPICS)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, f"not valid YAML: {exc}") from None
-    known = None
     entries = document.get("topics") if isinstance(document, dict) else None
-    if isinstance(entries, list) and any(isinstance(e, dict) and "pattern" in e
-                                         for e in entries):
+    if known is None and isinstance(entries, list) and any(
+            isinstance(e, dict) and "pattern" in e for e in entries):
         from deltaferry.patterns import known_topics
 
         known = known_topics()

@@ -3,7 +3,9 @@ topics into the warehouse; the DAG factory expands the pattern entry from that l
 topic created after the DAGs were built gets its DAG after the next refresh, not before); a
 topic deleted from the broker keeps its DAG, unscheduled, and is marked in `deltaferry status`.
 In the shared Airflow (`airflow_shared`): the refresh DAG's run, through the Kafka connection,
-gives a topic created after the dag-processor parsed the file its DAG.
+gives a topic created after the dag-processor parsed the file its DAG; the run that finds a
+topic gone has its DAG paused in Airflow (the plugin's listener), marked on the topics page,
+and a person's unpausing is not overruled by the next run.
 """
 
 from __future__ import annotations
@@ -93,30 +95,58 @@ def test_a_topic_created_after_the_dags_were_built_gets_its_dag_after_the_refres
     assert "gone from the broker since" in entries[first]
 
 
-def test_in_airflow_the_refresh_dag_brings_a_new_matching_topics_dag(shared_airflow,
-                                                                    stack_env):
+def test_in_airflow_the_refresh_dag_brings_new_topics_dags_and_pauses_gone_ones(shared_airflow,
+                                                                              stack_env):
     from deltaferry.airflow.factory import REFRESH_DAG_ID
     from deltaferry_dev.airflow.rest import wait_until
+
+    from .test_plain_airflow import page_text
 
     prefix = f"pgaf{uuid.uuid4().hex[:8]}"
     bootstrap = stack_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
     create_topic(bootstrap, f"{prefix}.before", partitions=1)
     client = shared_airflow.client()
-    with shared_airflow.pattern_entry(f"  - pattern: \"{prefix}\\\\..*\"\n"
-                                      "    schedule: null\n"):
-        wait_until(lambda: client.dag(REFRESH_DAG_ID), 180, what="the refresh DAG parsed")
-        # parsed with the entry: no list yet, so no topic of it has a DAG, not even one
-        # the broker has (parsing asks no broker)
-        assert client.dag(f"ingest_{prefix}.before") is None
-        create_topic(bootstrap, f"{prefix}.after", partitions=1)  # after the DAGs loaded
+    before, after = f"ingest_{prefix}.before", f"ingest_{prefix}.after"
+
+    def refresh() -> None:
         run = client.trigger(REFRESH_DAG_ID)
         client.set_paused(REFRESH_DAG_ID, False)
         done = client.wait(REFRESH_DAG_ID, run["dag_run_id"], timeout=300)
         assert done["state"] == "success", client.log(REFRESH_DAG_ID, run["dag_run_id"],
                                                       "refresh")[-3000:]
         client.set_paused(REFRESH_DAG_ID, True)
+
+    def tags(dag_id: str) -> list[str]:
+        return [t["name"] for t in client.dag(dag_id)["tags"]]
+
+    with shared_airflow.pattern_entry(f"  - pattern: \"{prefix}\\\\..*\"\n"
+                                      "    schedule: null\n"):
+        wait_until(lambda: client.dag(REFRESH_DAG_ID), 180, what="the refresh DAG parsed")
+        # parsed with the entry: no list yet, so no topic of it has a DAG, not even one
+        # the broker has (parsing asks no broker)
+        assert client.dag(before) is None
+        create_topic(bootstrap, f"{prefix}.after", partitions=1)  # after the DAGs loaded
+        refresh()
         shared_airflow._reparse()
-        wait_until(lambda: client.dag(f"ingest_{prefix}.after")
-                   and client.dag(f"ingest_{prefix}.before"), 180,
+        wait_until(lambda: client.dag(after) and client.dag(before), 180,
                    what="the matching topics' DAGs parsed after the refresh")
-        assert "pattern" in [t["name"] for t in client.dag(f"ingest_{prefix}.after")["tags"]]
+        assert "pattern" in tags(after)
+
+        for dag_id in (before, after):  # as a person turns them on
+            client.set_paused(dag_id, False)
+        delete_topic(bootstrap, f"{prefix}.before")
+        refresh()
+        # paused by the run that found its topic gone, committed with the run's success
+        assert client.dag(before)["is_paused"] is True
+        assert client.dag(after)["is_paused"] is False
+        shared_airflow._reparse()
+        wait_until(lambda: "topic-gone" in tags(before), 180,
+                   what="the gone topic's DAG parsed again")
+        assert client.dag(before)["is_paused"] is True  # the parse leaves it paused
+        row = page_text(shared_airflow.running).split(f'data-topic="{prefix}.before"')[1]
+        row = row.split("<tr")[0]
+        assert "gone from the broker since" in row and "its DAG paused" in row, row
+
+        client.set_paused(before, False)  # a person's decision: the next runs keep it
+        refresh()
+        assert client.dag(before)["is_paused"] is False

@@ -37,7 +37,8 @@ def test_a_pattern_entry_expands_to_every_matching_topic_explicit_entries_winnin
     assert loaded.entry_of(orders) == "own entry"
     assert loaded.entry_of(customers) == f"pattern {PATTERN}"
     assert loaded.entry_of(by_name["pg.inventory.products"]) == (
-        f"pattern {PATTERN}; gone from the broker since 2026-11-27T01:00:00+00:00")
+        f"pattern {PATTERN}; gone from the broker since 2026-11-27T01:00:00+00:00 (its DAG "
+        "paused, its table kept)")
 
 
 def test_a_topic_not_listed_yet_is_still_found_by_its_pattern_and_others_are_not():
@@ -90,3 +91,20 @@ def test_loading_the_file_reads_the_list_kept_in_the_warehouse(tmp_path, monkeyp
     loaded = load_topics(path)
     assert loaded.names() == ["pg.inventory.customers"]
     assert loaded.topics[0].pattern == PATTERN
+
+
+def test_the_dags_to_pause_are_those_of_the_gone_topics_a_pattern_matched(tmp_path,
+                                                                         monkeypatch):
+    from deltaferry.airflow.gone import to_pause
+
+    monkeypatch.setenv("DELTAFERRY_WAREHOUSE", str(tmp_path / "no-list-here"))
+    path = tmp_path / "topics.yaml"
+    path.write_text("topics:\n  - name: pg.inventory.orders\n"
+                    f"  - pattern: \"{PATTERN.replace(chr(92), chr(92) * 2)}\"\n")
+    listed = merged(merged({}, ["pg.inventory.orders", "pg.inventory.a", "pg.inventory.b",
+                                "other"], "t1"), ["pg.inventory.b"], "t2")
+    # the list given, not the warehouse's (which has none): orders has its own entry and
+    # `other` no entry, so only a's DAG is the broker's to pause; since when it went
+    assert to_pause(listed, str(path)) == {"ingest_pg.inventory.a": "t2"}
+    assert to_pause(merged(listed, ["pg.inventory.a", "pg.inventory.b"], "t3"),
+                    str(path)) == {}  # back on the broker: nothing to pause
