@@ -208,7 +208,8 @@ def status_json(row) -> dict:
     return {"topic": row.name, "format": row.format, "dag_id": row.dag_id, "entry": row.entry,
             "last_run": None if run is None else {
                 "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
-                "quarantined": run.quarantined,
+                "quarantined": run.quarantined, "rescued": run.rescued,
+                "discarded": run.discarded,
                 "alerts": None if run.alerts is None else [a.as_dict() for a in run.alerts],
                 "last_success": run.last_success.isoformat() if run.last_success else None},
             "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,

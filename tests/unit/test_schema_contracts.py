@@ -232,6 +232,22 @@ def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_pa
     page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
     assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>', page) \
         == [("coupon", "2"), ("customer.since", "1")]
+    assert 'id="discarded"' not in page                     # no field left out yet
+
+    # discard_new_fields: each micro-batch's fields left out add up in the topic's record
+    from deltaferry.state import discarded_record, record_discarded
+    from deltaferry.storage import storage_for
+
+    storage = storage_for(paths.root)
+    record_discarded(storage, paths.root, {"full_name": 1, "coupon": 2}, when=1_800_000_000)
+    record_discarded(storage, paths.root, {"coupon": 1, "customer.since": 1})
+    assert discarded_record(storage, paths.root)["fields"] == {
+        "coupon": 3, "customer.since": 1, "full_name": 1}
+    assert discarded_record(storage, paths.root)["since"].startswith("2027-01-15T08:00:00")
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    section = page.split('id="discarded"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>',
+                      section) == [("coupon", "3"), ("customer.since", "1"), ("full_name", "1")]
 
 
 def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():
@@ -299,3 +315,25 @@ def test_status_and_metrics_count_the_last_runs_rescued_values():
     assert "  rescued        a.b 1, coupon 2" in row.lines()
     assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 3.0' in \
         exposition([row]).decode()
+
+
+def test_status_and_metrics_count_the_last_runs_fields_left_out():
+    from deltaferry.cli import status_json
+    from deltaferry.ui.metrics import exposition
+    from deltaferry.ui.topics import LastRun, TopicRow
+
+    report = IngestReport("orders", messages_read=6,
+                          discarded_fields={"coupon": 2, "customer.since": 1})
+    run = LastRun("r1", "success", "t", {**report.as_dict(), "step": "ingest"})
+    row = TopicRow("orders", "json", "ingest_orders", None, last_run=run)
+    assert "  left out       coupon 2, customer.since 1" in row.lines()
+    assert status_json(row)["last_run"]["discarded"] == {"coupon": 2, "customer.since": 1}
+    assert status_json(row)["last_run"]["rescued"] == {}
+    metrics = exposition([row]).decode()
+    assert 'deltaferry_last_run_discarded_values{format="json",topic="orders"} 3.0' in metrics
+    assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 0.0' in metrics
+    # a later run that read nothing: the last run that did work is said, and so named
+    skipped = LastRun("r2", "success", "t2", {"step": "ingest", "skipped": True},
+                      last_work=run)
+    assert "  left out       coupon 2, customer.since 1 (the last run that read messages)" in \
+        TopicRow("orders", "json", "ingest_orders", None, last_run=skipped).lines()

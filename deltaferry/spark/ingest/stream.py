@@ -61,7 +61,7 @@ from deltaferry.spark.ingest.rows import (
 )
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
-from deltaferry.state import TopicState, read_checkpoint
+from deltaferry.state import TopicState, read_checkpoint, record_discarded
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
@@ -277,9 +277,12 @@ class BatchWriter:
             self.report.bad_messages += failed[BAD_MESSAGES][0] if self.checker is not None \
                 else quarantined
         add_counts(self.report.expectations, self.topic, failed)
-        for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json, avro
+        discarded = getattr(self.decoder, "discarded", {})  # json, avro
+        for field_, count_ in discarded.items():
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
+        if discarded:  # the schema page's record, kept across runs
+            record_discarded(self.storage(), self.paths.root, discarded)
         for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
             self.report.rescued_fields[field_] = \
                 self.report.rescued_fields.get(field_, 0) + count_
