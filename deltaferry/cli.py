@@ -82,10 +82,15 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _stream(args: argparse.Namespace) -> int:
+    from deltaferry import alerts
+    from deltaferry.errors import AlertError
     from deltaferry.pipeline import configure_logging, stream_topic
 
     configure_logging()
-    stream_topic(args.topic, wait=args.wait)
+    report = stream_topic(args.topic, wait=args.wait)
+    failed = alerts.failing([report] if report is not None else [])
+    if failed:  # its bad messages paused the topic: the stream stopped
+        raise AlertError([alert.line() for alert in failed])
     return 0
 
 

@@ -8,9 +8,13 @@ nothing of the batch written; ``pause_after`` pausing a topic through `deltaferr
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,6 +22,7 @@ import pytest
 
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
+from deltaferry.pause import COUNT_FILE, paused_state
 from deltaferry.pipeline import run_step
 from deltaferry.spark.expectations import BadMessageError
 from deltaferry.state import read_checkpoint
@@ -215,13 +220,15 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     """`deltaferry run` (in this process, so Spark is the session's): the run that takes the
     share of bad messages above the ratio lands its batch, fails with the alert's one line and
     pauses the topic; `deltaferry run` in a process of its own is then refused before any
-    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)"""
+    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)
+    Then `deltaferry stream` (in this process too): its micro-batches count as runs do, and
+    the one that takes the share above the ratio stops it with the alert's line."""
     from deltaferry.cli import main
 
     topic = new_topic("contract-pause", partitions=1)
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    on_bad_messages: {{pause_after: "
-                      "{ratio: 0.1, messages: 5}}\n")
+                      "{ratio: 0.1, messages: 5}}\n    trigger_interval: 1 second\n")
     env = {"DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
            "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}
     for name, value in env.items():
@@ -259,3 +266,44 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     assert resumed.stdout.startswith(f"topic {topic} resumed (paused since ")
     assert main(["run", topic, "--steps", "infer,ingest"]) == 0     # not refused: nothing new
     assert "ingest " + topic + ": skipped" in capsys.readouterr().out
+
+    # a stream: a first micro-batch of 3 good messages is counted (too few to judge), a second
+    # of 1 good and 1 bad takes the count to 5, 1 bad: 0.2 > 0.1, the topic is paused and the
+    # stream stops after that batch, which landed
+    def good(key: str) -> tuple:
+        return (key, {"id": 30, "name": key, "amount": "1", "customer": {"tier": "gold"}})
+
+    count_file = Path(ctx.paths.root, "_state", COUNT_FILE)
+    produce(kafka_bootstrap, topic, [good("s1"), good("s2"), good("s3")])
+
+    def second_batch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if count_file.exists() and json.loads(count_file.read_text())["read"] == 3:
+                produce(kafka_bootstrap, topic, [good("s4"), ("s5", "{not json")])
+                return
+            time.sleep(0.5)
+
+    producer = threading.Thread(target=second_batch, daemon=True)
+    producer.start()
+    # should the stream not stop by itself, SIGTERM stops it (exit 0: the assertion says so)
+    timer = threading.Timer(300, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        code = main(["stream", topic])
+    finally:
+        timer.cancel()
+        producer.join(10)
+    out, err = capsys.readouterr()
+    line = (f"alert pause_after on topic '{topic}': 0.2 > 0.1 (1 of the 5 message(s) read "
+            f"were bad; the topic is paused until someone resumes it: deltaferry resume "
+            f"{topic}, or Resume on the topics page); action fail")
+    assert code == 3, err[-3000:]
+    assert line in out.splitlines()
+    assert err.strip().splitlines()[-1] == f"deltaferry: error: {line}"
+    paused = paused_state(storage_for(ctx.paths.root), ctx.paths.root)
+    assert (paused.read, paused.bad) == (5, 1)
+    assert {"s1", "s2", "s3", "s4"} <= set(rows(spark, ctx))
+    assert reasons(ctx)[11] == "value is not valid JSON"
+    assert main(["stream", topic]) == 3                            # refused at its start
+    assert f"deltaferry: error: topic {topic} is paused since " in capsys.readouterr().err
