@@ -337,3 +337,52 @@ def test_status_and_metrics_count_the_last_runs_fields_left_out():
                       last_work=run)
     assert "  left out       coupon 2, customer.since 1 (the last run that read messages)" in \
         TopicRow("orders", "json", "ingest_orders", None, last_run=skipped).lines()
+
+
+class NoSpark:
+    """A Spark session that must not be used."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Spark used: {name}")
+
+
+def test_promotion_checks_a_topic_once_and_reads_its_table_again_only_after_a_mode_change(
+        tmp_path):
+    from deltalake import write_deltalake
+
+    from deltaferry.config import Settings
+    from deltaferry.context import TopicContext
+    from deltaferry.formats.promote import MARK_FILE, promote_rescued, promotion_mark
+    from deltaferry.paths import TopicPaths
+
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    ctx = TopicContext(parse_topic({"name": "orders"}, 0), Settings(str(tmp_path / "wh"),
+                                                                    "127.0.0.1:1"),
+                       paths, SchemaStore(paths.schema))
+    ctx.store.record_mode("evolve")
+    # no table yet: nothing to read, marked so
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert {k: v for k, v in promotion_mark(ctx).items() if k != "at"} == {
+        "table_version": None, "left": [], "modes": 1}
+    # a table with no mark (one made before the mark): its log is read once, then marked
+    (tmp_path / "wh" / "orders" / "_state" / MARK_FILE).unlink()
+    write_deltalake(paths.table, pa.table({"id": [1]}))
+    write_deltalake(paths.table, pa.table({"id": [2]}), mode="append")
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert promotion_mark(ctx)["table_version"] == 1
+    # marked, the mode unchanged: neither the table nor Spark is read, whatever it holds now
+    ctx.store.write_version(struct(field("id", "long")), {0: 2}, "initial schema, 1 field: id")
+    write_deltalake(paths.table, pa.table({"id": [3], "_rescued": ['{"coupon":"SAVE"}']}),
+                    mode="append", schema_mode="merge")
+    mark = promotion_mark(ctx)
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert promotion_mark(ctx) == mark
+    # a mode change since the mark (a rescue spell, back to evolve): read again
+    assert ctx.store.record_mode("rescue") and ctx.store.record_mode("evolve")
+    with pytest.raises(AssertionError, match="Spark used"):
+        promote_rescued(NoSpark(), ctx)
+    # not a json topic under evolve: nothing read, nothing marked
+    for entry in ({"name": "o", "schema": "rescue"}, {"name": "o", "format": "avro"}):
+        other = TopicContext(parse_topic(entry, 0), ctx.settings,
+                             TopicPaths.for_topic(str(tmp_path / "wh"), "o"), ctx.store)
+        assert promote_rescued(NoSpark(), other) == [] and promotion_mark(other) is None
