@@ -14,11 +14,11 @@ promoted stays in ``_rescued``: a value whose type did not fit an existing colum
 inside an array or a map.
 
 A mark (``<topic>/_state/promoted.json``: the table version it was checked at, the paths left in
-``_rescued``, and how many mode changes the schema history had then) spares later runs the
-check: a run under evolve writes no ``_rescued`` value, and what was left cannot be promoted
-later, so while the schema history lists no mode change after the mark, the table is not read
-(no Delta log read either). A topic with no mark (its first run under this code, a table
-rescued before the schema history recorded modes) is checked once, then marked.
+``_rescued``, how many mode changes the schema history had then and since when the last held)
+spares later runs the check: a run under evolve writes no ``_rescued`` value, and what was left
+cannot be promoted later, so while the schema history lists no mode change after the mark, the
+table is not read (no Delta log read either). A topic with no mark (its first run under this
+code, a table rescued before the schema history recorded modes) is checked once, then marked.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ MARK_FILE = "promoted.json"
 
 def promotion_mark(ctx: TopicContext) -> dict | None:
     """The topic's promotion mark (see the module): ``{"table_version", "left", "modes",
-    "at"}``; None without one (or one that is not such an object: it is checked again)."""
+    "mode_since", "at"}``; None without one (or one that is not such an object: it is checked
+    again)."""
     from deltaferry.storage import join, storage_for
 
     root = ctx.paths.root
@@ -95,16 +96,23 @@ def promotion_mark(ctx: TopicContext) -> dict | None:
     return found if isinstance(found, dict) and isinstance(found.get("left"), list) else None
 
 
+def modes_seen(ctx: TopicContext) -> dict:
+    """What a mark keeps of the topic's schema history: how many mode changes it lists and
+    since when the last one holds (a history written again from nothing differs)."""
+    modes = ctx.store.modes()
+    return {"modes": len(modes), "mode_since": modes[-1].get("at") if modes else None}
+
+
 def mark_promoted(ctx: TopicContext, table_version: int | None, left: list[str],
-                  modes: int) -> None:
+                  seen: dict) -> None:
     """Record that the table at `table_version` (None: no table yet) holds nothing promotable,
-    only the `left` paths, with `modes` mode changes in the schema history then."""
+    only the `left` paths, with the schema history as `seen` (`modes_seen`) then."""
     from deltaferry.state import iso_time
     from deltaferry.storage import join, storage_for
 
     root = ctx.paths.root
     storage_for(root).write(join(root, "_state", MARK_FILE), json.dumps(
-        {"table_version": table_version, "left": sorted(left), "modes": modes,
+        {"table_version": table_version, "left": sorted(left), **seen,
          "at": iso_time(time.time())}, indent=2).encode("utf-8"))
 
 
@@ -118,9 +126,9 @@ def promote_rescued(spark: SparkSession, ctx: TopicContext) -> list[str]:
     topic = ctx.topic
     if topic.schema != SchemaMode.EVOLVE or topic.format != Format.JSON or topic.cdc:
         return []
-    modes = len(ctx.store.modes())
+    seen = modes_seen(ctx)
     mark = promotion_mark(ctx)
-    if mark is not None and mark.get("modes") == modes:
+    if mark is not None and all(mark.get(k) == v for k, v in seen.items()):
         log.info("%s: nothing in %s to promote as of table version %s%s, and no mode change "
                  "since (%s): the table is not read for it", topic.name, RESCUED,
                  mark.get("table_version"), f" (left: {', '.join(mark['left'])})"
@@ -130,7 +138,7 @@ def promote_rescued(spark: SparkSession, ctx: TopicContext) -> list[str]:
     if found is None:
         return []
     promoted, table_version, left = found
-    mark_promoted(ctx, table_version, left, modes)
+    mark_promoted(ctx, table_version, left, seen)
     if not promoted:
         log.info("%s: nothing in %s to promote (table version %s%s); marked in %s", topic.name,
                  RESCUED, table_version, f", left: {', '.join(sorted(left))}"

@@ -4,6 +4,7 @@ stored schema that never grows, the bad-message tally and refusal, the report's 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pyarrow as pa
@@ -363,7 +364,8 @@ def test_promotion_checks_a_topic_once_and_reads_its_table_again_only_after_a_mo
     # no table yet: nothing to read, marked so
     assert promote_rescued(NoSpark(), ctx) == []
     assert {k: v for k, v in promotion_mark(ctx).items() if k != "at"} == {
-        "table_version": None, "left": [], "modes": 1}
+        "table_version": None, "left": [], "modes": 1,
+        "mode_since": ctx.store.modes()[0]["at"]}
     # a table with no mark (one made before the mark): its log is read once, then marked
     (tmp_path / "wh" / "orders" / "_state" / MARK_FILE).unlink()
     write_deltalake(paths.table, pa.table({"id": [1]}))
@@ -379,6 +381,14 @@ def test_promotion_checks_a_topic_once_and_reads_its_table_again_only_after_a_mo
     assert promotion_mark(ctx) == mark
     # a mode change since the mark (a rescue spell, back to evolve): read again
     assert ctx.store.record_mode("rescue") and ctx.store.record_mode("evolve")
+    with pytest.raises(AssertionError, match="Spark used"):
+        promote_rescued(NoSpark(), ctx)
+    # so with a schema history written again from nothing (as many changes, a later one)
+    (tmp_path / "wh" / "orders" / "_schema" / "modes.json").write_text(json.dumps(
+        {"modes": [{"mode": "evolve", "at": "2099-01-01T00:00:00+00:00",
+                    "schema_version": 1}]}))
+    mark_path = tmp_path / "wh" / "orders" / "_state" / MARK_FILE
+    mark_path.write_text(json.dumps({**mark, "modes": 1}))
     with pytest.raises(AssertionError, match="Spark used"):
         promote_rescued(NoSpark(), ctx)
     # not a json topic under evolve: nothing read, nothing marked
