@@ -82,10 +82,15 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _stream(args: argparse.Namespace) -> int:
+    from deltaferry import alerts
+    from deltaferry.errors import AlertError
     from deltaferry.pipeline import configure_logging, stream_topic
 
     configure_logging()
-    stream_topic(args.topic, wait=args.wait)
+    report = stream_topic(args.topic, wait=args.wait)
+    failed = alerts.failing([report] if report is not None else [])
+    if failed:  # its bad messages paused the topic: the stream stopped
+        raise AlertError([alert.line() for alert in failed])
     return 0
 
 
@@ -208,7 +213,8 @@ def status_json(row) -> dict:
     return {"topic": row.name, "format": row.format, "dag_id": row.dag_id, "entry": row.entry,
             "last_run": None if run is None else {
                 "run_id": run.run_id, "state": run.state, "at": run.at, "result": run.result,
-                "quarantined": run.quarantined,
+                "quarantined": run.quarantined, "rescued": run.rescued,
+                "discarded": run.discarded,
                 "alerts": None if run.alerts is None else [a.as_dict() for a in run.alerts],
                 "last_success": run.last_success.isoformat() if run.last_success else None},
             "rows": row.rows, "lag": row.lag, "quarantined_total": row.quarantined_total,

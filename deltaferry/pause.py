@@ -7,8 +7,10 @@ database), so it survives restarts and every way of running the topic sees the s
 
 * ``bad_messages.json``: the messages read and the bad ones (their quarantine reason is not an
   expectation's) since the count last started. Each ingest run that read messages adds its
-  figures (`judge`, under the topic's lock); once ``messages`` or more were read, their share
-  of bad ones is judged and the count starts again.
+  figures (`judge`, under the topic's lock), and so does each micro-batch of a ``deltaferry
+  stream`` (`tally`: a stream that pauses its topic stops after that micro-batch); once
+  ``messages`` or more were read, their share of bad ones is judged and the count starts
+  again.
 * ``paused.json``: written when that share was above ``ratio`` (`Paused`): the run that
   crossed it fails with an alert saying why (``pause_after``, action fail: sent to the topic's
   ``notify`` targets as every alert). While the file exists, every run that reads the topic
@@ -32,6 +34,7 @@ from deltaferry.state import iso_time
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
+    from deltaferry.alerts import Alert
     from deltaferry.context import TopicContext
 
 log = logging.getLogger(__name__)
@@ -144,18 +147,29 @@ def resume(storage: Storage, root: str) -> Paused | None:
 
 def judge(ctx: TopicContext, report: Any, now: float | None = None) -> Any:
     """After an ingest step of a topic with ``pause_after``: add the run's messages read and
-    bad messages (`report`'s, an IngestReport) to the topic's count; once the count holds
-    ``messages`` or more, judge their share and start the count again, and above ``ratio``
-    pause the topic (`paused.json`) and add the ``pause_after`` alert (action fail) to the
-    report's alerts. `report` as it is otherwise (a skipped step, nothing read, no
-    pause_after)."""
-    from deltaferry.alerts import KEY, Alert
+    bad messages (`report`'s, an IngestReport) to the topic's count (`tally`), and when that
+    pauses the topic add the ``pause_after`` alert (action fail) to the report's alerts.
+    `report` as it is otherwise (a skipped step, nothing read, no pause_after)."""
+    from deltaferry.alerts import KEY
+
+    alert = tally(ctx, int(getattr(report, "messages_read", 0) or 0),
+                  int(getattr(report, "bad_messages", 0) or 0), now)
+    if alert is not None:
+        report.alerts = [*getattr(report, KEY, []), alert.as_dict()]
+    return report
+
+
+def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None) -> Alert | None:
+    """Add `read` messages, `bad` of them bad, to the count of the topic of `ctx` (an ingest
+    run's, `judge`; each micro-batch of a stream's, deltaferry.spark.ingest.stream); once the
+    count holds ``messages`` or more, judge their share and start the count again, and above
+    ``ratio`` pause the topic (`paused.json`): the ``pause_after`` alert (action fail), logged.
+    None otherwise (nothing read, no pause_after, a share not above the ratio)."""
+    from deltaferry.alerts import Alert
 
     threshold = ctx.topic.pause_after
-    read = int(getattr(report, "messages_read", 0) or 0)
     if threshold is None or read == 0:
-        return report
-    bad = int(getattr(report, "bad_messages", 0) or 0)
+        return None
     root = ctx.paths.root
     storage = storage_for(root)
     now = time.time() if now is None else now
@@ -168,17 +182,16 @@ def judge(ctx: TopicContext, report: Any, now: float | None = None) -> Any:
             indent=2).encode("utf-8"))
         log.info("%s: %d of %d message(s) read bad so far; on_bad_messages %s judges the share "
                  "at %d", ctx.topic.name, bad, read, threshold.describe(), threshold.messages)
-        return report
+        return None
     storage.delete(_path(root, COUNT_FILE))
     paused = Paused(ctx.topic.name, iso_time(now), read, bad, threshold.ratio,
                     threshold.messages)
     if paused.share <= threshold.ratio:
-        return report
+        return None
     storage.write(_path(root, PAUSED_FILE), json.dumps(asdict(paused), indent=2).encode("utf-8"))
     alert = Alert(ctx.topic.name, ALERT, paused.share, threshold.ratio, "fail",
                   f"{bad} of the {read} message(s) read were bad; the topic is paused until "
                   f"someone resumes it: deltaferry resume {ctx.topic.name}, or Resume on the "
                   "topics page")
     log.warning("%s", alert.line())
-    report.alerts = [*getattr(report, KEY, []), alert.as_dict()]
-    return report
+    return alert

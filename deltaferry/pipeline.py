@@ -170,9 +170,10 @@ def replay_topic(name: str, reason: str | None = None, wait: float = 0.0, spark=
 
 def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event | None = None):
     """Ingest `name` continuously (deltaferry.spark.ingest.stream_topic: a micro-batch every
-    trigger_interval) until SIGTERM or SIGINT (or `stop`), holding the topic's lock the whole
-    time; infers the schema first where there is none. The report of the whole run (None
-    when stopped before the topic's first message)."""
+    trigger_interval) until SIGTERM or SIGINT (or `stop`), or until its bad messages pause the
+    topic (``pause_after``: the report's alert, a line after its summary), holding the topic's
+    lock the whole time; infers the schema first where there is none. The report of the whole
+    run (None when stopped before the topic's first message)."""
     ctx = TopicContext.load(name)
     step = steps.Stream(stop=stop or threading.Event())
     [report] = run_steps(ctx, [step], f"deltaferry stream {name}", spark, wait,
@@ -182,4 +183,6 @@ def stream_topic(name: str, wait: float = 0.0, spark=None, stop: threading.Event
         return None
     log.info("stream %s: stopped cleanly; lock released", name)
     print(report.summary())
+    for alert in alerts.of(report):
+        print(alert.line())
     return report

@@ -1,5 +1,6 @@
 """A topic's state as the broker and the warehouse hold it: the Kafka watermarks, the streaming
-checkpoint, the Delta tables' files and the maintenance record.
+checkpoint, the Delta tables' files, the maintenance record and the record of the fields
+``schema: discard_new_fields`` left out.
 
 `TopicState` reads each part once, when first asked, so one run asks the broker for the topic's
 watermarks once and passes them down (pre-flight, the skip rules of deltaferry.plan, infer,
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 SMALL_FILE_BYTES = 1024 * 1024 * 1024
 #: The topic's maintenance record, beside its table (see `record_vacuum`).
 MAINTENANCE_FILE = "maintenance.json"
+#: The topic's record of the new fields its rows were landed without (see `record_discarded`).
+DISCARDED_FILE = "discarded.json"
 
 
 def lag(current: TopicOffsets, read_to: Mapping[int, int] | None) -> int:
@@ -200,6 +203,35 @@ def record_vacuum(storage: Storage, root: str, when: float | None = None) -> Non
     record["last_vacuum"] = iso_time(time.time() if when is None else when)
     storage.write(join(root, "_state", MAINTENANCE_FILE),
                   json.dumps(record, indent=2).encode("utf-8"))
+
+
+# --- the fields discard_new_fields left out ---------------------------------------------------
+
+def discarded_record(storage: Storage, root: str) -> dict:
+    """The topic's record of the fields ``schema: discard_new_fields`` left out of its rows:
+    ``{"fields": {path: messages}, "since": ISO time, "updated": ISO time}`` ({} if there is
+    none or it is unreadable)."""
+    try:
+        found = json.loads(storage.read(join(root, "_state", DISCARDED_FILE)))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return found if isinstance(found, dict) and isinstance(found.get("fields"), dict) else {}
+
+
+def record_discarded(storage: Storage, root: str, counts: Mapping[str, int],
+                     when: float | None = None) -> None:
+    """Add `counts` (per field left out of a micro-batch's rows, the messages it was in) to the
+    topic's record (``<topic>/_state/discarded.json``, the schema page's), by the run holding
+    the topic's lock. A micro-batch written again after a crash is counted again."""
+    now = iso_time(time.time() if when is None else when)
+    record = discarded_record(storage, root)
+    fields = {str(k): int(v) for k, v in (record.get("fields") or {}).items()
+              if isinstance(v, int)}
+    for path, count in counts.items():
+        fields[path] = fields.get(path, 0) + int(count)
+    storage.write(join(root, "_state", DISCARDED_FILE), json.dumps(
+        {"fields": dict(sorted(fields.items())), "since": record.get("since") or now,
+         "updated": now}, indent=2).encode("utf-8"))
 
 
 # --- one topic's state, read once per run -----------------------------------------------------

@@ -134,21 +134,14 @@ class Infer(Step):
 
 @dataclass(frozen=True)
 class Ingest(Step):
-    """What is new in the topic, into its table (deltaferry.spark.ingest); a topic whose
-    schema is cached records its ``schema:`` mode when it changed (`SchemaStore.record_mode`,
-    for the schema history), and a json topic back from rescue to evolve first gets what its
-    table's ``_rescued`` column holds of new fields as columns (deltaferry.formats.promote)."""
+    """What is new in the topic, into its table (deltaferry.spark.ingest), after
+    `before_ingest` (the mode recorded, what ``_rescued`` holds of new fields promoted)."""
 
     def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,
                 reinfer: bool) -> Any:
-        from deltaferry.formats import format_of
-        from deltaferry.formats.promote import promote_rescued
         from deltaferry.spark.ingest import ingest_topic
 
-        if format_of(ctx.topic).caches_schema and ctx.store.record_mode(ctx.topic.schema):
-            log.info("%s: schema mode %s from now on (the schema history lists it)",
-                     ctx.topic.name, ctx.topic.schema)
-        promote_rescued(spark, ctx)
+        before_ingest(ctx, spark)
         return ingest_topic(spark, ctx, state)
 
     def checked(self, ctx: TopicContext, report: Any, state: TopicState | None = None) -> Any:
@@ -159,6 +152,28 @@ class Ingest(Step):
         from deltaferry.pause import judge
 
         return judge(ctx, checked(ctx, report, state))
+
+
+def record_mode(ctx: TopicContext) -> None:
+    """Before a step writes rows (ingest, a stream, a replay): a topic whose schema is cached
+    records its ``schema:`` mode when it changed (`SchemaStore.record_mode`), for the schema
+    history and for deltaferry.formats.promote, whose mark relies on every mode that wrote
+    rows being recorded."""
+    from deltaferry.formats import format_of
+
+    if format_of(ctx.topic).caches_schema and ctx.store.record_mode(ctx.topic.schema):
+        log.info("%s: schema mode %s from now on (the schema history lists it)",
+                 ctx.topic.name, ctx.topic.schema)
+
+
+def before_ingest(ctx: TopicContext, spark: Any) -> None:
+    """What an ingest run and a stream do before they read: `record_mode`, then a json topic
+    under evolve gets what its table's ``_rescued`` column holds of new fields as columns
+    (deltaferry.formats.promote)."""
+    from deltaferry.formats.promote import promote_rescued
+
+    record_mode(ctx)
+    promote_rescued(spark, ctx)
 
 
 @dataclass(frozen=True)
@@ -195,13 +210,15 @@ class Replay(Step):
                 reinfer: bool) -> Any:
         from deltaferry.spark.replay import replay_quarantine
 
+        record_mode(ctx)
         return replay_quarantine(spark, ctx, self.reason, self.which)
 
 
 @dataclass(frozen=True)
 class Stream(Step):
-    """`deltaferry stream`: ingest continuously until `stop` is set (or SIGTERM or SIGINT),
-    inferring the schema first where there is none; never skipped. Its report is None when
+    """`deltaferry stream`: ingest continuously until `stop` is set (or SIGTERM or SIGINT, or
+    its bad messages pause the topic), inferring the schema first where there is none and
+    doing `before_ingest` as an ingest run does; never skipped. Its report is None when
     it was stopped before the topic's first message."""
 
     name: str = "stream"
@@ -222,6 +239,7 @@ class Stream(Step):
             state = first_schema(ctx, spark, self.stop, state)
             if state is None:
                 return None
+            before_ingest(ctx, spark)
             return stream_topic(spark, ctx, self.stop, state=state)
 
 

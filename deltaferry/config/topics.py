@@ -473,8 +473,9 @@ def _expectations(value: Any) -> tuple[Expectation, ...]:
 class PauseAfter:
     """``on_bad_messages: {pause_after: {ratio, messages}}``: bad messages are quarantined, and
     once `messages` messages or more have been read since the topic's count last started
-    (over as many runs as it takes), the share of them that were bad is judged: above `ratio`,
-    the topic is paused until a person resumes it (deltaferry.pause)."""
+    (over as many runs, or micro-batches of a stream, as it takes), the share of them that
+    were bad is judged: above `ratio`, the topic is paused until a person resumes it
+    (deltaferry.pause)."""
 
     ratio: float
     messages: int = 1

@@ -12,11 +12,20 @@ and the path is taken out of ``_rescued`` (null once nothing is left; the paths 
 written again in name order). What cannot be
 promoted stays in ``_rescued``: a value whose type did not fit an existing column, or a field
 inside an array or a map.
+
+A mark (``<topic>/_state/promoted.json``: the table version it was checked at, the paths left in
+``_rescued``, how many mode changes the schema history had then and since when the last held)
+spares later runs the check: a run under evolve writes no ``_rescued`` value, and what was left
+cannot be promoted later, so while the schema history lists no mode change after the mark, the
+table is not read (no Delta log read either). A topic with no mark (its first run under this
+code, a table rescued before the schema history recorded modes) is checked once, then marked.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from deltaferry.config import Format, SchemaMode
@@ -69,10 +78,79 @@ def nested(fields: list[tuple[str, tuple[str, ...], dict | str]]) -> dict:
     return top
 
 
+#: The topic's mark of the table version promotion last checked (``<topic>/_state/``).
+MARK_FILE = "promoted.json"
+
+
+def promotion_mark(ctx: TopicContext) -> dict | None:
+    """The topic's promotion mark (see the module): ``{"table_version", "left", "modes",
+    "mode_since", "at"}``; None without one (or one that is not such an object: it is checked
+    again)."""
+    from deltaferry.storage import join, storage_for
+
+    root = ctx.paths.root
+    try:
+        found = json.loads(storage_for(root).read(join(root, "_state", MARK_FILE)))
+    except (FileNotFoundError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("left"), list) else None
+
+
+def modes_seen(ctx: TopicContext) -> dict:
+    """What a mark keeps of the topic's schema history: how many mode changes it lists and
+    since when the last one holds (a history written again from nothing differs)."""
+    modes = ctx.store.modes()
+    return {"modes": len(modes), "mode_since": modes[-1].get("at") if modes else None}
+
+
+def mark_promoted(ctx: TopicContext, table_version: int | None, left: list[str],
+                  seen: dict) -> None:
+    """Record that the table at `table_version` (None: no table yet) holds nothing promotable,
+    only the `left` paths, with the schema history as `seen` (`modes_seen`) then."""
+    from deltaferry.state import iso_time
+    from deltaferry.storage import join, storage_for
+
+    root = ctx.paths.root
+    storage_for(root).write(join(root, "_state", MARK_FILE), json.dumps(
+        {"table_version": table_version, "left": sorted(left), **seen,
+         "at": iso_time(time.time())}, indent=2).encode("utf-8"))
+
+
 def promote_rescued(spark: SparkSession, ctx: TopicContext) -> list[str]:
     """Promote what the table's ``_rescued`` column holds of new fields into columns (see the
-    module); the paths promoted ([] when the topic is not a plain json topic under evolve, has
-    no ``_rescued`` column or nothing in it can be promoted)."""
+    module); the paths promoted ([] when the topic is not a plain json topic under evolve,
+    its mark says nothing promotable is left, it has no ``_rescued`` column or nothing in it
+    can be promoted). Every check that reads the table ends in a mark."""
+    from deltaferry.formats.json import RESCUED
+
+    topic = ctx.topic
+    if topic.schema != SchemaMode.EVOLVE or topic.format != Format.JSON or topic.cdc:
+        return []
+    seen = modes_seen(ctx)
+    mark = promotion_mark(ctx)
+    if mark is not None and all(mark.get(k) == v for k, v in seen.items()):
+        log.info("%s: nothing in %s to promote as of table version %s%s, and no mode change "
+                 "since (%s): the table is not read for it", topic.name, RESCUED,
+                 mark.get("table_version"), f" (left: {', '.join(mark['left'])})"
+                 if mark["left"] else "", MARK_FILE)
+        return []
+    found = _promote(spark, ctx)
+    if found is None:
+        return []
+    promoted, table_version, left = found
+    mark_promoted(ctx, table_version, left, seen)
+    if not promoted:
+        log.info("%s: nothing in %s to promote (table version %s%s); marked in %s", topic.name,
+                 RESCUED, table_version, f", left: {', '.join(sorted(left))}"
+                 if left else "", MARK_FILE)
+    return promoted
+
+
+def _promote(spark: SparkSession, ctx: TopicContext
+             ) -> tuple[list[str], int | None, list[str]] | None:
+    """`promote_rescued`'s check and promotion: the paths promoted, the table's version after
+    it (None: no table) and the paths left in ``_rescued``; None when there is no schema to
+    promote into yet (nothing to mark)."""
     from deltalake.exceptions import TableNotFoundError
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
@@ -82,24 +160,24 @@ def promote_rescued(spark: SparkSession, ctx: TopicContext) -> list[str]:
     from deltaferry.schema.merge import merge_schemas
 
     topic, paths = ctx.topic, ctx.paths
-    if topic.schema != SchemaMode.EVOLVE or topic.format != Format.JSON or topic.cdc:
-        return []
     try:
-        if RESCUED not in [f.name for f in open_table(paths.table).schema().fields]:
-            return []
+        delta = open_table(paths.table)
     except TableNotFoundError:
-        return []
+        return [], None, []
+    if RESCUED not in [f.name for f in delta.schema().fields]:
+        return [], delta.version(), []
     cached = ctx.store.latest()
     if cached is None:
-        return []
+        return None
     table = spark.read.format("delta").load(paths.table)
     values = table.where(F.col(RESCUED).isNotNull()).select(F.col(RESCUED).alias("value"))
     if values.isEmpty():
-        return []
+        return [], delta.version(), []
     rescued = spark.read.option("dropFieldIfAllNull", "true").json(values).schema.jsonValue()
+    kept = [f["name"] for f in rescued.get("fields", [])]
     fields = promotable(table.schema.jsonValue(), rescued)  # the cache may have them already
     if not fields:
-        return []
+        return [], delta.version(), kept
     promoted = [path for path, _, _ in fields]
     version, changed, _ = commit_schema(ctx.store, merge_schemas(cached.schema,
                                                                  nested(fields)).schema,
@@ -117,10 +195,10 @@ def promote_rescued(spark: SparkSession, ctx: TopicContext) -> list[str]:
             rows = rows.withColumn(names[0], F.col(f"`{names[0]}`").withField(
                 ".".join(names[1:]), value))
     entries = F.try_variant_get(F.try_parse_json(F.col(RESCUED)), "$", "map<string,variant>")
-    kept = F.map_filter(entries, lambda path, _: ~path.isin(promoted))
-    rows = rows.withColumn(RESCUED, F.when(F.size(kept) > 0, F.to_json(kept)))
+    remaining = F.map_filter(entries, lambda path, _: ~path.isin(promoted))
+    rows = rows.withColumn(RESCUED, F.when(F.size(remaining) > 0, F.to_json(remaining)))
     (rows.write.format("delta").mode("overwrite").option("mergeSchema", "true")
      .save(paths.table))
     log.info("%s: promoted from %s into columns: %s (schema v%d%s)", topic.name, RESCUED,
              ", ".join(promoted), version.version, "" if changed else ", unchanged")
-    return promoted
+    return promoted, open_table(paths.table).version(), [p for p in kept if p not in promoted]

@@ -64,6 +64,10 @@ METRICS: tuple[TopicMetric, ...] = (
                 "the _rescued column (schema: rescue), every path counted.",
                 lambda r: None if r.last_run is None or r.last_run.figure("messages_read")
                 is None else float(sum(r.last_run.rescued.values()))),
+    TopicMetric("deltaferry_last_run_discarded_values", "Values the latest run's ingest left "
+                "out of the rows (schema: discard_new_fields), every field counted.",
+                lambda r: None if r.last_run is None or r.last_run.figure("messages_read")
+                is None else float(sum(r.last_run.discarded.values()))),
     TopicMetric("deltaferry_last_ingest_seconds", "Seconds the latest run's ingest took (0 when "
                 "it skipped ingest).", lambda r: _run(r, "seconds")),
     TopicMetric("deltaferry_schema_version", "The schema version ingest reads with (the schema "

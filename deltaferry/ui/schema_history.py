@@ -90,6 +90,11 @@ class SchemaHistory:
     #: first); what could not be read of it (None: nothing to say).
     rescued: list[tuple[str, int]] = field(default_factory=list)
     rescued_problem: str | None = None
+    #: The fields ``schema: discard_new_fields`` left out of the rows, each with the messages
+    #: it was in (most first), and since when they are counted (`deltaferry.state
+    #: .discarded_record`).
+    discarded: list[tuple[str, int]] = field(default_factory=list)
+    discarded_since: str | None = None
 
 
 def offsets_text(offsets: Mapping[int, int]) -> str:
@@ -242,13 +247,16 @@ def rescued_paths(table: str, env: Mapping[str, str] | None = None) -> list[tupl
 
 def schema_history(topic: TopicConfig, store: SchemaStore,
                    env: Mapping[str, str] | None = None,
-                   table: str | None = None) -> SchemaHistory:
+                   table: str | None = None, root: str | None = None) -> SchemaHistory:
     """The schema history of `topic`: its cache (`store`) and, for a topic read through the
     Schema Registry, the subject's versions (a registry that does not answer is said on the
     page, the rest still shows); with `table` (the topic's table), the paths its ``_rescued``
-    column holds (`rescued_paths`; one that cannot be read is said)."""
+    column holds (`rescued_paths`; one that cannot be read is said); with `root` (the topic's
+    folder), the fields its runs left out under ``discard_new_fields``."""
     from deltaferry.formats import format_of, uses_registry
     from deltaferry.registry import subject_name
+    from deltaferry.state import discarded_record
+    from deltaferry.storage import storage_for
 
     kind = format_of(topic)
     history = SchemaHistory(topic.name, topic.format, store.location, cached=kind.caches_schema,
@@ -269,6 +277,11 @@ def schema_history(topic: TopicConfig, store: SchemaStore,
             history.rescued = rescued_paths(table, env)
         except Exception as exc:  # said on the page; the rest still shows
             history.rescued_problem = f"the table's _rescued column: {exc}"
+    if root is not None:
+        record = discarded_record(storage_for(root, env), root)
+        history.discarded = sorted(((str(k), int(v)) for k, v in record.get(
+            "fields", {}).items() if isinstance(v, int)), key=lambda item: (-item[1], item[0]))
+        history.discarded_since = record.get("since") if history.discarded else None
     numbers = store.versions()
     stored = [store.read(n) for n in numbers]
     history.versions = [version_row(v, stored[i - 1] if i else None)

@@ -189,6 +189,11 @@ SCHEMA = """{% extends "base.html" %}
 <table id="rescued"><tr><th>path</th><th class="num">rows</th></tr>
 {% for path, rows in h.rescued %}<tr><td class="mono path">{{ path }}</td><td class="num">{{ rows | count_text }}</td></tr>{% endfor %}
 </table>{% endif %}{% if h.rescued_problem %}<p class="note">{{ h.rescued_problem }}</p>{% endif %}
+{% if h.discarded %}<h2>Left out of the rows (<code>discard_new_fields</code>)</h2>
+<p class="sub">Fields not in the schema, counted since {{ h.discarded_since | when }}.</p>
+<table id="discarded"><tr><th>field</th><th class="num">messages</th></tr>
+{% for path, messages in h.discarded %}<tr><td class="mono path">{{ path }}</td><td class="num">{{ messages | count_text }}</td></tr>{% endfor %}
+</table>{% endif %}
 <h2>{% if h.cached %}Versions of the schema cache{% else %}Where the schema lives{% endif %}</h2>
 {% if h.versions %}<table id="versions">
 <tr><th class="num">version</th><th>created</th><th>offsets covered</th><th>change from the previous version</th></tr>

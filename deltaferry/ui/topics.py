@@ -129,15 +129,26 @@ class LastRun:
                  EXPECTATION_VERBS.get(str(e.get("action")), str(e.get("action"))))
                 for name, e in found.items() if isinstance(e, dict)]
 
+    def per_path(self, key: str) -> dict[str, int]:
+        """The per-path counts its ingest report holds under `key`; empty without a report of
+        work or without such counts."""
+        found = self.ingest.get(key) if self.did_work and isinstance(self.ingest, dict) \
+            else None
+        if not isinstance(found, dict):
+            return {}
+        return {str(path): int(n) for path, n in found.items() if isinstance(n, int)}
+
     @property
     def rescued(self) -> dict[str, int]:
         """Per path its ingest kept in ``_rescued`` (``schema: rescue``), the messages it was
         in; empty without a report of work or without rescued values."""
-        found = self.ingest.get("rescued_fields") if self.did_work and isinstance(
-            self.ingest, dict) else None
-        if not isinstance(found, dict):
-            return {}
-        return {str(path): int(n) for path, n in found.items() if isinstance(n, int)}
+        return self.per_path("rescued_fields")
+
+    @property
+    def discarded(self) -> dict[str, int]:
+        """Per field its ingest left out of the rows (``schema: discard_new_fields``), the
+        messages it was in; empty without a report of work or without such fields."""
+        return self.per_path("discarded_fields")
 
     @property
     def result(self) -> str:
@@ -271,10 +282,12 @@ class TopicRow:
             out.append("  expectations   " + ", ".join(
                 f"{name} {failed:,} {verb}" for name, failed, verb in work.expectations)
                 + ("" if work is run else " (the last run that read messages)"))
-        if work is not None and work.rescued:
-            out.append("  rescued        " + ", ".join(
-                f"{path} {n:,}" for path, n in sorted(work.rescued.items()))
-                + ("" if work is run else " (the last run that read messages)"))
+        for label, counts in (("rescued", work.rescued if work else {}),
+                              ("left out", work.discarded if work else {})):
+            if counts:
+                out.append(f"  {label:<15}" + ", ".join(
+                    f"{path} {n:,}" for path, n in sorted(counts.items()))
+                    + ("" if work is run else " (the last run that read messages)"))
         alerts = run.alerts if run else None
         if alerts is not None:
             out.append(f"  alerts firing  {len(alerts) or 'none'}")

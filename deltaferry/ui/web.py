@@ -479,7 +479,7 @@ def create_app(user: Callable[..., Any],
         paths = paths_of(topic, settings)
         return schema_history(topic, SchemaStore(paths.schema, storage_for(paths.schema,
                                                                            settings)), settings,
-                              table=paths.table)
+                              table=paths.table, root=paths.root)
 
     def quarantine_of(topic: TopicConfig, settings: Mapping[str, str], query):
         from deltaferry.config import warehouse_from_env

@@ -1,27 +1,37 @@
 """Schema contracts on the real broker and Spark (issue 49): JSON topics under ``schema:
-evolve``, ``freeze``, ``discard_new_fields`` and ``rescue`` fed the same stream over two runs (a new field,
-a renamed field, a new nested field, a type change, bad JSON), their tables read back by
-delta-rs and Polars (compared with Spark), the quarantine's reasons naming the field's path
-and both types; ``on_bad_messages: fail`` stopping the run at the first bad message with
-nothing of the batch written; ``pause_after`` pausing a topic through `deltaferry run` until
-``deltaferry resume``."""
+evolve``, ``freeze``, ``discard_new_fields`` and ``rescue`` fed the same stream over three runs
+(a new field, a renamed field, a new nested field, a type change, bad JSON, a number that
+widens) and a mode change (evolve to freeze, rescue to evolve: the promotion of ``_rescued``
+and its mark), their tables read back by delta-rs and Polars (compared with Spark), the
+quarantine's reasons naming the field's path and both types; ``on_bad_messages: fail``
+stopping the run at the first bad message with nothing of the batch written; ``pause_after``
+pausing a topic through `deltaferry run` and through `deltaferry stream` until ``deltaferry
+resume``."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from deltaferry.formats.promote import promotion_mark
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
+from deltaferry.pause import COUNT_FILE, paused_state
 from deltaferry.pipeline import run_step
+from deltaferry.schema.store import MODES_FILE
 from deltaferry.spark.expectations import BadMessageError
-from deltaferry.state import read_checkpoint
-from deltaferry.storage import storage_for
+from deltaferry.state import discarded_record, read_checkpoint
+from deltaferry.storage import join, storage_for
 
 from .readers import assert_readers_agree
 from .test_expectations import by_offset, commits
@@ -41,6 +51,11 @@ SECOND = [
     ("f", "{not json"),                                                        # 5: bad JSON
     ("g", {"id": 7, "name": "u", "amount": 70,
            "customer": {"tier": "bronze", "since": 2020}}),                    # 6: nested new
+]
+THIRD = [
+    ("i", {"id": 9, "name": "s", "amount": 2.5, "customer": {"tier": "gold"}}),  # 7: widens
+    ("j", {"id": 10, "name": "r", "amount": 100, "customer": {"tier": "gold"},
+           "coupon": "LAST"}),                                                 # 8: new again
 ]
 PAYLOAD = ["amount", "customer", "id", "name"]  # inferred: in name order
 
@@ -74,8 +89,13 @@ def payload_columns(ctx) -> list[str]:
             if not f.name.startswith("kafka_")]
 
 
-def test_evolve_freeze_and_discard_new_fields_over_two_runs(
-        spark, kafka_bootstrap, new_topic, tmp_path):
+def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
+        spark, kafka_bootstrap, new_topic, tmp_path, caplog):
+    """The issue's "done when": a topic per mode fed the same messages (FIRST, SECOND, THIRD: a
+    new field, a renamed field, a new nested field, a type change, bad JSON, a number that
+    widens) over three runs, then a mode change each (evolve to freeze, rescue to evolve),
+    holding what docs/schema-contracts.md's table of the modes says, row by row."""
+    caplog.set_level(logging.INFO, logger="deltaferry")
     ctxs = {}
     for mode in ("evolve", "freeze", "discard_new_fields", "rescue"):
         topic = new_topic(f"contract-{mode.replace('_', '-')}", partitions=1)
@@ -93,51 +113,76 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         produce(kafka_bootstrap, ctx.topic.name, SECOND)
     reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
 
-    # evolve: every new field a column, the type change and the bad JSON quarantined
+    for mode in ("evolve", "freeze", "discard_new_fields"):   # rescue's third run: below
+        produce(kafka_bootstrap, ctxs[mode].topic.name, THIRD)
+    thirds = {mode: run(spark, ctxs[mode]) for mode in ("evolve", "freeze", "discard_new_fields")}
+
+    # evolve | a new field (or a renamed one): becomes a column (nested fields: a field of
+    # their struct) | a value of another type: a number widens its column (long -> double);
+    # any other type is quarantined | the table's schema: grows
     ctx = ctxs["evolve"]
     table = rows(spark, ctx)
-    assert sorted(table) == ["a", "b", "c", "d", "g"]
+    assert sorted(table) == ["a", "b", "c", "d", "g", "i", "j"]
     assert payload_columns(ctx) == [*PAYLOAD, "coupon", "full_name"]
     assert (table["c"]["coupon"], table["d"]["full_name"], table["d"]["name"]) == \
         ("SAVE", "w", None)
     assert table["g"]["customer"] == {"tier": "bronze", "since": 2020}
-    assert ctx.store.versions() == [1, 2]
+    assert (table["i"]["amount"], table["a"]["amount"], table["j"]["coupon"]) == \
+        (2.5, 10.0, "LAST")
+    assert thirds["evolve"].widened_columns == ["amount"]
+    assert ctx.store.versions() == [1, 2, 3]
+    assert "widened: amount long→double" in ctx.store.read(3).changes
     assert reasons(ctx) == {
         4: "value does not fit schema v2: field amount is string in the message, long in the "
            "schema",
         5: "value is not valid JSON"}
 
-    # freeze: nothing new lands, the table and the stored schema stay as they were
+    # freeze | the message is quarantined: `value has field(s) not in schema v1 (schema:
+    # freeze): ...` | quarantined | stays as its first version: nothing new lands, run after run
     ctx = ctxs["freeze"]
     table = rows(spark, ctx)
     assert sorted(table) == ["a", "b"]
     assert payload_columns(ctx) == PAYLOAD
     assert ctx.store.versions() == [1]
-    assert reports["freeze"].quarantined == 5
+    assert (reports["freeze"].quarantined, thirds["freeze"].quarantined) == (5, 2)
     assert reasons(ctx) == {
         2: "value has field(s) not in schema v1 (schema: freeze): coupon",
         3: "value has field(s) not in schema v1 (schema: freeze): full_name",
         4: "value does not fit schema v1: field amount is string in the message, long in the "
            "schema",
         5: "value is not valid JSON",
-        6: "value has field(s) not in schema v1 (schema: freeze): customer.since"}
+        6: "value has field(s) not in schema v1 (schema: freeze): customer.since",
+        7: "value does not fit schema v1: field amount is double in the message, long in the "
+           "schema",
+        8: "value has field(s) not in schema v1 (schema: freeze): coupon"}
 
-    # discard_new_fields: the rows land without their new fields, counted per field
+    # discard_new_fields | the row lands without it; the report counts each field left out |
+    # quarantined (here by the hint it is held to) | stays; a renamed field's row lands with
+    # the old column null
     ctx = ctxs["discard_new_fields"]
     table = rows(spark, ctx)
-    assert sorted(table) == ["a", "b", "c", "d", "g"]
+    assert sorted(table) == ["a", "b", "c", "d", "g", "i", "j"]
     assert payload_columns(ctx) == PAYLOAD
     assert ctx.store.versions() == [1]
     assert (table["c"]["name"], table["d"]["name"], table["g"]["customer"]) == \
         ("z", None, {"tier": "bronze"})
-    assert (table["c"]["amount"], table["g"]["amount"]) == (Decimal("30.00"), Decimal("70.00"))
+    assert (table["c"]["amount"], table["g"]["amount"], table["i"]["amount"]) == \
+        (Decimal("30.00"), Decimal("70.00"), Decimal("2.50"))   # 2.5 fits the hint's decimal
     report = reports["discard_new_fields"]
     assert report.discarded_fields == {"coupon": 1, "full_name": 1, "customer.since": 1}
     assert "new fields left out: coupon 1, customer.since 1, full_name 1" in report.summary()
+    assert thirds["discard_new_fields"].discarded_fields == {"coupon": 1}
+    assert "schema discard_new_fields: left out of the rows, fields not in schema v1: coupon " \
+        "(1 message(s))" in caplog.text
+    # the schema page's record adds up the runs' (and `deltaferry status` the last run's)
+    assert discarded_record(storage_for(ctx.paths.root), ctx.paths.root)["fields"] == {
+        "coupon": 2, "customer.since": 1, "full_name": 1}
     assert sorted(reasons(ctx)) == [4, 5]
     assert reasons(ctx)[4] == "value does not fit the topic's schema hints: amount decimal(18,2)"
 
-    # rescue: every row lands, what did not fit in _rescued as JSON, the schema stays
+    # rescue | the row lands without it; its path and value go into the row's `_rescued` column
+    # | the row lands with the field null; its path and value go into `_rescued` | stays, plus
+    # the `_rescued` column
     ctx = ctxs["rescue"]
     table = rows(spark, ctx)
     assert sorted(table) == ["a", "b", "c", "d", "e", "g"]
@@ -155,7 +200,12 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         reports["rescue"].summary()
 
     # rescue back to evolve: the next run promotes what _rescued holds of new fields into
-    # columns, re-read from the table; a value that did not fit its column stays rescued
+    # columns, re-read from the table; a value that did not fit its column stays rescued. As
+    # a deltaferry before the promotion's mark (and the schema history's modes) left it: no
+    # mark, no `rescue` in the history; the check is made all the same, and marked
+    assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [("rescue", 1)]
+    assert promotion_mark(ctx) is None
+    storage_for(ctx.store.location).delete(join(ctx.store.location, MODES_FILE))
     ctx = context(ctx.topic.name, tmp_path / "wh", kafka_bootstrap, schema="evolve")
     produce(kafka_bootstrap, ctx.topic.name, [("h", {"id": 8, "name": "t", "amount": 80,
                                                      "customer": {"tier": "gold"},
@@ -174,8 +224,47 @@ def test_evolve_freeze_and_discard_new_fields_over_two_runs(
         "g": (None, None, {"tier": "bronze", "since": 2020}, None),
         "h": ("NEW", None, {"tier": "gold", "since": None}, None)}
     assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [
-        ("rescue", 1), ("evolve", 2)]   # v2: the infer step's, with coupon from h
+        ("evolve", 2)]   # v2: the infer step's, with coupon from h
     assert ctx.store.versions() == [1, 2, 3]
+    promoted_at = open_table(ctx.paths.table).version()
+    mark = promotion_mark(ctx)
+    assert (mark["left"], mark["modes"]) == (["amount"], 1)
+    # marked at the promotion's commit (the table's rewrite), before the run's ingest wrote h
+    (commit,) = [c for c in open_table(ctx.paths.table).history()
+                 if c["version"] == mark["table_version"]]
+    assert (commit["operation"], commit["operationParameters"]["mode"]) == \
+        ("WRITE", "Overwrite")
+    assert mark["table_version"] < promoted_at
+
+    # a fourth run: the rescue topic's second under evolve, the evolve topic's first under
+    # freeze (its latest version, v3, is its contract from now on)
+    fourth = [("k", {"id": 11, "name": "q", "amount": 3.5, "customer": {"tier": "gold"},
+                     "flag": True}),                                          # new under both
+              ("l", {"id": 12, "name": "p", "amount": 4.5, "coupon": "X",
+                     "customer": {"tier": "gold", "since": 2021}})]           # fits v3
+    frozen = context(ctxs["evolve"].topic.name, tmp_path / "wh", kafka_bootstrap,
+                     schema="freeze")
+    for each in (ctx, frozen):
+        produce(kafka_bootstrap, each.topic.name, fourth)
+    caplog.clear()
+    report = run(spark, ctx)
+    assert (report.messages_read, report.quarantined) == (2, 0)
+    # its _rescued holds nothing promotable as of the mark: the table is not read for it
+    # again (the mark is the same; the table moved on), and the run's log says so
+    assert promotion_mark(ctx) == mark
+    assert open_table(ctx.paths.table).version() > promoted_at
+    assert f"{ctx.topic.name}: nothing in _rescued to promote as of table version " \
+        f"{mark['table_version']} (left: amount), and no mode change since" in caplog.text
+    table = rows(spark, ctx)
+    assert (table["k"]["flag"], table["l"]["coupon"], table["e"]["_rescued"]) == \
+        (True, "X", '{"amount":"fifty"}')
+
+    report = run(spark, frozen)
+    assert (report.messages_read, report.quarantined) == (2, 1)
+    assert sorted(rows(spark, frozen)) == ["a", "b", "c", "d", "g", "i", "j", "l"]
+    assert frozen.store.versions() == [1, 2, 3]
+    assert reasons(frozen)[9] == "value has field(s) not in schema v3 (schema: freeze): flag"
+    assert [m["mode"] for m in frozen.store.modes()] == ["evolve", "freeze"]
 
 
 def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
@@ -215,13 +304,15 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     """`deltaferry run` (in this process, so Spark is the session's): the run that takes the
     share of bad messages above the ratio lands its batch, fails with the alert's one line and
     pauses the topic; `deltaferry run` in a process of its own is then refused before any
-    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)"""
+    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)
+    Then `deltaferry stream` (in this process too): its micro-batches count as runs do, and
+    the one that takes the share above the ratio stops it with the alert's line."""
     from deltaferry.cli import main
 
     topic = new_topic("contract-pause", partitions=1)
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    on_bad_messages: {{pause_after: "
-                      "{ratio: 0.1, messages: 5}}\n")
+                      "{ratio: 0.1, messages: 5}}\n    trigger_interval: 1 second\n")
     env = {"DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
            "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}
     for name, value in env.items():
@@ -259,3 +350,44 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     assert resumed.stdout.startswith(f"topic {topic} resumed (paused since ")
     assert main(["run", topic, "--steps", "infer,ingest"]) == 0     # not refused: nothing new
     assert "ingest " + topic + ": skipped" in capsys.readouterr().out
+
+    # a stream: a first micro-batch of 3 good messages is counted (too few to judge), a second
+    # of 1 good and 1 bad takes the count to 5, 1 bad: 0.2 > 0.1, the topic is paused and the
+    # stream stops after that batch, which landed
+    def good(key: str) -> tuple:
+        return (key, {"id": 30, "name": key, "amount": "1", "customer": {"tier": "gold"}})
+
+    count_file = Path(ctx.paths.root, "_state", COUNT_FILE)
+    produce(kafka_bootstrap, topic, [good("s1"), good("s2"), good("s3")])
+
+    def second_batch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if count_file.exists() and json.loads(count_file.read_text())["read"] == 3:
+                produce(kafka_bootstrap, topic, [good("s4"), ("s5", "{not json")])
+                return
+            time.sleep(0.5)
+
+    producer = threading.Thread(target=second_batch, daemon=True)
+    producer.start()
+    # should the stream not stop by itself, SIGTERM stops it (exit 0: the assertion says so)
+    timer = threading.Timer(300, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        code = main(["stream", topic])
+    finally:
+        timer.cancel()
+        producer.join(10)
+    out, err = capsys.readouterr()
+    line = (f"alert pause_after on topic '{topic}': 0.2 > 0.1 (1 of the 5 message(s) read "
+            f"were bad; the topic is paused until someone resumes it: deltaferry resume "
+            f"{topic}, or Resume on the topics page); action fail")
+    assert code == 3, err[-3000:]
+    assert line in out.splitlines()
+    assert err.strip().splitlines()[-1] == f"deltaferry: error: {line}"
+    paused = paused_state(storage_for(ctx.paths.root), ctx.paths.root)
+    assert (paused.read, paused.bad) == (5, 1)
+    assert {"s1", "s2", "s3", "s4"} <= set(rows(spark, ctx))
+    assert reasons(ctx)[11] == "value is not valid JSON"
+    assert main(["stream", topic]) == 3                            # refused at its start
+    assert f"deltaferry: error: topic {topic} is paused since " in capsys.readouterr().err

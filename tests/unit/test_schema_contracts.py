@@ -4,6 +4,7 @@ stored schema that never grows, the bad-message tally and refusal, the report's 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pyarrow as pa
@@ -232,6 +233,22 @@ def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_pa
     page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
     assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>', page) \
         == [("coupon", "2"), ("customer.since", "1")]
+    assert 'id="discarded"' not in page                     # no field left out yet
+
+    # discard_new_fields: each micro-batch's fields left out add up in the topic's record
+    from deltaferry.state import discarded_record, record_discarded
+    from deltaferry.storage import storage_for
+
+    storage = storage_for(paths.root)
+    record_discarded(storage, paths.root, {"full_name": 1, "coupon": 2}, when=1_800_000_000)
+    record_discarded(storage, paths.root, {"coupon": 1, "customer.since": 1})
+    assert discarded_record(storage, paths.root)["fields"] == {
+        "coupon": 3, "customer.since": 1, "full_name": 1}
+    assert discarded_record(storage, paths.root)["since"].startswith("2027-01-15T08:00:00")
+    page = TestClient(app, headers={"x-user": "ann"}).get("/topics/orders/schema").text
+    section = page.split('id="discarded"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>',
+                      section) == [("coupon", "3"), ("customer.since", "1"), ("full_name", "1")]
 
 
 def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():
@@ -299,3 +316,83 @@ def test_status_and_metrics_count_the_last_runs_rescued_values():
     assert "  rescued        a.b 1, coupon 2" in row.lines()
     assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 3.0' in \
         exposition([row]).decode()
+
+
+def test_status_and_metrics_count_the_last_runs_fields_left_out():
+    from deltaferry.cli import status_json
+    from deltaferry.ui.metrics import exposition
+    from deltaferry.ui.topics import LastRun, TopicRow
+
+    report = IngestReport("orders", messages_read=6,
+                          discarded_fields={"coupon": 2, "customer.since": 1})
+    run = LastRun("r1", "success", "t", {**report.as_dict(), "step": "ingest"})
+    row = TopicRow("orders", "json", "ingest_orders", None, last_run=run)
+    assert "  left out       coupon 2, customer.since 1" in row.lines()
+    assert status_json(row)["last_run"]["discarded"] == {"coupon": 2, "customer.since": 1}
+    assert status_json(row)["last_run"]["rescued"] == {}
+    metrics = exposition([row]).decode()
+    assert 'deltaferry_last_run_discarded_values{format="json",topic="orders"} 3.0' in metrics
+    assert 'deltaferry_last_run_rescued_values{format="json",topic="orders"} 0.0' in metrics
+    # a later run that read nothing: the last run that did work is said, and so named
+    skipped = LastRun("r2", "success", "t2", {"step": "ingest", "skipped": True},
+                      last_work=run)
+    assert "  left out       coupon 2, customer.since 1 (the last run that read messages)" in \
+        TopicRow("orders", "json", "ingest_orders", None, last_run=skipped).lines()
+
+
+class NoSpark:
+    """A Spark session that must not be used."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Spark used: {name}")
+
+
+def test_promotion_checks_a_topic_once_and_reads_its_table_again_only_after_a_mode_change(
+        tmp_path):
+    from deltalake import write_deltalake
+
+    from deltaferry.config import Settings
+    from deltaferry.context import TopicContext
+    from deltaferry.formats.promote import MARK_FILE, promote_rescued, promotion_mark
+    from deltaferry.paths import TopicPaths
+
+    paths = TopicPaths.for_topic(str(tmp_path / "wh"), "orders")
+    ctx = TopicContext(parse_topic({"name": "orders"}, 0), Settings(str(tmp_path / "wh"),
+                                                                    "127.0.0.1:1"),
+                       paths, SchemaStore(paths.schema))
+    ctx.store.record_mode("evolve")
+    # no table yet: nothing to read, marked so
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert {k: v for k, v in promotion_mark(ctx).items() if k != "at"} == {
+        "table_version": None, "left": [], "modes": 1,
+        "mode_since": ctx.store.modes()[0]["at"]}
+    # a table with no mark (one made before the mark): its log is read once, then marked
+    (tmp_path / "wh" / "orders" / "_state" / MARK_FILE).unlink()
+    write_deltalake(paths.table, pa.table({"id": [1]}))
+    write_deltalake(paths.table, pa.table({"id": [2]}), mode="append")
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert promotion_mark(ctx)["table_version"] == 1
+    # marked, the mode unchanged: neither the table nor Spark is read, whatever it holds now
+    ctx.store.write_version(struct(field("id", "long")), {0: 2}, "initial schema, 1 field: id")
+    write_deltalake(paths.table, pa.table({"id": [3], "_rescued": ['{"coupon":"SAVE"}']}),
+                    mode="append", schema_mode="merge")
+    mark = promotion_mark(ctx)
+    assert promote_rescued(NoSpark(), ctx) == []
+    assert promotion_mark(ctx) == mark
+    # a mode change since the mark (a rescue spell, back to evolve): read again
+    assert ctx.store.record_mode("rescue") and ctx.store.record_mode("evolve")
+    with pytest.raises(AssertionError, match="Spark used"):
+        promote_rescued(NoSpark(), ctx)
+    # so with a schema history written again from nothing (as many changes, a later one)
+    (tmp_path / "wh" / "orders" / "_schema" / "modes.json").write_text(json.dumps(
+        {"modes": [{"mode": "evolve", "at": "2099-01-01T00:00:00+00:00",
+                    "schema_version": 1}]}))
+    mark_path = tmp_path / "wh" / "orders" / "_state" / MARK_FILE
+    mark_path.write_text(json.dumps({**mark, "modes": 1}))
+    with pytest.raises(AssertionError, match="Spark used"):
+        promote_rescued(NoSpark(), ctx)
+    # not a json topic under evolve: nothing read, nothing marked
+    for entry in ({"name": "o", "schema": "rescue"}, {"name": "o", "format": "avro"}):
+        other = TopicContext(parse_topic(entry, 0), ctx.settings,
+                             TopicPaths.for_topic(str(tmp_path / "wh"), "o"), ctx.store)
+        assert promote_rescued(NoSpark(), other) == [] and promotion_mark(other) is None

@@ -61,12 +61,15 @@ from deltaferry.spark.ingest.rows import (
 )
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
-from deltaferry.state import TopicState, read_checkpoint
+from deltaferry.state import TopicState, read_checkpoint, record_discarded
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
+    from deltaferry.alerts import Alert
     from deltaferry.context import TopicContext
     from deltaferry.origin import TaskRun
 
@@ -140,6 +143,11 @@ class BatchWriter:
         self.scheduled: dict[int, Scheduled] = {}
         #: Whether the table was given the entry's layout in this run (`apply_layout`).
         self.laid_out = False
+        #: A stream's count of bad messages (`deltaferry.pause.tally`), given each written
+        #: micro-batch's messages and bad ones (None: a run's, counted after its step); the
+        #: alert of the batch that paused the topic, which sets `stop`.
+        self.tally: Callable[[int, int], Alert | None] | None = None
+        self.paused: Alert | None = None
 
     def storage(self) -> Storage:
         """The topic's storage (its table and checkpoint), opened once for the query: the
@@ -273,13 +281,17 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
+        bad = 0
         if quarantined:  # 0: a batch whose quarantine append was done before (a retry)
-            self.report.bad_messages += failed[BAD_MESSAGES][0] if self.checker is not None \
-                else quarantined
+            bad = failed[BAD_MESSAGES][0] if self.checker is not None else quarantined
+        self.report.bad_messages += bad
         add_counts(self.report.expectations, self.topic, failed)
-        for field_, count_ in getattr(self.decoder, "discarded", {}).items():  # json, avro
+        discarded = getattr(self.decoder, "discarded", {})  # json, avro
+        for field_, count_ in discarded.items():
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
+        if discarded:  # the schema page's record, kept across runs
+            record_discarded(self.storage(), self.paths.root, discarded)
         for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
             self.report.rescued_fields[field_] = \
                 self.report.rescued_fields.get(field_, 0) + count_
@@ -293,6 +305,12 @@ class BatchWriter:
             time.monotonic() - started, describe_phases(batch.seconds),
             describe_jobs(scheduled.jobs, scheduled.stages),
         )
+        if self.tally is not None:  # a stream's micro-batch counts toward pause_after
+            alert = self.tally(count, bad)
+            if alert is not None:  # the topic is paused: the stream stops after this batch
+                self.paused = alert
+                if self.stop is not None:
+                    self.stop.set()
 
 
 def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int:
@@ -448,11 +466,20 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     committed (checked every `poll` seconds, every 50 ms once stopping). A batch Spark starts
     after `stop` was set, before such a moment came, is refused before it writes anything
     (Spark logs the query's end as an error; the next start reads the batch again). Each batch
-    is logged as it ends; the report covers the whole run."""
+    is logged as it ends; the report covers the whole run.
+
+    Under ``on_bad_messages: pause_after`` each written micro-batch adds its messages and bad
+    ones to the topic's count (`deltaferry.pause.tally`, as each run of `ingest_topic` adds
+    its own); the batch that pauses the topic sets `stop`, and the report holds its
+    ``pause_after`` alert (action fail)."""
+    from deltaferry import pause
+
     topic, paths = ctx.topic, ctx.paths
     ingest = IngestStream(spark, ctx, state)
     writer = ingest.writer
     writer.stop = stop
+    if topic.pause_after is not None:
+        writer.tally = lambda read, bad: pause.tally(ctx, read, bad)
     interval = trigger_seconds(topic.trigger_interval)
     if stop.is_set():
         return ingest.finish([])
@@ -478,6 +505,9 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
         log.info("stream %s: batch %d was started after the stop request and refused before "
                  "writing anything; the next run reads it", topic.name, writer.refused)
     report = ingest.finish(list(progress.latest), progress)
+    if writer.paused is not None:
+        log.warning("stream %s: stopped, its bad messages paused the topic", topic.name)
+        report.alerts = [*report.alerts, writer.paused.as_dict()]
     if not stop.is_set():
         raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
