@@ -136,7 +136,7 @@ class Infer(Step):
 class Ingest(Step):
     """What is new in the topic, into its table (deltaferry.spark.ingest); a topic whose
     schema is cached records its ``schema:`` mode when it changed (`SchemaStore.record_mode`,
-    for the schema history), and a json topic back from rescue to evolve first gets what its
+    for the schema history), and a topic back from rescue to evolve first gets what its
     table's ``_rescued`` column holds of new fields as columns (deltaferry.formats.promote)."""
 
     def run_one(self, ctx: TopicContext, spark: Any, state: TopicState | None,

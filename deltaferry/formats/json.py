@@ -613,6 +613,8 @@ class JsonDecoder:
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
+        from deltaferry.formats.contract import rescued_counts
+
         latest = self.store.latest()
         assert latest is not None  # checked when the decoder was made; versions never vanish
         found = self.batch_shape(raw, latest.schema)
@@ -625,11 +627,7 @@ class JsonDecoder:
         self.discarded = {}
         self.rescued = {}
         if mode == SchemaMode.RESCUE:
-            paths = F.map_keys(F.from_json(F.col(f"data.{RESCUED}"), "map<string,string>"))
-            per_path = (decoded.where(F.col("problem").isNull()
-                                      & F.col(f"data.{RESCUED}").isNotNull())
-                        .select(F.explode(paths).alias("path")).groupBy("path").count())
-            self.rescued = {r["path"]: int(r["count"]) for r in per_path.collect()}
+            self.rescued = rescued_counts(decoded)
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:
