@@ -32,6 +32,7 @@ from deltaferry.config import SchemaMode, TopicConfig
 from deltaferry.formats.contract import (
     REASON_NEW_FIELDS,
     REASON_UNFAITHFUL,
+    RESCUED,
     projected,
     registry_writer,
     rescued_counts,
@@ -483,7 +484,6 @@ class AvroDecoder:
         (REASON_UNFAITHFUL)."""
         from pyspark.sql import functions as F
 
-        from deltaferry.formats.json import RESCUED
         from deltaferry.schema.merge import new_fields
 
         decoded = decode(raw, writers, self.reader.schema)

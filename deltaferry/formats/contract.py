@@ -28,6 +28,9 @@ from deltaferry.schema.merge import kind_of, type_name
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+#: The column of a ``schema: rescue`` topic's table holding what of a row did not fit (every
+#: format's).
+RESCUED = "_rescued"
 #: A record whose writer schema has fields the table does not, under ``schema: freeze`` (a
 #: "contract" reason: `deltaferry.quarantine.contract_reasons`); `writer` names the writer
 #: schema (its subject version and id, or its file).
@@ -116,8 +119,6 @@ def rescued_json(data: Column, news: list[tuple[str, tuple[str, ...]]],
     the record holds something at, with its value (see the module); null if there is none."""
     from pyspark.sql import functions as F
 
-    from deltaferry.formats.json import picked, present
-
     if not news:
         return F.lit(None).cast("string")
     entries = [F.when(has(path) & present(data, steps), picked(data, steps)).alias(path)
@@ -129,10 +130,38 @@ def rescued_counts(decoded: DataFrame) -> dict[str, int]:
     """Per path, the usable records of `decoded` whose ``data._rescued`` holds it (one job)."""
     from pyspark.sql import functions as F
 
-    from deltaferry.formats.json import RESCUED
-
     rescued = F.col(f"data.{RESCUED}")
     paths = F.map_keys(F.from_json(rescued, "map<string,string>"))
     per_path = (decoded.where(F.col("problem").isNull() & rescued.isNotNull())
                 .select(F.explode(paths).alias("path")).groupBy("path").count())
     return {r["path"]: int(r["count"]) for r in per_path.collect()}
+
+
+def present(value: Column, steps: tuple[str, ...]) -> Column:
+    """Whether `value` holds something (not null) at `steps` (`new_fields`' steps)."""
+    from pyspark.sql import functions as F
+
+    if not steps:
+        return value.isNotNull()
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        return F.coalesce(F.exists(value, lambda v: present(v, rest)), F.lit(False))
+    if step == "{}":
+        return F.coalesce(F.exists(F.map_values(value), lambda v: present(v, rest)),
+                          F.lit(False))
+    return present(value.getField(step), rest)
+
+
+def picked(value: Column, steps: tuple[str, ...]) -> Column:
+    """What `value` holds at `steps` (`new_fields`' steps): an array of what each element
+    holds past a ``[]``, a map of what each value holds past a ``{}``."""
+    from pyspark.sql import functions as F
+
+    if not steps:
+        return value
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        return F.transform(value, lambda v: picked(v, rest))
+    if step == "{}":
+        return F.transform_values(value, lambda _, v: picked(v, rest))
+    return picked(value.getField(step), rest)

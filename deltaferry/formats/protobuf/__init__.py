@@ -30,13 +30,13 @@ from deltaferry.config import SchemaMode, TopicConfig
 from deltaferry.formats.contract import (
     REASON_NEW_FIELDS,
     REASON_UNFAITHFUL,
+    RESCUED,
     projected,
     rescued_counts,
     rescued_json,
     type_at_steps,
     unfaithful,
 )
-from deltaferry.formats.json import RESCUED
 from deltaferry.formats.protobuf.sources import Union, grow, infer_protobuf, schemas_for
 from deltaferry.formats.protobuf.wire import (
     MessagePlan,
