@@ -235,7 +235,7 @@ def contract_reasons() -> tuple[str, ...]:
     """How the reasons of values that broke a topic's schema contract start (a new field under
     ``schema: freeze``, a field of another type, a value the schema hints refuse; an avro
     record whose writer has a field the table lacks under freeze)."""
-    from deltaferry.formats.avro import REASON_NEW_FIELDS
+    from deltaferry.formats.contract import REASON_NEW_FIELDS
     from deltaferry.formats.json import CONTRACT_REASONS
 
     return (*CONTRACT_REASONS, REASON_NEW_FIELDS.split("{", 1)[0])

@@ -156,6 +156,25 @@ def subject_name(topic: str, strategy: str = "topic_name", record: str | None = 
     return record if strategy == "record_name" else f"{topic}-{record}"
 
 
+def subject_version(client, url: str, schema_id: int, subject: str) -> int | None:
+    """The version of `subject` that `schema_id` is, asked of the registry at `url` through
+    `client` (None if it is none of its versions; the lowest where it is several)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        found = client.get_schema_versions(schema_id, subject_name=subject)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code != 404:
+            raise RegistryError(url, f"cannot read the versions of schema id {schema_id}: "
+                                f"{exc}") from None
+        return None
+    except Exception as exc:  # the HTTP client's: the registry did not answer at all
+        raise unanswered(url, f"the versions of schema id {schema_id}", exc,
+                         then=BATCH_NOT_COMMITTED) from None
+    versions = [v.version for v in found if v.subject == subject]
+    return min(versions) if versions else None
+
+
 def check_reachable(settings: RegistrySettings) -> None:
     """Raise RegistryError (the URL without credentials) unless the registry lists its subjects,
     TlsError if an https registry's certificate is refused: what a run checks before Spark

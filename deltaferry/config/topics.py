@@ -95,8 +95,8 @@ _UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 36
 SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 STARTING_OFFSETS = ("earliest", "latest")
 class SchemaMode(StrEnum):
-    """What a JSON or Avro topic's table does with a message that does not fit its schema
-    (`schema:`; see docs/schema-contracts.md)."""
+    """What a topic's table does with a message that does not fit its schema (`schema:`; see
+    docs/schema-contracts.md)."""
 
     EVOLVE = "evolve"
     FREEZE = "freeze"
@@ -747,11 +747,11 @@ class TopicConfig:
         "action: warn | quarantine | fail} (see Expectations)",
         json_schema_extra={"shown": "mapping of names to {rule, action}"})
     schema: Annotated[str, _supported("schema mode", SCHEMA_MODES)] = option(
-        "evolve", "json and avro topics: evolve (a new field becomes a column, a type widens) | "
-        "freeze (a message with a new field or a type that does not fit is quarantined; the "
-        "table's schema stays) | discard_new_fields (the row lands without its new fields, "
-        "counted per field) | rescue, json only (the row lands; its new fields and values that "
-        "do not fit go into the _rescued column as JSON) (see Schema contracts)")
+        "evolve", "evolve (a new field becomes a column, a type widens) | freeze (a message "
+        "with a new field or a type that does not fit is quarantined; the table's schema "
+        "stays) | discard_new_fields (the row lands without its new fields, counted per "
+        "field) | rescue (the row lands; its new fields and values that do not fit go into "
+        "the _rescued column as JSON) (see Schema contracts)")
     on_bad_messages: Annotated[str | PauseAfter, BeforeValidator(_on_bad_messages)] = option(
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written | "
@@ -986,20 +986,11 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
 
 
 def _check_schema_mode(topic: TopicConfig, where: str) -> None:
-    """The schema modes a topic's format has; ConfigError naming the entry."""
-    if topic.schema == SchemaMode.EVOLVE or (topic.format == Format.JSON and not topic.cdc):
-        return
-    if topic.cdc:
+    """The schema modes a topic has (every one, but a cdc topic's row follows its source
+    table); ConfigError naming the entry."""
+    if topic.schema != SchemaMode.EVOLVE and topic.cdc:
         raise ConfigError(where, f"schema {topic.schema} is not supported with cdc {topic.cdc} "
                           "(a change event's row follows its source table): leave schema out")
-    if topic.format == Format.AVRO and topic.schema != SchemaMode.RESCUE:
-        return
-    if topic.format == Format.AVRO:
-        raise ConfigError(where, "schema rescue is not supported with format avro (_rescued "
-                          "holds JSON text, an avro record is binary): use freeze (the record "
-                          "is quarantined, raw bytes kept, for a replay) or discard_new_fields")
-    raise ConfigError(where, f"schema {topic.schema} is not yet supported with format "
-                      f"{topic.format} (only json and avro topics): leave schema out")
 
 
 #: The types of the columns deltaferry adds (the payload's are known only from the messages).

@@ -29,14 +29,27 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from deltaferry.config import SchemaMode, TopicConfig
+from deltaferry.formats.contract import (
+    REASON_NEW_FIELDS,
+    REASON_UNFAITHFUL,
+    RESCUED,
+    projected,
+    registry_writer,
+    rescued_counts,
+    rescued_json,
+    type_at_steps,
+    unfaithful,
+)
 from deltaferry.registry import (
     BATCH_NOT_COMMITTED,
     RegistryError,
     RegistrySettings,
     subject_name,
+    subject_version,
     unanswered,
 )
 from deltaferry.reports import RegistryReport
+from deltaferry.schema.merge import kind_of
 from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
@@ -51,10 +64,6 @@ log = logging.getLogger(__name__)
 REASON_FRAMING = "not Confluent wire format (expected magic byte 0 and a 4-byte schema id)"
 REASON_UNKNOWN_ID = "schema id {id} is not known to the schema registry"
 REASON_UNDECODABLE = "Avro body does not decode with writer schema id {id}"
-#: A record whose writer schema has fields the table does not, under ``schema: freeze`` (a
-#: "contract" reason: `deltaferry.quarantine.contract_reasons`).
-REASON_NEW_FIELDS = "value has field(s) not in the table (schema: freeze): {fields} (writer " \
-    "schema {subject} version {version}, id {id})"
 
 
 @dataclass(frozen=True)
@@ -206,22 +215,8 @@ class WriterSchemas:
         return self._known[schema_id]
 
     def version(self, schema_id: int, subject: str) -> int | None:
-        """The version of `subject` that `schema_id` is (None if it is none of its versions;
-        the lowest where it is several)."""
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        try:
-            found = self.client.get_schema_versions(schema_id, subject_name=subject)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code != 404:
-                raise RegistryError(self.url, f"cannot read the versions of schema id "
-                                    f"{schema_id}: {exc}") from None
-            return None
-        except Exception as exc:  # the HTTP client's: the registry did not answer at all
-            raise unanswered(self.url, f"the versions of schema id {schema_id}", exc,
-                             then=BATCH_NOT_COMMITTED) from None
-        versions = [v.version for v in found if v.subject == subject]
-        return min(versions) if versions else None
+        """The version of `subject` that `schema_id` is (`subject_version`)."""
+        return subject_version(self.client, self.url, schema_id, subject)
 
     def known(self, schema_id: int) -> bool:
         """Whether `schema_id` was looked up in this run already."""
@@ -311,6 +306,23 @@ def decode(raw: DataFrame, writers: dict[int, dict | None], reader: dict) -> Dat
     return raw.withColumn("data", data).withColumn("problem", problem)
 
 
+def decoded_type(frame: DataFrame, schema) -> dict | str:
+    """The Spark type (JSON form) a record of Avro `schema` decodes into, read off an
+    expression over `frame` (no job)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    typed = from_avro(F.lit(None).cast("binary"), json.dumps(schema)).alias("d")
+    return frame.select(typed).schema["d"].dataType.jsonValue()
+
+
+def reader_type(spark: SparkSession, topic: TopicConfig) -> dict | str:
+    """The Spark type the records of avro `topic` decode into now: its reader schema's (the
+    subject's latest version, or the pinned one)."""
+    _, _, reader = registry_for_run(topic)
+    return decoded_type(spark.range(0), reader.schema)
+
+
 def registry_for_run(topic: TopicConfig):
     """(settings, client, reader schema) for one run of an avro topic."""
     settings = RegistrySettings.from_env()
@@ -397,12 +409,13 @@ class AvroDecoder:
     """The decoder of an avro topic (deltaferry.spark.decoding): records decoded from the wire
     format with their writer schemas, resolved into the run's reader schema.
 
-    Under a schema contract (``schema: freeze`` or ``discard_new_fields``, with the topic's
-    `table` given) the reader schema is the run's without the fields the table's columns lack
-    (the whole of it while the table has none of its fields: the first run makes the table),
-    so the table never grows; a record whose writer schema has such fields is quarantined
-    with their paths and the writer's subject version (freeze), or lands without them,
-    counted per field in `discarded` (discard_new_fields)."""
+    Under a schema contract (``schema:`` other than evolve, with the topic's `table` given)
+    the reader schema is the run's without the fields the table's columns lack (the whole of
+    it while the table has none of its fields: the first run makes the table), so the table
+    never grows; a record whose writer schema has such fields is quarantined with their paths
+    and the writer's subject version (freeze), or lands without them, counted per field in
+    `discarded` (discard_new_fields), or with what it holds there in RESCUED as JSON text,
+    counted per path in `rescued` (rescue: `rescue`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store=None,
                  table: str | None = None):
@@ -411,6 +424,8 @@ class AvroDecoder:
         self.table = table
         #: discard_new_fields: the last decoded batch's usable records, per field left out.
         self.discarded: dict[str, int] = {}
+        #: rescue: the last decoded batch's usable records, per path kept in _rescued.
+        self.rescued: dict[str, int] = {}
         #: The table's columns once they hold some of the reader schema's fields.
         self._columns: StructType | None = None
         self.registry, self.client, self.reader = registry_for_run(topic)
@@ -434,11 +449,14 @@ class AvroDecoder:
         if unseen:
             self.follow_latest()
         self.discarded = {}
+        self.rescued = {}
         if self.topic.schema == SchemaMode.EVOLVE or self.table is None:
             return decode(raw, writers, self.reader.schema)
         reader = self.contract()
         new = {i: paths for i, w in writers.items()
                if w is not None and (paths := new_field_paths(w, reader))}
+        if self.topic.schema == SchemaMode.RESCUE:
+            return self.rescue(raw, writers, reader, new)
         decoded = decode(raw, writers, reader)
         if not new:
             return decoded
@@ -455,6 +473,59 @@ class AvroDecoder:
                         "not in the table: %s", self.topic.name,
                         ", ".join(f"{f} ({n} message(s))"
                                   for f, n in sorted(self.discarded.items())))
+        return decoded
+
+    def rescue(self, raw: DataFrame, writers: dict[int, dict | None], reader: dict,
+               new: dict[int, list[str]]):
+        """``schema: rescue``: the records decoded into the run's reader schema, read as
+        `reader` (the table's fields: `projected`), the fields their writer has beyond it
+        (`new`, by schema id) in RESCUED (`rescued_json`), counted per path in `rescued`;
+        a record whose new field has a type JSON text cannot give back is quarantined
+        (REASON_UNFAITHFUL)."""
+        from pyspark.sql import functions as F
+
+        from deltaferry.schema.merge import new_fields
+
+        decoded = decode(raw, writers, self.reader.schema)
+        wide = decoded.schema["data"].dataType.jsonValue()
+        narrow = decoded_type(raw, reader)
+        if not isinstance(wide, dict) or not isinstance(narrow, dict) or kind_of(wide) != \
+                "struct":  # not a record: no field to rescue, no column to add
+            return decoded
+        if not wide["fields"]:  # no writer schema known: every record is quarantined
+            return decoded.withColumn("data", F.col("data").withField(
+                RESCUED, F.lit(None).cast("string")))
+        news = [(path, steps) for path, steps in new_fields(narrow, wide)
+                if any(path in paths for paths in new.values())]
+
+        def has(path: str):
+            return F.col("schema_id").isin([i for i, paths in new.items() if path in paths])
+
+        problem, kept = None, []
+        # a field in a union of several records is a member's (member1.since) to Spark
+        lost = [path for path in dict.fromkeys(p for ps in new.values() for p in ps)
+                if path not in dict(news)]
+        for path, steps in [*news, *((path, None) for path in lost)]:
+            bad = unfaithful(type_at_steps(wide, steps)) if steps is not None else \
+                "inside a union of several types"
+            if steps is not None and bad is None:
+                kept.append((path, steps))
+                continue
+            for schema_id in sorted(i for i, paths in new.items() if path in paths):
+                text = REASON_UNFAITHFUL.format(path=path, type=bad, writer=self.writer_named(
+                    schema_id))
+                test = F.col("schema_id") == schema_id
+                problem = F.when(test, text) if problem is None else problem.when(test, text)
+        data = projected(F.col("data"), wide, narrow).withField(
+            RESCUED, rescued_json(F.col("data"), kept, has))
+        decoded = decoded.withColumn("data", data)
+        if problem is not None:
+            decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))
+        self.rescued = rescued_counts(decoded)
+        if self.rescued:
+            log.info("ingest %s: schema rescue: kept in %s, fields not in the table: %s",
+                     self.topic.name, RESCUED, ", ".join(f"{f} ({n} message(s))"
+                                                         for f, n in sorted(self.rescued.items())))
         return decoded
 
     def contract(self) -> dict:
@@ -480,13 +551,16 @@ class AvroDecoder:
 
         reason = None
         for schema_id, paths in sorted(new.items()):
-            version = self.writers.version(schema_id, self.reader.subject)
-            text = REASON_NEW_FIELDS.format(
-                fields=", ".join(paths), subject=self.reader.subject,
-                version=version if version is not None else "unknown", id=schema_id)
+            text = REASON_NEW_FIELDS.format(fields=", ".join(paths),
+                                            writer=self.writer_named(schema_id))
             test = F.col("schema_id") == schema_id
             reason = F.when(test, text) if reason is None else reason.when(test, text)
         return reason
+
+    def writer_named(self, schema_id: int) -> str:
+        """The writer schema `schema_id` as reasons name it: its version of the subject."""
+        return registry_writer(self.reader.subject,
+                               self.writers.version(schema_id, self.reader.subject), schema_id)
 
     def follow_latest(self) -> None:
         """Read the subject's latest version again (unless a version is pinned): a batch holds

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltaferry.config import SchemaMode, Settings, TopicConfig
 from deltaferry.errors import EmptyTopicError, NoSchemaError, VersionConflictError
+from deltaferry.formats.contract import RESCUED, picked, present, rescued_counts
 from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topic_offsets
 from deltaferry.reports import InferReport
 from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches, type_at
@@ -54,8 +55,6 @@ REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)
 #: A value whose field at `path` is of another type than the schema's (`misfit_reason`).
 REASON_FIELD = "value does not fit schema v{version}: field {path} is {found} in the message, " \
     "{expected} in the schema"
-#: The column of a ``schema: rescue`` topic's table holding what of a row did not fit.
-RESCUED = "_rescued"
 #: A value with fields the schema does not have, under ``schema: freeze``.
 REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
@@ -356,21 +355,6 @@ def misfit_reason(schema: dict, version: int) -> Column:
     return F.coalesce(*named, F.lit(REASON_SCHEMA.format(version=version)))
 
 
-def picked(value: Column, steps: tuple[str, ...]) -> Column:
-    """What `value` holds at `steps` (`new_fields`' steps): an array of what each element
-    holds past a ``[]``, a map of what each value holds past a ``{}``."""
-    from pyspark.sql import functions as F
-
-    if not steps:
-        return value
-    step, rest = steps[0], steps[1:]
-    if step == "[]":
-        return F.transform(value, lambda v: picked(v, rest))
-    if step == "{}":
-        return F.transform_values(value, lambda _, v: picked(v, rest))
-    return picked(value.getField(step), rest)
-
-
 def rescued(schema: dict, seen: dict | None) -> Column:
     """``schema: rescue``: what of a value did not fit `schema`, as a JSON object of each
     field's path and value (``{"coupon":"SAVE","amount":"fifty"}``), null if everything did:
@@ -396,21 +380,6 @@ def rescued(schema: dict, seen: dict | None) -> Column:
                                   F.concat(F.lit(json.dumps(path) + ":"), value)))
     found = F.filter(F.array(*entries), lambda e: e.isNotNull())
     return F.when(F.size(found) > 0, F.concat(F.lit("{"), F.array_join(found, ","), F.lit("}")))
-
-
-def present(value: Column, steps: tuple[str, ...]) -> Column:
-    """Whether `value` holds something (not null) at `steps` (`new_fields`' steps)."""
-    from pyspark.sql import functions as F
-
-    if not steps:
-        return value.isNotNull()
-    step, rest = steps[0], steps[1:]
-    if step == "[]":
-        return F.coalesce(F.exists(value, lambda v: present(v, rest)), F.lit(False))
-    if step == "{}":
-        return F.coalesce(F.exists(F.map_values(value), lambda v: present(v, rest)),
-                          F.lit(False))
-    return present(value.getField(step), rest)
 
 
 #: The column of a decoded value naming the fields it has beyond its schema (`parse_json`).
@@ -625,11 +594,7 @@ class JsonDecoder:
         self.discarded = {}
         self.rescued = {}
         if mode == SchemaMode.RESCUE:
-            paths = F.map_keys(F.from_json(F.col(f"data.{RESCUED}"), "map<string,string>"))
-            per_path = (decoded.where(F.col("problem").isNull()
-                                      & F.col(f"data.{RESCUED}").isNotNull())
-                        .select(F.explode(paths).alias("path")).groupBy("path").count())
-            self.rescued = {r["path"]: int(r["count"]) for r in per_path.collect()}
+            self.rescued = rescued_counts(decoded)
         if seen is None:
             return decoded
         if mode == SchemaMode.DISCARD_NEW_FIELDS:

@@ -3,7 +3,9 @@ versions, an independent confluent AvroDeserializer, and ingest of mixed writer 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -102,7 +104,7 @@ def test_dynamic_producer_registers_compatible_versions_only_when_needed(
 
 def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
         spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     from deltaferry.kafka import produce
     from deltaferry.producer import DynamicSchemaProducer
@@ -188,6 +190,58 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
         "k8": (8, "h", 2), "k9": (9, "i", None), "k10": (10, "j", 3)}
     assert "k7" not in by_key and all("color" not in r for r in read)
     assert len(assert_readers_agree(spark, paths.quarantine)) == 2
+    # schema: rescue: such records land with each new field's path and value in _rescued as
+    # JSON text (the types JSON lacks rendered as the docs say), counted per path
+    v5 = json.loads(v4.schema.schema_str)
+    v5["fields"] += [
+        {"name": "paid", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+                                           "precision": 10, "scale": 2}], "default": None},
+        {"name": "at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+         "default": None},
+        {"name": "blob", "type": ["null", "bytes"], "default": None},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}],
+         "default": None},
+        {"name": "buyer", "type": ["null", {"type": "record", "name": "buyer", "fields": [
+            {"name": "tier", "type": "string"}]}], "default": None}]
+    v5_id = client.register_schema(f"{topic}-value", Schema(json.dumps(v5), "AVRO"))
+    at = dt.datetime(2026, 11, 23, 12, 30, 45, 123456, tzinfo=dt.UTC)
+    original = {"color": "red", "paid": Decimal("12.30"), "at": at, "blob": b"\x00\x01\xff",
+                "day": dt.date(2026, 11, 23), "buyer": {"tier": "gold"}}
+    produce(kafka_bootstrap, topic, [
+        ("k11", wire(v5_id, v5, {"id": 11, "name": "k", **original})),
+        ("k12", wire(v4.schema_id, json.loads(v4.schema.schema_str),
+                     {"id": 12, "name": "l", "color": "blue"}))])
+    rescuing = TopicContext(TopicConfig(name=topic, format="avro", schema="rescue"),
+                            ctx.settings, paths, ctx.store)
+    [report] = run_step("ingest", rescuing, spark)
+    assert report.quarantined == 0
+    assert report.rescued_fields == {"color": 2, "paid": 1, "at": 1, "blob": 1, "day": 1,
+                                     "buyer": 1}
+    table = spark.read.format("delta").load(paths.table)
+    assert table.columns == [*columns, "_rescued"]
+    rows = {r["kafka_key"]: r for r in table.collect()}
+    assert (rows["k11"]["name"], rows["k12"]["name"], rows["k10"]["_rescued"]) == ("k", "l", None)
+    assert json.loads(rows["k11"]["_rescued"]) == {
+        "color": "red", "paid": 12.30, "at": "2026-11-23T12:30:45.123456Z", "blob": "AAH/",
+        "day": "2026-11-23", "buyer": {"tier": "gold"}}
+    assert '"paid":12.30,' in rows["k11"]["_rescued"]  # every digit of the decimal
+    assert rows["k12"]["_rescued"] == '{"color":"blue"}'
+    # back to evolve: the next run promotes them into columns typed as the registry's latest
+    # version types them, equal to the values the records had (and to what evolve decodes)
+    produce(kafka_bootstrap, topic, [("k13", wire(v5_id, v5, {"id": 13, "name": "m",
+                                                              **original}))])
+    [report] = run_step("ingest", ctx, spark)
+    assert report.quarantined == 0
+    rows = {r["kafka_key"]: r.asDict(recursive=True)
+            for r in spark.read.format("delta").load(paths.table).collect()}
+    promoted = {k: {f: rows[k][f] for f in original} for k in ("k11", "k12", "k13")}
+    expected = {**original, "at": at.replace(tzinfo=None), "blob": bytearray(b"\x00\x01\xff")}
+    assert promoted == {"k11": expected, "k12": {**dict.fromkeys(original), "color": "blue"},
+                        "k13": expected}
+    assert (rows["k11"]["_rescued"], rows["k12"]["_rescued"]) == (None, None)
+    read = assert_readers_agree(spark, paths.table)
+    assert {r["kafka_key"]: r["paid"] for r in read if r["paid"] is not None} == {
+        "k11": Decimal("12.30"), "k13": Decimal("12.30")}
 
 
 def test_pinned_version_and_subject_strategies_resolve_in_the_registry(schema_registry_url,

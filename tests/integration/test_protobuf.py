@@ -34,6 +34,11 @@ V2 = (V1.replace("repeated Line lines = 10;", "repeated Line lines = 10;\n  stri
       .replace("double lon = 2;", "double lon = 2;\n  string label = 3;"))
 #: v3: a field whose type clashes with v1's.
 V3 = V1.replace("int64 quantity = 3;", "string quantity = 3;")
+#: v4: v2 and new fields the table lacks: top-level, in a nested message, in a repeated one.
+V4 = (V2.replace("string note = 11;", "string note = 11;\n  string gift = 12;\n"
+                 "  google.protobuf.Timestamp gifted = 13;")
+      .replace("string label = 3;", "string label = 3;\n  double alt = 4;")
+      .replace("int32 count = 2;", "int32 count = 2;\n    bytes mark = 3;"))
 
 
 class Writer:
@@ -57,8 +62,8 @@ class Writer:
     def __call__(self, **fields) -> bytes:
         message = self.cls()
         for name, value in fields.items():
-            if name == "created":
-                message.created.FromDatetime(value)
+            if name in ("created", "gifted"):
+                getattr(message, name).FromDatetime(value)
             elif name == "geo":
                 message.geo.SetInParent()
                 for k, v in value.items():
@@ -183,6 +188,63 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     [again] = run_step("ingest", ctx, spark)
     assert (again.messages_read, again.inserted, again.updated) == (0, 0, 0)
 
+    # schema contracts: v4 has fields the stored schema (the table's) lacks; the topic names
+    # its message, so the infer step reads every registered version's (promotion needs it)
+    v4 = Writer(V4, schema_registry_url, name)
+    order = ProtobufOptions(message="shop.Order")
+    stored, columns = ctx.store.versions(), list(rows["k1"])
+    gifted = dt.datetime(2026, 11, 24, 8, 0, 0, 654321, tzinfo=dt.UTC)
+    new = {"gift": "bow", "gifted": gifted, "geo": {"lat": 1.0, "lon": 2.0, "alt": 1.5},
+           "lines": [{"sku": "s9", "count": 1, "mark": b"\x01\x02"}]}
+    given = v4(id="o8", **new)
+    schema_v4 = int.from_bytes(given[1:5], "big")
+
+    def contract(mode: str, messages) -> tuple:
+        produce_bytes(kafka_bootstrap, name, messages)
+        under = proto_context(TopicConfig(name=name, format="protobuf", protobuf=order,
+                                          schema=mode), kafka_bootstrap, tmp_path)
+        [infer] = run_step("infer", under, spark)
+        [report] = run_step("ingest", under, spark)
+        assert (infer.changed, ctx.store.versions()) == (False, stored)  # never grows
+        return report, table_rows(spark, ctx)
+
+    # freeze: v4's messages are quarantined naming the fields and the subject's version 4
+    report, rows = contract("freeze", [("k8", given), ("k9", v1(id="o9"))])
+    assert (report.quarantined, sorted(rows)) == (1, ["k1", "k3", "k4", "k5", "k6", "k7", "k9"])
+    assert quarantine_reasons(spark, ctx)[-1] == (
+        "k8", "value has field(s) not in the table (schema: freeze): geo.alt, lines[].mark, "
+              f"gift, gifted (writer schema {name}-value version 4, id {schema_v4})")
+    # discard_new_fields: they land without the new fields, counted per field
+    report, rows = contract("discard_new_fields", [("k10", v4(id="o10", **new))])
+    assert report.discarded_fields == {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1}
+    assert (rows["k10"]["geo"], rows["k10"]["lines"]) == (
+        {"lat": 1.0, "lon": 2.0, "label": ""}, [{"sku": "s9", "count": 1}])
+    assert list(rows["k10"]) == columns
+    # rescue: they land with each new field's path and value in _rescued, counted per path
+    report, rows = contract("rescue", [("k11", v4(id="o11", **new))])
+    assert (report.quarantined, report.rescued_fields) == (
+        0, {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1})
+    assert list(rows["k11"]) == [*columns, "_rescued"]
+    assert rows["k11"]["_rescued"] == ('{"geo.alt":1.5,"lines[].mark":["AQI="],"gift":"bow",'
+                                       '"gifted":"2026-11-24T08:00:00.654321Z"}')
+    assert (rows["k11"]["geo"]["lat"], rows["k10"]["_rescued"]) == (1.0, None)
+    # back to evolve: the infer step stores v4, ingest first promotes what _rescued holds into
+    # columns equal to what the message had (and to what evolve decodes); inside a repeated
+    # message's elements it stays rescued
+    produce_bytes(kafka_bootstrap, name, [("k12", v4(id="o12", **new))])
+    ctx = proto_context(TopicConfig(name=name, format="protobuf", protobuf=order),
+                        kafka_bootstrap, tmp_path)
+    run_step("infer", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
+    rows = table_rows(spark, ctx)
+    got = {k: (rows[k]["gift"], rows[k]["gifted"].replace(tzinfo=dt.UTC), rows[k]["geo"]["alt"])
+           for k in ("k11", "k12")}
+    assert got == {"k11": ("bow", gifted, 1.5), "k12": ("bow", gifted, 1.5)}
+    assert rows["k11"]["_rescued"] == '{"lines[].mark":["AQI="]}'
+    assert rows["k12"]["lines"] == [{"sku": "s9", "count": 1, "mark": bytearray(b"\x01\x02")}]
+    assert (rows["k10"]["gift"], rows["k10"]["_rescued"]) == (None, None)
+    assert len(assert_readers_agree(spark, ctx.paths.table)) == len(rows)
+
 
 def test_a_version_registered_after_the_run_started_lands_in_that_run(
         spark, kafka_bootstrap, schema_registry_url, new_topic, tmp_path, monkeypatch):
@@ -303,6 +365,6 @@ def test_registry_schemas_with_references_and_as_proto_text(schema_registry_url,
             *[f for f in spark_type(Order.DESCRIPTOR)["fields"] if f["name"] != "id"]]},
         framed=True)
     assert rows[0] == {"data": {"id": "p2", "amount": {"units": 7, "currency": "EUR"}},
-                       "problem": None}
+                       "problem": None, "writer": f"{schema_id}:0"}
     assert rows[1]["problem"] is None
     assert (rows[1]["data"]["id"], rows[1]["data"]["quantity"]) == ("o1", 3)

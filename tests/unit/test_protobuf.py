@@ -281,3 +281,31 @@ def test_protobuf_entries_are_checked(tmp_path):
     assert "must be a protobuf message's full name" in errors["f"]
     with pytest.raises(ConfigError):
         topics.get("c")
+
+
+def test_under_a_contract_only_a_first_version_is_stored_and_widening_clashes(tmp_path, v1, v2):
+    store = SchemaStore(str(tmp_path / "_schema"))
+    first = grow(store, {(1, (0,)): pb.MessagePlan(v1, "shop.Order", 1)}, evolve=False)
+    assert first.changed and first.version.version == 1
+    wider = compile_proto({"shop/order.proto": ORDER_V1.replace(
+        "optional int32 maybe = 9;", "optional int64 maybe = 9;")}, "shop/order.proto", "w")
+    held = grow(store, {(1, (0,)): pb.MessagePlan(v1, "shop.Order", 1),
+                        (2, (0,)): pb.MessagePlan(v2, "shop.Order", 2),
+                        (4, (0,)): pb.MessagePlan(wider, "shop.Order", 4)}, evolve=False)
+    assert (held.changed, held.version.version, store.versions()) == (False, 1, [1])
+    assert [f["name"] for f in held.grown["fields"]][-1] == "note"  # decoded into, not stored
+    assert held.clashes == {(4, (0,)): "schema id 4 (shop.Order) clashes with the table's "
+                                       "schema v1: maybe (integer vs long)"}
+
+
+def test_decoded_values_name_their_writer(v1):
+    target = pb.spark_type(v1.message_named("shop.Order"))
+    plans = {(1, (0,)): pb.MessagePlan(v1, "shop.Order", 1),
+             (1, (1, 0)): pb.MessagePlan(v1, "shop.Order", 1)}
+    good = order_class(v1)(id="x").SerializeToString()
+    rows = pb.decode_batch([pb.encode_frame(1) + good, pb.encode_frame(1, (1, 0)) + good,
+                            b"\x01\x02"], plans, target, framed=True)
+    assert [r["writer"] for r in rows] == ["1:0", "1:1.0", None]
+    (plain,) = pb.decode_batch([good], {None: pb.MessagePlan(v1, "shop.Order")}, target,
+                               framed=False)
+    assert plain["writer"] == ""

@@ -56,12 +56,6 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
     ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "window": 5}}},
      "on_bad_messages: pause_after: unknown key(s) window (known: ratio, messages)"),
     ({"on_bad_messages": {"pause": 1}}, "on_bad_messages: a mapping here must be"),
-    ({"schema": "rescue", "format": "avro"},
-     "schema rescue is not supported with format avro (_rescued holds JSON text, an avro "
-     "record is binary): use freeze (the record is quarantined, raw bytes kept, for a replay) "
-     "or discard_new_fields"),
-    ({"schema": "freeze", "format": "protobuf", "protobuf": {"message": "a.B"}},
-     "schema freeze is not yet supported with format protobuf (only json and avro topics)"),
     ({"schema": "discard_new_fields", "cdc": "debezium"},
      "schema discard_new_fields is not supported with cdc debezium (a change event's row "
      "follows its source table): leave schema out"),
@@ -75,10 +69,11 @@ def test_a_bad_schema_option_is_the_entrys_own_error(entry, said):
     assert said in str(raised.value)
 
 
-def test_avro_topics_take_freeze_and_discard_new_fields():
-    assert [parse_topic({"name": "a", "format": "avro", "schema": mode}, 0).schema
-            for mode in ("evolve", "freeze", "discard_new_fields")] == [
-        "evolve", "freeze", "discard_new_fields"]
+def test_avro_and_protobuf_topics_take_every_mode():
+    modes = ("evolve", "freeze", "discard_new_fields", "rescue")
+    for entry in ({"format": "avro"}, {"format": "protobuf", "protobuf": {"message": "a.B"}}):
+        assert [parse_topic({"name": "a", **entry, "schema": mode}, 0).schema
+                for mode in modes] == list(modes)
 
 
 def avro_record(name, *fields):
@@ -396,3 +391,18 @@ def test_promotion_checks_a_topic_once_and_reads_its_table_again_only_after_a_mo
         other = TopicContext(parse_topic(entry, 0), ctx.settings,
                              TopicPaths.for_topic(str(tmp_path / "wh"), "o"), ctx.store)
         assert promote_rescued(NoSpark(), other) == [] and promotion_mark(other) is None
+
+
+def test_typed_formats_rescue_only_what_json_text_gives_back():
+    from deltaferry.formats.contract import type_at_steps, unfaithful
+
+    schema = struct(field("id", "long"),
+                    field("lines", array(struct(field("qty", "integer"),
+                                                field("at", "timestamp")))),
+                    field("by_id", {"type": "map", "keyType": "integer", "valueType": "string",
+                                    "valueContainsNull": True}),
+                    field("span", "interval day to second"))
+    assert type_at_steps(schema, ("lines", "[]", "at")) == "timestamp"
+    assert type_at_steps(schema, ("lines", "at")) is None
+    assert [unfaithful(type_at_steps(schema, (n,))) for n in ("id", "lines", "by_id", "span")] \
+        == [None, None, "map<integer,string>", "interval day to second"]

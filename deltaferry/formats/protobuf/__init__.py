@@ -15,6 +15,10 @@ package with descriptors built at run time (deltaferry.formats.protobuf.wire). P
    ingest's schema evolution); a message that clashes with it is quarantined with the reason;
 4. every value is decoded with the schema that wrote it into that union: fields a writer lacks
    are null.
+
+Under a schema contract (``schema:`` freeze, discard_new_fields or rescue) step 3 stores only a
+first version: the stored schema is the contract, and what a writer has beyond it is handled
+per mode (`ProtobufDecoder`); a writer that would widen a column's type clashes.
 """
 
 from __future__ import annotations
@@ -22,9 +26,27 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from deltaferry.config import TopicConfig
-from deltaferry.formats.protobuf.sources import grow, infer_protobuf, schemas_for
-from deltaferry.formats.protobuf.wire import MessagePlan, decode_batch, frame_key
+from deltaferry.config import SchemaMode, TopicConfig
+from deltaferry.formats.contract import (
+    REASON_NEW_FIELDS,
+    REASON_UNFAITHFUL,
+    RESCUED,
+    projected,
+    rescued_counts,
+    rescued_json,
+    type_at_steps,
+    unfaithful,
+)
+from deltaferry.formats.protobuf.sources import Union, grow, infer_protobuf, schemas_for
+from deltaferry.formats.protobuf.wire import (
+    MessagePlan,
+    PlanKey,
+    decode_batch,
+    frame_key,
+    plan_label,
+    spark_type,
+)
+from deltaferry.schema.merge import new_fields
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.kafka_source import with_raw_columns
 
@@ -61,12 +83,14 @@ def frame_keys(raw: DataFrame) -> set[tuple[int, tuple[int, ...]]]:
 
 
 def decode_column(plans: dict, target: dict, framed: bool):
-    """An Arrow UDF from `raw_value` to struct<data: target, problem: string>."""
+    """An Arrow UDF from `raw_value` to struct<data: target, problem: string, writer: string>
+    (`decode_value`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     result_type = StructType([StructField("data", StructType.fromJson(target)),
-                              StructField("problem", StringType())])
+                              StructField("problem", StringType()),
+                              StructField("writer", StringType())])
 
     def decode(values):
         import pyarrow as pa
@@ -81,7 +105,15 @@ def decode_column(plans: dict, target: dict, framed: bool):
 class ProtobufDecoder:
     """The decoder of a protobuf topic: framed values through the Schema Registry, or plain
     bodies of the topic's .proto file; each decoded by the schema that wrote it into the union
-    of the versions seen."""
+    of the versions seen.
+
+    Under a schema contract (``schema:`` other than evolve) the stored schema is the table's
+    contract and never grows after its first version; a writer message with fields it lacks
+    (`new`: their paths, by plan key) is quarantined naming them and the writer's subject
+    version (freeze), or its values are decoded into the stored schema grown by them and read
+    without them, counted per field in `discarded` (discard_new_fields), or with what they hold
+    there in RESCUED as JSON (rescue, `deltaferry.formats.contract`), counted per path in
+    `rescued`."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -91,17 +123,27 @@ class ProtobufDecoder:
         self.framed = self.schemas.framed
         latest = store.latest()
         self.schema_version = latest.version if latest else 0
+        #: discard_new_fields: the last decoded batch's usable values, per field left out.
+        self.discarded: dict[str, int] = {}
+        #: rescue: the last decoded batch's usable values, per path kept in RESCUED.
+        self.rescued: dict[str, int] = {}
         log.info("ingest %s: protobuf values, writer schemas from %s", topic.name,
                  self.schemas.describe())
+
+    @property
+    def evolves(self) -> bool:
+        """Whether new fields become columns (``schema: evolve``)."""
+        return self.topic.schema == SchemaMode.EVOLVE
 
     def raw_columns(self, batch_df: DataFrame) -> Any:
         return with_raw_columns(batch_df, value_as_text=False)
 
-    def plans(self, raw: DataFrame) -> tuple[dict, dict]:
-        """A decoding plan for every writer of the batch (clashing ones with their reason) and
-        the schema they decode into: the stored union, grown by them."""
+    def plans(self, raw: DataFrame) -> tuple[dict, Union]:
+        """A decoding plan for every writer of the batch (clashing ones with their reason, and
+        under freeze those with new fields) and the schemas they decode into: the stored one,
+        grown by them (`Union`)."""
         plans = self.schemas.plans(frame_keys(raw) if self.framed else ())
-        union = grow(self.store, plans)
+        union = grow(self.store, plans, self.evolves)
         if union.changed:
             log.info("ingest %s: schema v%d stored (%s)", self.topic.name,
                      union.version.version, union.changes)
@@ -109,17 +151,99 @@ class ProtobufDecoder:
             log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name, reason)
             plans[key] = MessagePlan(None, None, plans[key].schema_id, reason)
         self.schema_version = union.version.version
-        return plans, union.version.schema
+        return plans, union
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        plans, target = self.plans(raw)
-        decoded = decode_column(plans, target, self.framed)
-        return (raw.withColumn("__protobuf", decoded)
-                .withColumn("data", F.col("__protobuf.data"))
-                .withColumn("problem", F.col("__protobuf.problem"))
-                .drop("__protobuf"))
+        plans, union = self.plans(raw)
+        self.discarded, self.rescued = {}, {}
+        narrow = union.version.schema
+        new = {} if self.evolves else {
+            key: paths for key, plan in plans.items()
+            if plan.problem is None and plan.file is not None and plan.message is not None
+            and (paths := [p for p, _ in new_fields(narrow, spark_type(
+                plan.file.message_named(plan.message)))])}
+        if self.topic.schema == SchemaMode.FREEZE:
+            for key, paths in new.items():
+                plan = plans[key]
+                reason = REASON_NEW_FIELDS.format(fields=", ".join(paths),
+                                                  writer=self.schemas.writer_named(plan))
+                log.warning("ingest %s: %s", self.topic.name, reason)
+                plans[key] = MessagePlan(None, None, plan.schema_id, reason)
+        target = narrow if self.evolves or self.topic.schema == SchemaMode.FREEZE \
+            else union.grown
+        decoded = (raw.withColumn("__protobuf", decode_column(plans, target, self.framed))
+                   .withColumn("data", F.col("__protobuf.data"))
+                   .withColumn("problem", F.col("__protobuf.problem")))
+        if self.topic.schema == SchemaMode.DISCARD_NEW_FIELDS:
+            decoded = self.discard(decoded, target, narrow, new)
+        elif self.topic.schema == SchemaMode.RESCUE:
+            decoded = self.rescue(decoded, target, narrow, new, plans)
+        return decoded.drop("__protobuf")
+
+    def discard(self, decoded: DataFrame, wide: dict, narrow: dict,
+                new: dict[PlanKey, list[str]]) -> DataFrame:
+        """discard_new_fields: `decoded` read as `narrow`, the fields of `new` counted per
+        field in `discarded` over its usable values."""
+        from pyspark.sql import functions as F
+
+        decoded = decoded.withColumn("data", projected(F.col("data"), wide, narrow))
+        if not new:
+            return decoded
+        labels = {plan_label(key): paths for key, paths in new.items()}
+        counted = (decoded.where(F.col("problem").isNull()
+                                 & F.col("__protobuf.writer").isin(list(labels)))
+                   .groupBy(F.col("__protobuf.writer").alias("writer")).count().collect())
+        for row in counted:
+            for path in labels[row["writer"]]:
+                self.discarded[path] = self.discarded.get(path, 0) + int(row["count"])
+        if self.discarded:
+            log.warning("ingest %s: schema discard_new_fields: left out of the rows, fields "
+                        "not in schema v%d: %s", self.topic.name, self.schema_version,
+                        ", ".join(f"{f} ({n} message(s))"
+                                  for f, n in sorted(self.discarded.items())))
+        return decoded
+
+    def rescue(self, decoded: DataFrame, wide: dict, narrow: dict,
+               new: dict[PlanKey, list[str]], plans: dict) -> DataFrame:
+        """rescue: `decoded` read as `narrow`, with what its values hold at the fields of
+        `new` in RESCUED (`rescued_json`), counted per path in `rescued`; a value whose new
+        field has a type JSON text cannot give back is quarantined (REASON_UNFAITHFUL)."""
+        from pyspark.sql import functions as F
+
+        labels = {plan_label(key): (key, paths) for key, paths in new.items()}
+        news = [(path, steps) for path, steps in new_fields(narrow, wide)
+                if any(path in paths for _, paths in labels.values())]
+
+        def has(path: str):
+            return F.col("__protobuf.writer").isin(
+                [label for label, (_, paths) in labels.items() if path in paths])
+
+        problem, kept = None, []
+        for path, steps in news:
+            bad = unfaithful(type_at_steps(wide, steps))
+            if bad is None:
+                kept.append((path, steps))
+                continue
+            for label, (key, paths) in sorted(labels.items()):
+                if path not in paths:
+                    continue
+                text = REASON_UNFAITHFUL.format(path=path, type=bad,
+                                                writer=self.schemas.writer_named(plans[key]))
+                test = F.col("__protobuf.writer") == label
+                problem = F.when(test, text) if problem is None else problem.when(test, text)
+        data = projected(F.col("data"), wide, narrow).withField(
+            RESCUED, rescued_json(F.col("data"), kept, has))
+        decoded = decoded.withColumn("data", data)
+        if problem is not None:
+            decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))
+        self.rescued = rescued_counts(decoded)
+        if self.rescued:
+            log.info("ingest %s: schema rescue: kept in %s, fields not in schema v%d: %s",
+                     self.topic.name, RESCUED, self.schema_version,
+                     ", ".join(f"{f} ({n} message(s))" for f, n in sorted(self.rescued.items())))
+        return decoded
 
 
 class ProtobufFormat:

@@ -13,7 +13,8 @@
 `infer_protobuf` is the infer step of a protobuf topic: no Spark; the union of the Spark types of
 every registered version (or of the file) is merged into the topic's schema cache, so the table
 has every column from the first run. Ingest grows it further when a new version appears
-(deltaferry.formats.protobuf).
+(deltaferry.formats.protobuf); under a schema contract neither grows it after its first
+version.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from deltaferry.config import TopicConfig
+from deltaferry.config import SchemaMode, TopicConfig
 from deltaferry.errors import ConfigError, DeltaferryError, VersionConflictError
+from deltaferry.formats.contract import registry_writer
 from deltaferry.formats.protobuf.wire import (
     REASON_CLASH,
     REASON_INDEX,
@@ -48,6 +50,7 @@ from deltaferry.registry import (
     RegistryError,
     RegistrySettings,
     subject_name,
+    subject_version,
     unanswered,
 )
 from deltaferry.reports import ProtobufSchemaReport
@@ -154,6 +157,10 @@ class ProtoFileSchemas:
 
     def describe(self) -> str:
         return f"{self.message} of {self.path}"
+
+    def writer_named(self, plan: MessagePlan) -> str:
+        """The writer of `plan` as reasons name it: the message of the file."""
+        return f"writer schema {self.message} of {self.path}"
 
 
 class RegistrySchemas:
@@ -289,6 +296,17 @@ class RegistrySchemas:
     def describe(self) -> str:
         return f"subject {self.subject!r} at {self.url}"
 
+    def writer_named(self, plan: MessagePlan) -> str:
+        """The writer of `plan` as reasons name it: its schema id's version of the subject
+        (``writer schema orders-value version 2, id 7``), and its message unless it is the
+        topic's (``message``)."""
+        assert plan.schema_id is not None  # every plan of a framed value has its schema id
+        named = registry_writer(self.subject, subject_version(self.client, self.url,
+                                                              plan.schema_id, self.subject),
+                                plan.schema_id)
+        return named if plan.message == self.topic.protobuf.message else \
+            f"{named}, message {plan.message}"
+
 
 def schemas_for(topic: TopicConfig):
     """The writer schemas of a protobuf topic: its .proto file, or the registry."""
@@ -307,12 +325,18 @@ class Union:
     changed: bool
     changes: str
     clashes: dict = field(default_factory=dict)
+    #: The stored schema grown by the writers that do not clash, stored or not (a topic
+    #: under a schema contract decodes into it, then reads its rows without the new fields).
+    grown: dict = field(default_factory=dict)
 
 
-def grow(store: SchemaStore, plans: dict[PlanKey, MessagePlan]) -> Union:
+def grow(store: SchemaStore, plans: dict[PlanKey, MessagePlan], evolve: bool = True) -> Union:
     """Merge the Spark types of the writer messages of `plans` into the topic's newest stored
-    schema and store a new version if it grew. A message that clashes with it (a field of
-    another type) is not merged: its plan key maps to the reason in `clashes`."""
+    schema and store a new version if it grew (without `evolve`, a topic under a schema
+    contract, only a first version with fields is stored: the schema never grows after it; an
+    infer step that knew no message, `message` unset, stores one without fields). A message
+    that clashes with it (a field of another type, or under a contract one that would widen
+    a field's type) is not merged: its plan key maps to the reason in `clashes`."""
     for _ in range(COMMIT_ATTEMPTS):
         cached = store.latest()
         schema = cached.schema if cached else None
@@ -321,12 +345,18 @@ def grow(store: SchemaStore, plans: dict[PlanKey, MessagePlan]) -> Union:
         for key, plan in sorted(plans.items(), key=lambda kv: (kv[1].schema_id or 0, str(kv[0]))):
             if plan.problem is not None or plan.file is None or plan.message is None:
                 continue
-            result = merge_schemas(schema, spark_type(plan.file.message_named(plan.message)))
-            if result.conflicts:
+            writer = spark_type(plan.file.message_named(plan.message))
+            result = merge_schemas(schema, writer)
+            # under a contract a column's type is held too: a writer that would widen it clashes
+            held = [] if evolve or cached is None else merge_schemas(cached.schema,
+                                                                    writer).widened
+            if result.conflicts or held:
                 clashes[key] = REASON_CLASH.format(
                     id=plan.schema_id, message=plan.message,
                     version=cached.version if cached else version_number,
-                    conflicts=", ".join(describe_conflict(c) for c in result.conflicts))
+                    conflicts=", ".join([*(describe_conflict(c) for c in result.conflicts),
+                                         *(f"{w.path} ({w.from_type} vs {w.to_type})"
+                                           for w in held)]))
                 continue
             if result.changed:
                 changes.append(f"{plan.message} (schema id {plan.schema_id}): "
@@ -336,12 +366,14 @@ def grow(store: SchemaStore, plans: dict[PlanKey, MessagePlan]) -> Union:
         if schema is None:
             schema = {"type": "struct", "fields": []}
         if cached is not None and not changes:
-            return Union(cached, False, "no change", clashes)
+            return Union(cached, False, "no change", clashes, schema)
+        if cached is not None and not evolve and cached.schema.get("fields"):
+            return Union(cached, False, "no change (schema contract)", clashes, schema)
         try:
             version = store.write_version(schema, {}, "; ".join(changes) or "no fields")
         except VersionConflictError:
             continue
-        return Union(version, True, version.changes, clashes)
+        return Union(version, True, version.changes, clashes, schema)
     raise VersionConflictError(store.location, f"gave up after {COMMIT_ATTEMPTS} racing writes")
 
 
@@ -357,7 +389,7 @@ def infer_protobuf(topic: TopicConfig, store: SchemaStore) -> ProtobufSchemaRepo
         log.info("infer %s: no message set for the topic; ingest takes each frame's message "
                  "and grows the schema from it", topic.name)
     union = grow(store, {(i, ()): plan for i, (_, plan) in enumerate(versions)
-                         if plan is not None})
+                         if plan is not None}, evolve=topic.schema == SchemaMode.EVOLVE)
     report = ProtobufSchemaReport(
         topic.name, schemas.describe(), [name for name, _ in versions], union.version.version,
         union.changed, union.changes, [*problems, *union.clashes.values()],

@@ -406,6 +406,12 @@ class MessagePlan:
 PlanKey = tuple[int, tuple[int, ...]] | None
 
 
+def plan_label(key: PlanKey) -> str:
+    """A plan's key as text (a decoded value's ``writer``): ``7:0`` for schema id 7 and
+    message indexes [0], ``7:1.0`` for [1, 0], ``""`` for unframed values."""
+    return "" if key is None else f"{key[0]}:{'.'.join(map(str, key[1]))}"
+
+
 @lru_cache(maxsize=256)
 def _reader(descriptor_set: bytes, name: str, message: str, target_json: str):
     """(parse, convert) for one writer message and target schema, cached per worker."""
@@ -425,36 +431,41 @@ def _unknown_fields(message) -> list[int]:
 
 def decode_value(value: bytes | None, plans: dict, target_json: str,
                  framed: bool) -> dict | None:
-    """One Kafka value as {"data": row or None, "problem": why it cannot be used or None};
-    None for a tombstone."""
+    """One Kafka value as {"data": row or None, "problem": why it cannot be used or None,
+    "writer": the `plan_label` of its plan, or None for a bad frame}; None for a tombstone."""
     if value is None:
         return None
+    key: PlanKey = None
     if framed:
         try:
             frame = parse_frame(value)
         except FrameError as exc:
-            return {"data": None, "problem": REASON_FRAMING.format(detail=exc)}
-        plan = plans.get((frame.schema_id, frame.indexes))
+            return {"data": None, "problem": REASON_FRAMING.format(detail=exc), "writer": None}
+        key = (frame.schema_id, frame.indexes)
         body = value[frame.body_start:]
     else:
-        plan, body = plans.get(None), value
+        body = value
+    plan, writer = plans.get(key), plan_label(key)
     if plan is None:  # every key a batch holds is planned on the driver first
-        return {"data": None, "problem": "no decoding plan for this frame (deltaferry bug)"}
+        return {"data": None, "problem": "no decoding plan for this frame (deltaferry bug)",
+                "writer": writer}
     if plan.problem is not None:
-        return {"data": None, "problem": plan.problem}
+        return {"data": None, "problem": plan.problem, "writer": writer}
     parse, convert = _reader(plan.file.descriptor_set, plan.file.name, plan.message,
                              target_json)
     try:
         message = parse(body)
     except Exception as exc:  # google.protobuf.message.DecodeError, RuntimeError (upb)
         return {"data": None, "problem": REASON_UNDECODABLE.format(
-            message=plan.message, writer=plan.writer, error=str(exc) or type(exc).__name__)}
+            message=plan.message, writer=plan.writer, error=str(exc) or type(exc).__name__),
+            "writer": writer}
     unknown = _unknown_fields(message)
     if unknown:
         return {"data": None, "problem": REASON_UNDECODABLE.format(
             message=plan.message, writer=plan.writer,
-            error=f"field number(s) {', '.join(map(str, unknown))} are not in the schema")}
-    return {"data": convert(message), "problem": None}
+            error=f"field number(s) {', '.join(map(str, unknown))} are not in the schema"),
+            "writer": writer}
+    return {"data": convert(message), "problem": None, "writer": writer}
 
 
 def decode_batch(values: Iterable[bytes | None], plans: dict, target: dict,
