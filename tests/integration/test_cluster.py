@@ -38,10 +38,16 @@ ORDER_PROTO = REPO_ROOT / "schemas" / "shop" / "order.proto"
 
 @pytest.fixture(scope="module")
 def cluster(stack_dir, stack_env) -> dict[str, str]:
-    """The session's stack with a Spark standalone cluster added (it stops with the stack)."""
+    """The session's stack with a Spark standalone cluster added (it stops with the stack):
+    its assignments, without those of a Spark Connect server another module may have added
+    to the session's stack (test_connect.py): DELTAFERRY_SPARK_REMOTE would send every step
+    that an environment made of these runs to that server instead of the cluster."""
     from deltaferry_dev import stack
+    from deltaferry_dev.stack import connect
 
     env = stack.up(stack_dir, cluster=True)
+    for name in (connect.REMOTE_VAR, connect.CA_VAR):
+        env.pop(name, None)
     assert env["DELTAFERRY_SPARK_MASTER"].startswith("spark://127.0.0.1:")
     status = master_status(env)
     assert status["aliveworkers"] == 2 and status["cores"] == 2

@@ -3,18 +3,19 @@ SIGKILL at every named point of a run (deltaferry/faults.py POINTS) — during a
 quarantine rows appended, the table not merged), between the Delta commit and the checkpoint
 commit, during the OPTIMIZE step (the table compacted, the quarantine not yet), and in the
 OPTIMIZE run again after that kill (the quarantine compacted too, the step not reported) — then
-run to the end. The table must be exactly the latest state of every key, each micro-batch
-MERGEd once, the quarantine must hold every bad message once (no duplicate (partition,
-offset)), and both must be compacted. Each killed run leaves its lock behind: the next run
-takes it over (its process is gone). A table with `deletion_vectors: true` is killed between
-the Delta commit of its second micro-batch (a MERGE that marks the rows it replaces) and the
-checkpoint's commit. A `cdc: debezium` topic (history current, and scd2) is killed there too: its
-table and its remembered deletes each take the replayed batch once, and old events of its
-deleted keys stay stale."""
+run to the end (as `deltaferry run` runs it, in the test's Spark session). The table must be
+exactly the latest state of every key, each micro-batch MERGEd once, the quarantine must hold
+every bad message once (no duplicate (partition, offset)), and both must be compacted. Each
+killed run leaves its lock behind: the next run takes it over (its process is gone). A table
+with `deletion_vectors: true` is killed between the Delta commit of its second micro-batch (a
+MERGE that marks the rows it replaces) and the checkpoint's commit. A `cdc: debezium` topic
+(history current, and scd2) is killed there too: its table and its remembered deletes each take
+the replayed batch once, and old events of its deleted keys stay stale."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 
 from deltaferry.faults import MARK_VAR, POINT_VAR, POINTS
 from deltaferry.kafka import produce
-from deltaferry.pipeline import run_step
+from deltaferry.pipeline import run_step, run_topic
 from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer
 from deltaferry_dev.debezium_events import messages as debezium_messages
 
@@ -106,6 +107,18 @@ def run_killed(env: dict, topic: str, point: str, steps: str, mark) -> None:
     kill_group(run, "run")
 
 
+def run_to_the_end(spark, env: dict, topic: str, steps: str, monkeypatch, caplog) -> None:
+    """`deltaferry run <topic> --steps <steps>` after the killed runs, as the command runs it
+    (`run_topic`: its checks, its lock, its steps) with `env`'s settings, in this process's
+    Spark session: the crash is the killed runs' (a fresh JVM here would only add its start).
+    It takes over the lock the last killed run left behind (its process is gone)."""
+    for name in ("DELTAFERRY_TOPICS", "DELTAFERRY_WAREHOUSE", "DELTAFERRY_KAFKA_BOOTSTRAP"):
+        monkeypatch.setenv(name, env[name])
+    with caplog.at_level(logging.WARNING, logger="deltaferry.lock"):
+        run_topic(topic, steps_text=steps, spark=spark, say=lambda line: None)
+    assert "taking over the lock of pid" in caplog.text  # the last killed run's
+
+
 def kill_group(run: subprocess.Popen, what: str) -> int:
     """SIGKILL `run`'s process group (started with start_new_session) and wait until none of
     it is left, its JVM included (nothing of it still writes); `run`'s exit status."""
@@ -125,7 +138,8 @@ def kill_group(run: subprocess.Popen, what: str) -> int:
     (False, 300, CRASHES), (True, 100, DELETION_VECTOR_CRASHES)],
     ids=["default", "deletion-vectors"])
 def test_killed_runs_at_every_point_end_in_the_exact_state(
-        spark, kafka_bootstrap, new_topic, tmp_path, deletion_vectors, batch, crashes):
+        spark, kafka_bootstrap, new_topic, tmp_path, deletion_vectors, batch, crashes,
+        monkeypatch, caplog):
     from pyspark.sql import functions as F
 
     topic = new_topic("crash", partitions=3)
@@ -143,10 +157,7 @@ def test_killed_runs_at_every_point_end_in_the_exact_state(
     for point, steps in crashes:
         run_killed(env, topic, point, steps, tmp_path / "mark")
 
-    done = subprocess.run([CLI, "run", topic, "--steps", "ingest,optimize"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "taking over the lock of pid" in done.stderr  # the last killed run's
+    run_to_the_end(spark, env, topic, "ingest,optimize", monkeypatch, caplog)
     for path in (ctx.paths.table, ctx.paths.quarantine):  # the killed OPTIMIZEs left it compact
         assert len(spark.read.format("delta").load(path).inputFiles()) == 1, path
 
@@ -183,7 +194,7 @@ def cdc_events() -> list[Event]:
 
 @pytest.mark.parametrize("history", ["current", "scd2"])
 def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
-        spark, kafka_bootstrap, new_topic, tmp_path, history):
+        spark, kafka_bootstrap, new_topic, tmp_path, history, monkeypatch, caplog):
     from .test_cdc import assert_history, assert_table
 
     topic = new_topic("crash-cdc", partitions=1)
@@ -198,10 +209,7 @@ def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
     # MERGEs committed (the table, the remembered deletes it creates), not its offsets
     run_killed(env, topic, "batch-written@2", "ingest", tmp_path / "mark")
 
-    done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "taking over the lock of pid" in done.stderr
+    run_to_the_end(spark, env, topic, "ingest", monkeypatch, caplog)
     (assert_history if history == "scd2" else assert_table)(spark, ctx, events, wrapped=True)
     for path in (ctx.paths.table, ctx.paths.deletes):
         applied = [m["userMetadata"].split(" attempt ")[0] for m in merge_metrics(spark, path)]

@@ -1,10 +1,11 @@
 """Warm drivers (deltaferry.spark.warm) against the real stack: a step runs in a driver that is
-already up, with its output streamed to the task; the next step reuses that driver; a driver
-killed in the middle of an ingest fails that step only, is replaced, and the next run lands
-every key exactly once (read back with delta-rs); a task that goes away stops its driver; a
-line a step prints cannot end it; a driver starts with the task's environment; a step stopped
-past its timeout fails in one line and its driver is replaced; idle drivers end one by one and
-come back when a task waits."""
+already up, with its output streamed to the task; the next step reuses that driver (the tests
+of one task's settings share its pool, as a worker's tasks do); a driver killed in the middle
+of an ingest fails that step only, is replaced, and the next run lands every key exactly once
+(read back with delta-rs); a task that goes away stops its driver; a line a step prints cannot
+end it; a driver starts with the task's environment; a step stopped past its timeout fails in
+one line and its driver is replaced; idle drivers end one by one and come back when a task
+waits."""
 
 from __future__ import annotations
 
@@ -30,21 +31,45 @@ KEYS = 50
 IDLE_S = 30
 
 
+@pytest.fixture(scope="module")
+def task_env(stack_env, kafka_bootstrap, tmp_path_factory):
+    """(the settings of a task on a local master, its topics file): one pool folder, warehouse
+    and topics file for the module, so that the tests taking `pool_env` share the pool of
+    these settings (its first driver starts once, not once per test; a test that kills the
+    driver gets the replacement the pool starts, as a task would). Every pool of the module's
+    folder is stopped after the module."""
+    folder = tmp_path_factory.mktemp("warm")
+    topics_file = folder / "topics.yaml"
+    topics_file.write_text("topics:\n")
+    env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "DELTAFERRY_TOPICS": str(topics_file),
+           "DELTAFERRY_WAREHOUSE": str(folder / "warehouse"),
+           warm.DIR_VAR: str(folder / "pool")}
+    yield env, topics_file
+    warm.stop_pools(env)
+
+
 @pytest.fixture
-def pool_env(stack_env, kafka_bootstrap, tmp_path, new_topic):
-    """The settings of a task on a local master, a fresh pool folder, and a topic with 2,000
-    messages over KEYS keys; the pool is stopped after the test."""
+def pool_env(task_env, kafka_bootstrap, new_topic):
+    """The task's settings (`task_env`) and a new topic of its topics file with 2,000 messages
+    over KEYS keys."""
+    env, topics_file = task_env
     topic = new_topic("warm", partitions=2)
     produce(kafka_bootstrap, topic, ((f"k{i % KEYS}", {"i": i, "pad": "x" * 200})
                                      for i in range(2000)))
-    topics_file = tmp_path / "topics.yaml"
-    topics_file.write_text(f"topics:\n  - name: {topic}\n")
-    env = {**os.environ, **stack_env, "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-           "DELTAFERRY_TOPICS": str(topics_file),
-           "DELTAFERRY_WAREHOUSE": str(tmp_path / "warehouse"),
-           warm.DIR_VAR: str(tmp_path / "pool")}
-    yield env, topic, topics_file
-    warm.stop_pools(env)
+    with topics_file.open("a") as entries:
+        entries.write(f"  - name: {topic}\n")
+    return env, topic, topics_file
+
+
+def pool_folder(env) -> Path:
+    """The folder of the pools of `env` (its sockets, pid files, logs)."""
+    return Path(env[warm.DIR_VAR])
+
+
+def pool_log(env, master: str = "local[2]", drivers: int = 1) -> str:
+    """The log of the pool of `env`'s settings on `master` with `drivers` drivers."""
+    return (pool_folder(env) / f"{warm.pool_key(env, master, drivers)}.log").read_text()
 
 
 def run(env, step, topic, topics_file, report_file, lines):
@@ -176,7 +201,7 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     assert [r["step"] for r in reports] == ["infer", "ingest", "optimize", "vacuum"]
     assert reports[1]["messages_read"] == 2000
     pool = err.split("warm driver pool ")[1].split(":")[0]
-    log = next((tmp_path / "pool").glob("*.log")).read_text()
+    log = (pool_folder(env) / f"{pool}.log").read_text()
     assert "warmed up in" in log, log
 
     produce(kafka_bootstrap, topic, ((f"k{i}", {"i": -i}) for i in range(KEYS)))
@@ -206,7 +231,7 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     while warm.pool_running(pool, env) and time.monotonic() < deadline:
         time.sleep(1)
     assert not warm.pool_running(pool, env)
-    log = next((tmp_path / "pool").glob(f"{pool}.log")).read_text()
+    log = (pool_folder(env) / f"{pool}.log").read_text()
     assert f"idle for {IDLE_S:g} s: it ends" in log, log
 
     produce(kafka_bootstrap, topic, ((f"k{i}", {"i": i}) for i in range(2)))
@@ -291,7 +316,7 @@ def field_type(table, name: str) -> str:
 
 
 def test_a_line_a_step_prints_never_ends_it_and_its_driver_has_the_tasks_environment(
-        pool_env, tmp_path):
+        pool_env, tmp_path, request):
     """A step whose output holds the line ``DELTAFERRY_EXIT 0`` (its error names a topics
     file whose path holds it) fails with its own code, and the driver goes on; the driver and
     its JVM were started with the task's proxy, CA bundle and temporary folder, as
@@ -302,7 +327,9 @@ def test_a_line_a_step_prints_never_ends_it_and_its_driver_has_the_tasks_environ
     started_with = {"HTTPS_PROXY": marker.split("=", 1)[1], "NO_PROXY": "localhost,127.0.0.1",
                     "SSL_CERT_FILE": certifi.where(),
                     "TMPDIR": str(tmp_path / "tmp")}
-    env = {**env, **started_with}
+    # these settings make a pool of their own: in a folder of its own, stopped after the test
+    env = {**env, **started_with, warm.DIR_VAR: str(tmp_path / "pool")}
+    request.addfinalizer(lambda: warm.stop_pools(env))
     odd = tmp_path / "odd\nDELTAFERRY_EXIT 0\n"
     odd.mkdir()
     lines: list[str] = []
@@ -366,7 +393,7 @@ def test_a_step_past_its_timeout_fails_in_one_line_and_its_driver_is_replaced(po
     while Path(f"/proc/{victim}").exists():  # killed, and reaped by the pool
         assert time.monotonic() < gone
         time.sleep(0.1)
-    log = next((tmp_path / "pool").glob("*.log")).read_text()
+    log = pool_log(env)
     assert f"(pid {victim}) ran past its step's timeout: killed" in log
     lines.clear()
     code, _ = run(env, "ingest", topic, topics_file, tmp_path / "again.json", lines)
