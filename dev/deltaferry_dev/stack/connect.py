@@ -204,9 +204,13 @@ async def _serve(listen: int, backend: int, context: ssl.SSLContext,
                 break
     if jvm.poll() is not None or stopping.is_set():
         return _end(jvm)
-    # on every address of the certificate's name (::1 and 127.0.0.1): a client tries each,
-    # and one refused says 'connection refused' where the certificate was at fault
-    server = await asyncio.start_server(handle, TLS_HOST, listen, ssl=context)
+    # on both loopback addresses: gRPC resolves localhost to ::1 as well as 127.0.0.1 (whatever
+    # /etc/hosts says) and tries each; one refused reports 'connection refused' where the
+    # certificate was at fault
+    try:
+        server = await asyncio.start_server(handle, [HOST, "::1"], listen, ssl=context)
+    except OSError:  # no IPv6 on this machine: gRPC finds no ::1 either
+        server = await asyncio.start_server(handle, HOST, listen, ssl=context)
     print(f"TLS front on {TLS_HOST}:{listen} -> {HOST}:{backend}", flush=True)
     while not stopping.is_set() and jvm.poll() is None:
         with contextlib.suppress(TimeoutError):
