@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
-from deltaferry.lock import LockLostError, ensure_held
+from deltaferry.lock import LockLostError, ensure_held, held_fence
 from deltaferry.paths import TopicPaths
 from deltaferry.reports import (
     IngestReport,
@@ -61,6 +62,7 @@ from deltaferry.spark.ingest.rows import (
 )
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
+from deltaferry.spark.session import is_connect
 from deltaferry.state import TopicState, read_checkpoint
 from deltaferry.storage import Storage, join, storage_for
 
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
 
     from deltaferry.context import TopicContext
     from deltaferry.origin import TaskRun
+    from deltaferry.spark.ingest.remote import RemoteBatches
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +369,14 @@ class IngestStream:
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
+        #: Over Spark Connect, the foreachBatch function the server runs instead of `writer`
+        #: (`deltaferry.spark.ingest.remote`); None on a classic session.
+        self.remote: RemoteBatches | None = None
+        if is_connect(spark):
+            from deltaferry.spark.ingest.remote import RemoteBatches
+
+            self.remote = RemoteBatches(ctx, uuid.uuid4().hex, held_fence(paths.root),
+                                        BatchWriter)
 
     def start(self, **trigger):
         """Start the query with `trigger` (DataStreamWriter.trigger's keywords)."""
@@ -379,11 +390,42 @@ class IngestStream:
         )
         stream = reader.option("maxOffsetsPerTrigger", self.limit).load()
         return (
-            stream.writeStream.foreachBatch(self.writer)
+            stream.writeStream.foreachBatch(self.remote or self.writer)
             .option("checkpointLocation", self.paths.checkpoint)
             .trigger(**trigger)
             .start()
         )
+
+    def await_end(self, query) -> None:
+        """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
+        server's worker recorded are taken into the report, and a failure is raised in one
+        line: the failed batch's own (a lost lock, a broker or S3 failure), else what the
+        server or the connection to it said (a server restarted under the run)."""
+        if self.remote is None:
+            await_query(query, self.writer)
+            return
+        from deltaferry.spark.ingest.remote import merge_results, read_results
+        from deltaferry.spark.session import rpc_problem
+
+        failed: Exception | None = None
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # Spark's StreamingQueryException, or gRPC's
+            failed = exc
+        data = read_results(storage_for(self.paths.root), self.paths, self.remote.run_id)
+        if data is not None:
+            merge_results(self.report, data)
+        if failed is None:
+            return
+        if data is not None and data.get("failure"):
+            raise DeltaferryError(data["failure"]) from None
+        failure = run_failure(self.topic, self.settings, str(failed))
+        if failure is not None:
+            raise failure from None
+        raise DeltaferryError(
+            f"ingest {self.topic.name}: its query on the Spark Connect server ended: "
+            f"{rpc_problem(failed)}; the micro-batches it did not commit are read again by the "
+            "next run") from None
 
     def checkpoint(self):
         """The checkpoint's newest batch (deltaferry.state.CheckpointState)."""
@@ -432,7 +474,7 @@ def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | Non
     topic = ctx.topic
     ingest = IngestStream(spark, ctx, state)
     query = ingest.start(availableNow=True)
-    await_query(query, ingest.writer)
+    ingest.await_end(query)
     progress = [batch_progress(p, topic.name) for p in query.recentProgress
                 if p.get("numInputRows", 0) > 0]
     for batch in progress:
