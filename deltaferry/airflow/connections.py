@@ -5,7 +5,9 @@ returns a connection (anything with host, port and extra_dejson) or None, so uni
 plain objects and the operator passes `connection_or_none`.
 
 * Spark: the ``spark_default`` connection (host ``spark://master``, port 7077, or ``local[4]``)
-  wins; without it, ``DELTAFERRY_SPARK_MASTER``, else ``local[*]``.
+  wins; without it, ``DELTAFERRY_SPARK_MASTER``, else ``local[*]``. A connection of the
+  provider's ``spark_connect`` type names a Spark Connect server instead (`spark_remote`): the
+  steps get its URL as ``DELTAFERRY_SPARK_REMOTE``, in their environment only.
 * Kafka: the connection named by ``DELTAFERRY_KAFKA_CONN_ID`` (default ``kafka_default``), in
   the apache-kafka provider's form: ``extra`` is a JSON object of client properties
   (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ...); host:port stands in for a
@@ -69,6 +71,58 @@ def spark_master(lookup: Lookup, env: Mapping[str, str] | None = None,
     if conn is not None and conn.host:
         return f"{conn.host}:{conn.port}" if conn.port else conn.host
     return envvars.SPARK_MASTER.raw(env) or DEFAULT_SPARK_MASTER
+
+
+#: The provider's connection type of a Spark Connect server (its `SparkConnectHook`).
+SPARK_CONNECT_TYPE = "spark_connect"
+#: The extra of a ``spark_connect`` connection naming the CA (PEM) its server's TLS
+#: certificate is checked against.
+SPARK_CONNECT_CA_EXTRA = "ca_bundle"
+
+
+@dataclass(frozen=True)
+class SparkRemote:
+    """A Spark Connect server from a ``spark_connect`` connection: the URL the steps get as
+    DELTAFERRY_SPARK_REMOTE (its token inside: never logged) and the CA bundle."""
+
+    url: str = field(repr=False)
+    endpoint: str
+    token: str | None = field(default=None, repr=False)
+    ca_bundle: str | None = None
+
+    def child_env(self) -> dict[str, str]:
+        """DELTAFERRY_SPARK_REMOTE and, with a CA bundle, DELTAFERRY_SPARK_REMOTE_CA_BUNDLE."""
+        env = {envvars.SPARK_REMOTE.name: self.url}
+        if self.ca_bundle:
+            env[envvars.SPARK_REMOTE_CA_BUNDLE.name] = self.ca_bundle
+        return env
+
+    def secrets(self) -> list[str]:
+        """The values to mask in logs: the token, and the URL that holds it."""
+        return [v for v in (self.token, self.url) if v]
+
+
+def spark_remote(lookup: Lookup, conn_id: str = SPARK_CONN_ID) -> SparkRemote | None:
+    """The Spark Connect server of the Spark connection when it is of the provider's
+    ``spark_connect`` type (host, port, login = user id, password = token, extra ``use_ssl``
+    and ``ca_bundle``), its URL as the provider's `SparkConnectHook` makes it; None for a
+    connection of another type, or none."""
+    conn = lookup(conn_id)
+    if conn is None or getattr(conn, "conn_type", None) != SPARK_CONNECT_TYPE:
+        return None
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    where = f"connection {conn_id!r}"
+    if not conn.host:
+        raise ConfigError(where, "a spark_connect connection needs the server's host")
+    try:
+        url = SparkConnectHook(conn_id).get_connection_url()
+    except ValueError as exc:
+        raise ConfigError(where, str(exc).replace("{url.path}", "in its host")) from None
+    extra = _extra(conn, where)
+    endpoint = f"{conn.host}:{conn.port}" if conn.port else conn.host
+    return SparkRemote(url, endpoint, getattr(conn, "password", None) or None,
+                       extra.get(SPARK_CONNECT_CA_EXTRA) or None)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ needs decided at run time, so a DAG file only names the topic and the step:
 
 * the application is the step's script in ``spark_jobs/`` (`deltaferry.steps.JOBS_DIR`) and
   its arguments come from the DAG run's params (``reinfer``, ``debug``);
+* a ``spark_default`` connection of the provider's ``spark_connect`` type (host, port, user
+  id, token, ``use_ssl``; extra ``ca_bundle``) runs the step on that Spark Connect server: the
+  step's job runs in this task's Python as a Spark Connect client, its URL (token included) in
+  the job's environment only (``DELTAFERRY_SPARK_REMOTE``), masked in the log;
 * the Spark master is the ``spark_default`` connection if it exists, else
   ``DELTAFERRY_SPARK_MASTER``, else ``local[*]`` (the provider alone would fall back to yarn):
   without the connection, the task defines it for itself the way Airflow documents, as an
@@ -56,6 +60,7 @@ from deltaferry.airflow.connections import (
     kafka_access,
     registry_access,
     spark_master,
+    spark_remote,
     storage_access,
 )
 from deltaferry.airflow.reports import describe, one_report
@@ -220,13 +225,18 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         replay = replay_of(params, self.step)
         #: the job this task runs: its step's, or a replay's for a run with the replay param
         self.job = "replay" if replay is not None else self.step
-        master = spark_master(connection_or_none, conn_id=self.spark_conn_id)
+        remote = spark_remote(connection_or_none, self.spark_conn_id)
+        master = (f"Spark Connect {remote.endpoint}" if remote is not None
+                  else spark_master(connection_or_none, conn_id=self.spark_conn_id))
         kafka = kafka_access(connection_or_none)
         storage = storage_access(connection_or_none)
         registry = registry_access(connection_or_none)
-        for secret in kafka.secrets() + storage.secrets() + registry.secrets():
+        for secret in (kafka.secrets() + storage.secrets() + registry.secrets()
+                       + (remote.secrets() if remote is not None else [])):
             mask_secret(secret)
         env = child_environment(dict(os.environ), kafka, master, storage, registry)
+        if remote is not None:  # the server's URL and token: the job's environment only
+            env.update(remote.child_env())
         task = task_run(context)
         if task is not None:  # every Delta commit of the step names it (deltaferry.origin)
             env[envvars.AIRFLOW_TASK.name] = task.as_json()
@@ -250,7 +260,10 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         self.application_args = step_arguments(self.topic, self.job, reinfer, debug,
                                                 self.topics_file, replay)
         running = time.monotonic()
-        if self._runs_warm(master, env):
+        if remote is not None:
+            self.timing["driver"] = "spark-connect"
+            reports = self._run_connect(env)
+        elif self._runs_warm(master, env):
             reports = self._run_warm(env, master)
         else:
             self.timing["driver"] = "spark-submit"
@@ -328,6 +341,37 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
                                        f"(exit {code}); its log lines are above")
             return self._read_reports(report_file)
 
+    def _run_connect(self, env: dict[str, str]) -> list[dict]:
+        """The step's job run by this task's Python as a Spark Connect client of the server
+        in `env` (DELTAFERRY_SPARK_REMOTE; no spark-submit, no JVM here), its output in this
+        task's log; the job's reports. A failed job fails the task with the job's own error
+        line."""
+        import subprocess
+
+        from airflow.sdk.exceptions import AirflowException
+
+        errors: list[str] = []
+        with tempfile.TemporaryDirectory(prefix="deltaferry-report-") as folder:
+            report_file = Path(folder) / "report.json"
+            argv = [sys.executable, str(self.application),
+                    *[str(a) for a in self.application_args or []]]
+            job = subprocess.Popen(argv, env={**env, REPORT_FILE_VAR: str(report_file)},
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+            self._connect_job = job
+            assert job.stdout is not None  # piped
+            for line in job.stdout:
+                line = line.rstrip("\n")
+                if line.startswith("deltaferry: error:"):
+                    errors.append(line)
+                self.log.info("%s", line)
+            code = job.wait()
+            if code != 0:
+                raise AirflowException(errors[-1] if errors else
+                                       f"deltaferry {self.step} of {self.topic!r} failed "
+                                       f"(exit {code}); its log lines are above")
+            return self._read_reports(report_file)
+
     def warm_timeout(self) -> float | None:
         """The seconds a warm driver's step may run: what is left of the task's
         `execution_timeout` (the topic's step timeout, which began with `execute`), less the
@@ -362,6 +406,10 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
         sees its connection close with this process and stops within a second."""
         if getattr(self, "_warm", False):
             self.log.info("task killed: its warm driver stops when this process ends")
+            return
+        job = getattr(self, "_connect_job", None)
+        if job is not None:  # a Spark Connect client: its query's batches are fenced by the
+            job.kill()       # lock the next run takes over
             return
         super().on_kill()
 

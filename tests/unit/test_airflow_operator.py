@@ -418,3 +418,48 @@ def test_a_paused_topics_tasks_that_read_new_messages_fail_at_once_without_retry
                                               conn_id="no_such_spark", spark_binary=str(script))
     env = {**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     vacuum._refuse_paused(vacuum._context(env, False), env)  # maintenance: not refused
+
+
+def test_a_spark_connect_connection_runs_the_job_as_a_client_with_the_url_in_its_env_only(
+        tmp_path, monkeypatch):
+    """``spark_default`` of the provider's ``spark_connect`` type: the job runs in the task's
+    Python (no spark-submit) with DELTAFERRY_SPARK_REMOTE as the provider's SparkConnectHook
+    builds it from host, port, user id, token and use_ssl, and the extra's CA bundle; the
+    token is on no command line and in no log line; a failed job fails the task with its own
+    error line."""
+    from airflow.sdk.exceptions import AirflowException
+
+    record = tmp_path / "record.json"
+    job = tmp_path / "job.py"
+    job.write_text(f"""import json, os, sys
+json.dump({{"argv": sys.argv, "remote": os.environ.get("DELTAFERRY_SPARK_REMOTE"),
+           "ca": os.environ.get("DELTAFERRY_SPARK_REMOTE_CA_BUNDLE")}}, open({str(record)!r}, "w"))
+print("infer orders: working")
+if os.environ.get("FAIL_JOB"):
+    print("deltaferry: error: the server said no", file=sys.stderr)
+    sys.exit(2)
+json.dump([{{"topic": "orders", "step": "infer", "summary": "infer orders: v1"}}],
+          open(os.environ["DELTAFERRY_REPORT_FILE"], "w"))
+""")
+    one_topic(tmp_path, monkeypatch, {"bootstrap.servers": "k:9092"})
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({
+        "conn_type": "spark_connect", "host": "spark.example", "port": 15002, "login": "etl",
+        "password": "tok-hunter4", "extra": {"use_ssl": True, "ca_bundle": "/etc/ca.pem"}}))
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
+                                            application=str(job))
+    logged: list[str] = []
+    monkeypatch.setattr(task.log, "info", lambda fmt, *a: logged.append(fmt % a))
+    report = task.execute({"params": {"reinfer": True}})
+    seen = json.loads(record.read_text())
+    assert seen["remote"] == "sc://spark.example:15002/;user_id=etl;token=tok-hunter4;use_ssl=True"
+    assert seen["ca"] == "/etc/ca.pem"
+    assert seen["argv"] == [str(job), "orders", "--reinfer"]  # no token among them
+    assert report["summary"] == "infer orders: v1" and report["task"]["driver"] == "spark-connect"
+    assert "infer orders: working" in logged
+    assert not [line for line in logged if "tok-hunter4" in line]
+
+    monkeypatch.setenv("FAIL_JOB", "1")
+    with pytest.raises(AirflowException, match="^deltaferry: error: the server said no$"):
+        task.execute({"params": {"reinfer": True}})
+    assert c.spark_remote(lookup_of()) is None
+    assert c.spark_remote(lookup_of(spark_default=conn("spark://m", 7077))) is None
