@@ -169,7 +169,7 @@ def wait_for_batch(run, env: dict[str, str], checkpoint: str, batch: int, what: 
     """Wait until the checkpoint committed micro-batch `batch` while `run` (a Popen) runs."""
     import time
 
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900
     while batch not in committed_batches(env, checkpoint):
         if run.poll() is not None:
             raise AssertionError(f"{what} ended (exit {run.returncode}) before batch {batch} "
@@ -210,8 +210,8 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     warehouse = f"s3://{new_bucket(env)}/wh"
     topic = new_topic("connect-ingest", partitions=3)
     paths = TopicPaths.for_topic(warehouse, topic)
-    sent = messages()  # 600: the first 300, then the rest
-    produce(bootstrap, topic, sent[:300])
+    sent = messages()[:300]  # 150, then 150 more
+    produce(bootstrap, topic, sent[:150])
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 50\n")
     full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
@@ -225,10 +225,10 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     kill_group(first, "first run")
     said.append(first.stdout.read() + first.stderr.read())
 
-    produce(bootstrap, topic, sent[300:])
+    produce(bootstrap, topic, sent[150:])
     second = subprocess.Popen([CLI, "run", topic, "--steps", "ingest"], env=full,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_batch(second, full, paths.checkpoint, 7, "the second run")  # past the first 300
+    wait_for_batch(second, full, paths.checkpoint, 3, "the second run")  # past the first 150
     assert "stopped" in stack.stop_service("spark-connect", stack_dir)
     assert "started" in stack.start_service("spark-connect", stack_dir)
     out, err = second.communicate(timeout=600)
@@ -258,7 +258,7 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     history = DeltaTable(table_uri, storage_options=options).history()
     batches = [c for c in history if " batch " in (c.get("userMetadata") or "")]
     tags = [c["userMetadata"].split(" attempt ")[0] for c in batches]
-    assert len(tags) == len(set(tags)) >= 12, tags  # 600 messages, 50 a batch: each once
+    assert len(tags) == len(set(tags)) >= 6, tags  # 300 messages, 50 a batch: each once
 
     quarantine_uri = delta_rs_uri(paths.quarantine)
     bad = DeltaTable(quarantine_uri, storage_options=options).to_pyarrow_table().to_pylist()

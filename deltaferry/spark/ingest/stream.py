@@ -389,12 +389,18 @@ class IngestStream:
             .option("includeHeaders", "true")  # the quarantine keeps them
         )
         stream = reader.option("maxOffsetsPerTrigger", self.limit).load()
-        return (
-            stream.writeStream.foreachBatch(self.remote or self.writer)
-            .option("checkpointLocation", self.paths.checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
+        writer = (stream.writeStream.foreachBatch(self.remote or self.writer)
+                  .option("checkpointLocation", self.paths.checkpoint).trigger(**trigger))
+        if self.remote is None:
+            return writer.start()
+        from deltaferry.spark.session import rpc_problem
+
+        try:
+            return writer.start()
+        except Exception as exc:  # the server's, through pyspark: its worker did not start
+            raise DeltaferryError(
+                f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
+                f"{rpc_problem(exc)}; nothing was read") from None
 
     def await_end(self, query) -> None:
         """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
