@@ -482,7 +482,7 @@ def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | Non
     query = ingest.start(availableNow=True)
     ingest.await_end(query)
     progress = [batch_progress(p, topic.name) for p in query.recentProgress
-                if p.get("numInputRows", 0) > 0]
+                if (p.get("numInputRows") or 0) > 0]  # None in a Connect progress
     for batch in progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
     return ingest.finish(progress)
