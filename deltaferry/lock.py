@@ -304,8 +304,9 @@ def _discard_token_file(holder: Holder) -> None:
             pass
 
 
-#: The locks this process holds now, by the topic folder they guard (`ensure_held`).
-_held: dict[str, TopicLock] = {}
+#: The locks this process holds now, by the topic folder they guard (`ensure_held`), and the
+#: fences of locks another process holds for this one's commits (`Fence`).
+_held: dict[str, TopicLock | Fence] = {}
 _held_guard = threading.Lock()
 
 
@@ -336,6 +337,83 @@ def release_leftovers() -> list[str]:
             log.warning("topic %s: could not release the lock %s (%s); the next run on this "
                         "host takes it over at once", held.topic, held.folder, exc)
     return [held.topic for held in left]
+
+
+@dataclass
+class Fence:
+    """The fence of a lock another process holds, for the commits this process makes on its
+    behalf: the foreachBatch function of an ingest query on a Spark Connect server, which runs
+    in a Python worker of the server while the client's run holds the topic's lock. Plain data
+    (it is pickled to the server); `install` puts it where `ensure_held` looks, and `check`
+    raises LockLostError once the lock's newest generation is not the holder's `generation`:
+    another run took it over. It reads the storage (one LIST) at most once per `heartbeat`
+    seconds, as the holder's own heartbeat would learn of a takeover; it never writes."""
+
+    folder: str
+    topic: str
+    generation: int
+    lease: float = LEASE_SECONDS
+    heartbeat: float = HEARTBEAT_SECONDS
+    #: When (time.monotonic) the storage last confirmed the generation; 0: never.
+    _confirmed: float = 0.0
+    _taker: Holder | None = None
+    _lost: bool = False
+
+    @classmethod
+    def of(cls, lock: TopicLock) -> Fence | None:
+        """The fence of `lock` as it holds its topic now; None when it holds nothing."""
+        if lock.generation is None:
+            return None
+        return cls(lock.folder, lock.topic, lock.generation, lock.lease, lock.heartbeat)
+
+    @property
+    def root(self) -> str:
+        """The topic's folder, which the lock guards."""
+        return self.folder.rstrip("/").rpartition("/")[0]
+
+    def install(self) -> None:
+        """From now on `ensure_held` of a path under the topic's folder checks this fence."""
+        with _held_guard:
+            _held[self.root] = self
+
+    def release(self) -> None:
+        """`ensure_held` no longer checks this fence (the lock is not this process's to
+        give back)."""
+        with _held_guard:
+            if _held.get(self.root) is self:
+                del _held[self.root]
+
+    def check(self, before: str) -> None:
+        """Nothing while the holder's generation is the newest; LockLostError naming the
+        taker once another run took the lock over. Storage errors are the commit's to say."""
+        from deltaferry.storage import storage_for
+
+        if not self._lost and time.monotonic() - self._confirmed >= self.heartbeat:
+            lock = TopicLock(storage_for(self.folder), self.folder, self.topic, "fence",
+                             self.lease, self.heartbeat)
+            confirmed = time.monotonic()
+            if lock.generations()[-1:] != [self.generation]:
+                try:
+                    self._taker = lock.newest()[1]
+                except Exception:  # the message then says "another run"
+                    self._taker = None
+                self._lost = True
+            else:
+                self._confirmed = confirmed
+        if self._lost:
+            raise LockLostError(self.topic, self.folder, self._taker, self.lease, before)
+
+
+def held_fence(path: str) -> Fence | None:
+    """The fence of the lock this process holds over `path` (a topic's folder or a path
+    under it), for commits another process makes for this run; None when it holds none."""
+    with _held_guard:
+        locks = [lock for root, lock in _held.items()
+                 if path == root or path.startswith(root.rstrip("/") + "/")]
+    for lock in locks:
+        if isinstance(lock, TopicLock):
+            return Fence.of(lock)
+    return None
 
 
 class TopicLock:

@@ -121,7 +121,12 @@ def run_steps(ctx: TopicContext, todo: Sequence[steps.Step], what: str, spark=No
                     break
     finally:  # a Spark Connect session opened here ends with the run: the server drops it
         if spark is not None and spark is not given and is_connect(spark):
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception as exc:  # a server gone or restarted: the run's outcome stands
+                log.warning("the Spark Connect session could not be closed: %s",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else
+                            type(exc).__name__)
     return reports
 
 

@@ -59,9 +59,9 @@ class Step:
     parts: tuple[str, ...] = ()
     #: Whether it reads the topic's messages (then its Schema Registry is checked first).
     reads_topic: bool = False
-    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not the steps
-    #: whose foreachBatch writer keeps state in the driver's process (the report's counts,
-    #: the topic lock's fence), which a Connect server runs away from the client.
+    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not yet the
+    #: replay of the quarantine (Delta's DeltaTable API) nor a continuous stream (its stop
+    #: between micro-batches watches the writer in the driver's process).
     over_connect: bool = True
     #: Whether it reads new messages, and so is refused while the topic is paused
     #: (deltaferry.pause; a replay of the quarantine and the maintenance steps are not).
@@ -304,9 +304,8 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
         refused = [s.name for step in todo for s in step.singles() if not s.over_connect]
         if refused:
             raise ConfigError(envvars.SPARK_REMOTE.name, f"the {', '.join(refused)} step "
-                              "does not run over Spark Connect yet (its foreachBatch writer "
-                              "keeps the report and the lock's fence in the driver); unset "
-                              "it for that step")
+                              "does not run over Spark Connect yet; unset it for that "
+                              "step")
     check_warehouse(ctx.settings.warehouse)
     if refuses(todo):
         refuse_if_paused(ctx, env)
@@ -317,8 +316,7 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True, paused_refuses=True),
-    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, over_connect=False,
-           paused_refuses=True),
+    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, paused_refuses=True),
     Maintain("optimize", "optimize", "optimize.py"),
     Maintain("vacuum", "vacuum", "vacuum.py"),
     Step("maintain", "maintain", "maintain.py", parts=("optimize", "vacuum")),

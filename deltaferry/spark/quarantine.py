@@ -127,24 +127,16 @@ def migrated(old: DataFrame) -> DataFrame:
 
 def create(spark: SparkSession, path: str) -> None:
     """Create an empty quarantine in the current layout at `path` (a plain table)."""
-    from delta.tables import DeltaTable
-    from pyspark.sql.types import StructType
-
     ddl = ", ".join(f"{name} {kind}" for name, kind in LAYOUT)
     ensure_held(path, f"creating the quarantine {path}")
-    (DeltaTable.createIfNotExists(spark).location(path)
-     .addColumns(StructType.fromDDL(ddl))  # type: ignore[arg-type]
-     .property(LAYOUT_PROPERTY, LAYOUT_VERSION)
-     .execute())
+    delta_table.create_if_absent(spark, path, ddl, {LAYOUT_PROPERTY: LAYOUT_VERSION})
 
 
 def ensure_layout(spark: SparkSession, path: str) -> bool:
     """Make sure the quarantine at `path` exists in the current layout: create it, or rewrite
     a first-layout one once (one overwrite commit: a crash leaves the old or the new table).
     True if it was migrated; QuarantineLayoutError if its columns are neither."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not delta_table.is_delta_table(spark, path):
         create(spark, path)
         return False
     old = spark.read.format("delta").load(path)

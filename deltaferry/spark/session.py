@@ -191,6 +191,21 @@ def connect_settings(conf: Mapping[str, str] | None = None,
             **CONNECT_SESSION_CONF, **s3, **extra_spark_conf(env), **(conf or {})}
 
 
+def s3_env_of_session(spark) -> dict[str, str]:
+    """The S3 variables (DELTAFERRY_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_REGION, DELTAFERRY_S3_RETRIES) a Spark Connect session was given as its own ``fs.s3a.*``
+    settings (`connect_settings`): what code running on the server for that session (a
+    foreachBatch function's Python worker) reads its storage with, the session's credentials
+    and not the server's. A setting the session lacks is left out."""
+    names = {"fs.s3a.endpoint": envvars.S3_ENDPOINT.name,
+             "fs.s3a.access.key": envvars.AWS_ACCESS_KEY_ID.name,
+             "fs.s3a.secret.key": envvars.AWS_SECRET_ACCESS_KEY.name,
+             "fs.s3a.endpoint.region": envvars.AWS_REGION.name,
+             "fs.s3a.retry.limit": envvars.S3_RETRIES.name}
+    found = {name: spark.conf.get(key, None) for key, name in names.items()}
+    return {name: value for name, value in found.items() if value}
+
+
 def rpc_problem(exc: BaseException) -> str:
     """What a failed Spark Connect call says, in one line: the gRPC status and its details
     where one is behind `exc` (pyspark wraps them), else the exception's first line."""
@@ -246,6 +261,9 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
         raise ConfigError(envvars.SPARK_REMOTE.name, "not a Spark Connect URL "
                           f"(sc://host:port/;param=value...): {problem}") from None
     channel.set("user_agent", "deltaferry")
+    # pyspark's functions (F.col...) build Connect columns only in Connect mode, which its own
+    # builder.remote() turns on for the process this way (a channel builder does not)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     spark = ConnectSession.builder.channelBuilder(channel).create()
     client = spark.client
     patient = client.get_retry_policies()

@@ -70,20 +70,10 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
     to_pyarrow_table). A table an earlier deltaferry created with column mapping is left as it
     is and said in the log, with the remedy (`MAPPED_BY_EARLIER_VERSION`).
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql.types import StructType
-
-    builder = (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(StructType.fromDDL(KAFKA_COLUMNS_DDL))  # type: ignore[arg-type]
-    )
-    if deletion_vectors:
-        builder = builder.property("delta.enableDeletionVectors", "true")
     ensure_held(path, f"creating the table {path}")
-    builder.execute()
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    properties = detail["properties"] if detail is not None else {}
+    create_if_absent(spark, path, KAFKA_COLUMNS_DDL,
+                     {"delta.enableDeletionVectors": "true"} if deletion_vectors else {})
+    properties = table_detail(spark, path)["properties"] or {}
     if deletion_vectors and properties.get("delta.enableDeletionVectors") != "true":
         log.info("turning deletion vectors on for %s (deletion_vectors: true)", path)
         ensure_held(path, f"turning deletion vectors on for {path}")
@@ -93,6 +83,37 @@ def ensure_table(spark: SparkSession, path: str, deletion_vectors: bool = False)
         schema = spark.read.format("delta").load(path).schema.jsonValue()
         if not fields_needing_mapping(schema):
             log.warning(MAPPED_BY_EARLIER_VERSION, path, quote(path))
+
+
+def create_if_absent(spark: SparkSession, path: str, ddl: str,
+                     properties: dict[str, str]) -> None:
+    """Create a Delta table at `path` with the columns `ddl` and the table `properties` unless
+    one is there: Delta's DeltaTable builder on a classic session; over Spark Connect (no
+    Delta server plugin there) the same CREATE TABLE IF NOT EXISTS in SQL."""
+    from deltaferry.spark.session import is_connect
+
+    if is_connect(spark):
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(path)} ({ddl}) USING delta"
+                  + (f" TBLPROPERTIES ({props})" if props else ""))
+        return
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    builder = (DeltaTable.createIfNotExists(spark).location(path)
+               .addColumns(StructType.fromDDL(ddl)))  # type: ignore[arg-type]
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def table_detail(spark: SparkSession, path: str):
+    """DESCRIBE DETAIL of the Delta table at `path` (one row: its properties, partition and
+    clustering columns, size, protocol versions), in SQL: the same on a classic session and
+    over Spark Connect."""
+    detail = spark.sql(f"DESCRIBE DETAIL delta.{quote(path)}").first()
+    assert detail is not None  # a table's detail is one row
+    return detail
 
 
 @dataclass(frozen=True)
@@ -120,10 +141,7 @@ def wanted_layout(topic: TopicConfig) -> Layout | None:
 
 def table_layout(spark: SparkSession, path: str) -> Layout:
     """The layout of the Delta table at `path` (DESCRIBE DETAIL)."""
-    from delta.tables import DeltaTable
-
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    assert detail is not None  # a table's detail is one row
+    detail = table_detail(spark, path)
     return Layout(tuple(detail["partitionColumns"] or ()),
                   tuple(detail["clusteringColumns"] or ()))
 
@@ -141,7 +159,6 @@ def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) ->
     its partitioning cannot change without rewriting every file, so that is refused with the
     remedy. An entry without partition_by or cluster_by leaves the table as it is.
     """
-    from delta.tables import DeltaTable
     from pyspark.sql.types import DateType, StructType, TimestampType
 
     from deltaferry.storage import storage_for
@@ -177,8 +194,15 @@ def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) ->
         ensure_held(path, f"clustering {path}")
         _alter_clustering(spark, path, topic.name, wanted.clustering)
     else:
-        detail = DeltaTable.forPath(spark, path).detail().first()
-        assert detail is not None  # a table's detail is one row
+        from deltaferry.spark.session import is_connect
+
+        if is_connect(spark):
+            raise LayoutError(topic.name, f"{option}: a table is laid out by Delta's "
+                              "DeltaTable API, which Spark Connect does not offer; run the "
+                              "topic's first ingest without DELTAFERRY_SPARK_REMOTE")
+        from delta.tables import DeltaTable
+
+        detail = table_detail(spark, path)
         generated = {p.name for p in topic.partition_by or () if p.transform} \
             | set(current.partitions)
         schema = StructType([f for f in spark.read.format("delta").load(path).schema.fields
@@ -251,13 +275,10 @@ def ensure_column_mapping(spark: SparkSession, path: str, source_schema) -> list
     to_pyarrow_table) or refuse the table (Polars), and mapping is one-way (Delta removes it
     only while no name needs it).
     """
-    from delta.tables import DeltaTable
-
     needing = fields_needing_mapping(source_schema.jsonValue())
     if not needing:
         return []
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    assert detail is not None  # a table's detail is one row
+    detail = table_detail(spark, path)
     if detail["properties"].get(MAPPING_MODE, "none") != "none":
         return []
     properties = {MAPPING_MODE: "name"}
@@ -468,9 +489,14 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
     source positions). Returns inserted/updated/deleted row counts (zeros if Delta skipped the
     write as already applied, see `merge_counts`). Run it inside `idempotent_writes`.
     """
-    from delta.tables import DeltaTable
     from pyspark.sql import Column
     from pyspark.sql import functions as F
+
+    from deltaferry.spark.session import is_connect
+
+    if is_connect(spark):
+        return merge_sql(spark, path, source, keys, only_newer, newer)
+    from delta.tables import DeltaTable
 
     values: dict[str, str | Column] = {
         quote(c): F.col(f"s.{quote(c)}") for c in source.columns if c != DELETED}
@@ -492,6 +518,41 @@ def upsert(spark: SparkSession, path: str, source: DataFrame,
         .whenNotMatchedInsert(condition=~F.col(f"s.{DELETED}"), values=values)
         .execute()
     ).collect()
+    return merge_counts(result)
+
+
+def merge_sql(spark: SparkSession, path: str, source: DataFrame, keys: tuple[str, ...],
+              only_newer: bool = False, newer: str | None = None) -> dict[str, int]:
+    """`upsert` as SQL, for a Spark Connect session (Delta's DeltaTable API needs the JVM in
+    this process): the same MERGE clauses in the same order, `source` as a temporary view of
+    its own, new columns by Delta's schema evolution (autoMerge, in the session for the
+    statement). Run it inside `idempotent_writes`."""
+    view = f"deltaferry_merge_{uuid.uuid4().hex}"
+    columns = [quote(c) for c in source.columns if c != DELETED]
+    deleted = f"s.{quote(DELETED)}"
+    newer_rows = f"({newer})" if newer else f"({NEWER})" if only_newer else None
+    condition = merge_condition(keys)
+    narrowing = key_filter(spark, path, source, keys)
+    if narrowing is not None:
+        condition = f"{condition} AND {narrowing}"
+    delete_when = deleted if newer_rows is None else f"{deleted} AND {newer_rows}"
+    update_when = (f"NOT {deleted} AND {newer_rows}" if newer and newer_rows is not None
+                   else newer_rows)
+    statement = (
+        f"MERGE INTO delta.{quote(path)} AS t USING {view} AS s ON {condition} "
+        f"WHEN MATCHED AND {delete_when} THEN DELETE "
+        f"WHEN MATCHED{f' AND {update_when}' if update_when else ''} THEN UPDATE SET "
+        + ", ".join(f"t.{c} = s.{c}" for c in columns)
+        + f" WHEN NOT MATCHED AND NOT {deleted} THEN INSERT ({', '.join(columns)}) VALUES ("
+        + ", ".join(f"s.{c}" for c in columns) + ")")
+    source.createOrReplaceTempView(view)
+    try:
+        ensure_held(path, f"the MERGE into {path}")
+        with session_settings(spark, {"spark.databricks.delta.schema.autoMerge.enabled":
+                                      "true"}):
+            result = spark.sql(statement).collect()
+    finally:
+        spark.catalog.dropTempView(view)
     return merge_counts(result)
 
 
@@ -542,8 +603,6 @@ def size_in_bytes(spark: SparkSession, path: str) -> int:
     """The bytes of the table's data files: from the checksum Delta writes beside the newest
     commit this session knows of (`tableSizeBytes` of its `.crc` file, one small read, no
     Spark job), else from DESCRIBE DETAIL (a Delta snapshot's state: three jobs)."""
-    from delta.tables import DeltaTable
-
     from deltaferry.storage import storage_for
 
     try:
@@ -552,8 +611,7 @@ def size_in_bytes(spark: SparkSession, path: str) -> int:
         return int(json.loads(crc)["tableSizeBytes"])
     except Exception as exc:  # no checksum file, another layout: Delta's own figure
         log.debug("table %s: no checksum to size it (%s); DESCRIBE DETAIL", path, exc)
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    return int(detail["sizeInBytes"] or 0) if detail is not None else 0
+    return int(table_detail(spark, path)["sizeInBytes"] or 0)
 
 
 #: What a key that is not valid UTF-8 reads as in Python (U+FFFD for each undecodable byte).

@@ -102,14 +102,13 @@ def test_sessions_on_one_server_keep_their_own_s3_credentials(connect_env):
     second.stop()
 
 
-def test_cli_maintains_a_table_over_spark_connect_and_refuses_ingest(connect_env, new_topic,
-                                                                     tmp_path):
+def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_replay(connect_env, new_topic,
+                                                                       tmp_path):
     """`deltaferry run --steps optimize,vacuum` with DELTAFERRY_SPARK_REMOTE compacts and
     vacuums the topic's table on the stack's server (delta-rs reads the OPTIMIZE in its
     history and the rows unchanged in one file; the replaced files are gone from the bucket);
-    `deltaferry run` with the
-    ingest step is refused before anything runs, in one line naming the variable, and no
-    line of either run holds the token."""
+    `deltaferry quarantine replay` is refused before anything runs, in one line naming the
+    variable, and no line of either run holds the token."""
     import subprocess
 
     import pyarrow as pa
@@ -148,10 +147,137 @@ def test_cli_maintains_a_table_over_spark_connect_and_refuses_ingest(connect_env
             and "/_delta_log/" not in o["Key"]]
     assert len(data) == 1, data
 
-    refused = subprocess.run([CLI, "run", topic], env=full, capture_output=True, text=True,
-                             timeout=300)
+    refused = subprocess.run([CLI, "quarantine", "replay", topic], env=full,
+                             capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0
     lines = [line for line in refused.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
-    assert len(lines) == 1 and "ingest step" in lines[0], refused.stderr
+    assert len(lines) == 1 and "replay step" in lines[0], refused.stderr
     token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
     assert token not in done.stdout + done.stderr + refused.stdout + refused.stderr
+
+
+def committed_batches(env: dict[str, str], checkpoint: str) -> set[int]:
+    """The micro-batches the streaming checkpoint at `checkpoint` (s3a://) has committed."""
+    bucket, prefix = checkpoint[len("s3a://"):].split("/", 1)
+    listed = S3Settings.from_env(env).client().list_objects_v2(
+        Bucket=bucket, Prefix=f"{prefix}/commits/")
+    return {int(o["Key"].rsplit("/", 1)[1]) for o in listed.get("Contents", [])
+            if o["Key"].rsplit("/", 1)[1].isdigit()}
+
+
+def wait_for_batch(run, env: dict[str, str], checkpoint: str, batch: int, what: str) -> None:
+    """Wait until the checkpoint committed micro-batch `batch` while `run` (a Popen) runs."""
+    import time
+
+    deadline = time.monotonic() + 900
+    while batch not in committed_batches(env, checkpoint):
+        if run.poll() is not None:
+            raise AssertionError(f"{what} ended (exit {run.returncode}) before batch {batch} "
+                                 f"was committed: {run.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{what}: batch {batch} never committed"
+        time.sleep(0.3)
+
+
+def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_client_and_a_restarted_server(  # noqa: E501
+        connect_env, stack_dir, new_topic, tmp_path):
+    """The core scenario (versions per key over 3 partitions, tombstones, bad messages) through
+    the stack's Connect server, `deltaferry run` with DELTAFERRY_SPARK_REMOTE: the first run
+    (infer, then ingest) is SIGKILLed once its query committed a micro-batch (its query lives
+    on in the server, fenced by the lock the next run takes over); more messages are sent; the
+    second run's server is restarted under it once it committed a micro-batch of its own: it
+    fails in one line, no traceback; the third run lands the rest. The table is then the latest
+    valid value of every key, each micro-batch's write was applied once (one commit per batch
+    tag), the quarantine holds every bad message once, and the third run's report has the
+    counts its batches committed (the MERGEs' metrics, the quarantine rows it appended), which
+    the server's Python worker wrote for it. No line of any run holds the token."""
+    import json
+    import subprocess
+    import time
+
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+    from deltaferry_dev import stack
+
+    from .test_cli import CLI
+    from .test_crash import bad_values, kill_group, messages
+    from .test_pipeline import expected_state
+
+    env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    warehouse = f"s3://{new_bucket(env)}/wh"
+    topic = new_topic("connect-ingest", partitions=3)
+    paths = TopicPaths.for_topic(warehouse, topic)
+    sent = messages()[:300]  # 150, then 150 more
+    produce(bootstrap, topic, sent[:150])
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 50\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": warehouse, "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+    said = []
+
+    first = subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    wait_for_batch(first, full, paths.checkpoint, 0, "the first run")
+    kill_group(first, "first run")
+    said.append(first.stdout.read() + first.stderr.read())
+
+    produce(bootstrap, topic, sent[150:])
+    second = subprocess.Popen([CLI, "run", topic, "--steps", "ingest"], env=full,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_batch(second, full, paths.checkpoint, 3, "the second run")  # past the first 150
+    assert "stopped" in stack.stop_service("spark-connect", stack_dir)
+    assert "started" in stack.start_service("spark-connect", stack_dir)
+    out, err = second.communicate(timeout=600)
+    said.append(out + err)
+    assert second.returncode != 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert "Spark Connect" in last and topic in last, err[-3000:]
+
+    started_ms = time.time() * 1000
+    report_file = tmp_path / "report.json"
+    third = subprocess.run([CLI, "run", topic, "--steps", "ingest", "--report",
+                            str(report_file)], env=full, capture_output=True, text=True,
+                           timeout=900)
+    said.append(third.stdout + third.stderr)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "taking over the lock" not in third.stderr  # the second run released its own
+
+    table_uri = delta_rs_uri(paths.table)
+    options = storage_options(table_uri, full)
+    rows = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows)  # one row per key
+    assert state == expected_state(sent)
+
+    history = DeltaTable(table_uri, storage_options=options).history()
+    batches = [c for c in history if " batch " in (c.get("userMetadata") or "")]
+    tags = [c["userMetadata"].split(" attempt ")[0] for c in batches]
+    assert len(tags) == len(set(tags)) >= 6, tags  # 300 messages, 50 a batch: each once
+
+    quarantine_uri = delta_rs_uri(paths.quarantine)
+    bad = DeltaTable(quarantine_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    positions = [(r["kafka_partition"], r["kafka_offset"]) for r in bad]
+    assert len(positions) == len(set(positions))
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+
+    [report] = json.loads(report_file.read_text())
+    mine = [c for c in batches if c["timestamp"] >= started_ms]
+    assert report["batches"] >= 1 and mine, (report, mine)
+    metrics = [c["operationMetrics"] for c in mine]
+    for name, metric in (("inserted", "numTargetRowsInserted"),
+                         ("updated", "numTargetRowsUpdated"),
+                         ("deleted", "numTargetRowsDeleted")):
+        assert report[name] == sum(int(m.get(metric, 0)) for m in metrics), (name, report)
+    assert report["inserted"] + report["updated"] + report["deleted"] > 0, report
+    appended = [r for r in bad if r["quarantined_at"].timestamp() * 1000 >= started_ms]
+    assert report["quarantined"] == len(appended), report
+    assert f"ingest {topic}:" in third.stdout
+
+    token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    assert not [text for text in said if token in text]

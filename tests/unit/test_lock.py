@@ -17,11 +17,13 @@ import pytest
 
 from deltaferry.errors import ConfigError
 from deltaferry.lock import (
+    Fence,
     Holder,
     LockLostError,
     TopicLock,
     TopicLockedError,
     ensure_held,
+    held_fence,
     lock_timing,
     process_start,
 )
@@ -363,6 +365,58 @@ def test_the_fence_of_one_run_never_reaches_the_next_run_in_the_same_process(tmp
     with nxt.hold():
         assert not nxt.lost
         ensure_held(table, "the next run's MERGE")
+
+
+FENCE_CHILD = """
+import pickle, sys
+from deltaferry.lock import LockLostError, ensure_held
+fence = pickle.loads(sys.stdin.buffer.read())
+fence.install()
+ensure_held(sys.argv[1] + "/table", "the MERGE into the table")
+print("held", flush=True)
+sys.stdin = open(sys.argv[2])  # the parent's go: the takeover is written
+sys.stdin.read()
+try:
+    ensure_held(sys.argv[1] + "/table", "committing micro-batch 3")
+except LockLostError as exc:
+    print(exc)
+"""
+
+
+def test_a_fence_pickled_to_another_process_fences_its_commits_once_taken_over(tmp_path):
+    """A run's fence, pickled as a Spark Connect foreachBatch function carries it to the
+    server's Python worker: in that process `ensure_held` passes while the run holds the
+    lock and raises LockLostError naming the taker once another run took it over."""
+    import pickle
+
+    root = tmp_path / "orders"
+    folder = root / "_lock"
+    held = lock(folder, heartbeat=0.05, lease=1)
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    held.acquire()
+    try:
+        fence = held_fence(str(root / "table"))
+        assert fence is not None and fence.generation == held.generation
+        assert held_fence(str(tmp_path / "other" / "table")) is None
+        child = subprocess.Popen([sys.executable, "-c", FENCE_CHILD, str(root), str(go)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=False)
+        child.stdin.write(pickle.dumps(fence))
+        child.stdin.close()
+        assert child.stdout.readline() == b"held\n"
+        taker = taken_over(folder, held.generation)
+        time.sleep(0.1)  # a heartbeat: the fence reads the storage again
+        with open(go, "w") as signal:
+            signal.write("go")
+        said = child.stdout.read().decode()
+        assert child.wait(30) == 0
+    finally:
+        held.release()
+    assert said.strip() == (
+        f"topic 'orders': this run lost its lock {folder} to {taker.describe()} (it stalled "
+        "longer than the 1 s lease); stopped before committing micro-batch 3, committing "
+        "nothing more")
+    assert isinstance(fence, Fence)
 
 
 def test_lease_and_heartbeat_come_from_the_environment_or_are_refused_naming_it():

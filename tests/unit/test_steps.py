@@ -101,18 +101,18 @@ def test_the_replay_job_is_a_step_of_the_jobs_not_of_the_command_lines_steps():
         replay_step('{"colour": 1}')
 
 
-def test_steps_that_keep_state_in_the_driver_are_refused_over_spark_connect(tmp_path):
-    """With DELTAFERRY_SPARK_REMOTE the ingest (and replay, stream) step is refused before
-    anything runs, with one line naming the variable and the step; maintenance is not."""
+def test_replay_and_stream_are_refused_over_spark_connect_and_ingest_is_not(tmp_path):
+    """With DELTAFERRY_SPARK_REMOTE a replay (and a stream) is refused before anything runs,
+    with one line naming the variable and the step; ingest and maintenance are not."""
     from deltaferry.errors import ConfigError
 
     env = {"DELTAFERRY_SPARK_REMOTE": "sc://localhost:15002"}
     ctx = context(tmp_path)
     with pytest.raises(ConfigError) as refused:
-        steps.preflight(ctx, [steps.get("infer"), steps.get("ingest")], env)
+        steps.preflight(ctx, [steps.Replay()], env)
     assert "DELTAFERRY_SPARK_REMOTE" in str(refused.value)
-    assert "the ingest step" in str(refused.value)
-    for name in ("replay", "stream"):
-        assert not steps.JOBS.get(name, steps.Stream()).over_connect
+    assert "the replay step" in str(refused.value)
+    assert not steps.Stream().over_connect
+    assert steps.get("ingest").over_connect
     steps.preflight(ctx, [steps.get("maintain")], env)  # a folder warehouse: nothing to say
     steps.preflight(ctx, [steps.get("ingest")], {})

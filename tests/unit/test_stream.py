@@ -1,6 +1,7 @@
 """`deltaferry stream`'s pieces that need no cluster: signals turned into a stop request, and
 the per-batch progress lines (each batch logged once, idle triggers not at all)."""
 
+import json
 import os
 import signal
 import threading
@@ -35,3 +36,69 @@ def test_each_batch_with_messages_is_taken_once_and_counted():
     batches.add([progress(2, 7, {"t": {"0": 22, "1": 3}})])
     assert (batches.messages, batches.batches) == (22, 3)
     assert [b["batch_id"] for b in batches.latest] == [1, 2]  # only the latest `keep`
+
+
+class SessionConf:
+    """A Spark session's settings as `spark.conf` offers them."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def get(self, key, default=None):
+        return self.settings.get(key, default)
+
+
+class Session:
+    def __init__(self, settings: dict):
+        self.conf = SessionConf(settings)
+
+
+def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage(tmp_path):
+    """What a Spark Connect client pickles to the server for the ingest query (`RemoteBatches`)
+    holds no writer (made in the server's worker), keeps the fence of the run's lock, and the
+    worker's S3 settings are the session's own (`s3_env_of_session`) as `connect_settings`
+    gave them; the worker's recorded report goes back into the client's, its run's figures
+    only."""
+    import pickle
+
+    from deltaferry.config import Settings, TopicConfig
+    from deltaferry.context import TopicContext
+    from deltaferry.lock import Fence
+    from deltaferry.paths import TopicPaths
+    from deltaferry.reports import IngestReport
+    from deltaferry.schema.store import SchemaStore
+    from deltaferry.spark.ingest.remote import (
+        RemoteBatches,
+        merge_results,
+        read_results,
+        results_uri,
+    )
+    from deltaferry.spark.session import connect_settings, s3_env_of_session
+    from deltaferry.storage import LocalStorage
+
+    paths = TopicPaths.for_topic(str(tmp_path), "orders")
+    ctx = TopicContext(TopicConfig("orders"), Settings(str(tmp_path), "127.0.0.1:1"), paths,
+                       SchemaStore(paths.schema))
+    fence = Fence(paths.lock, "orders", 7)
+    batches = RemoteBatches(ctx, "run1", fence, IngestReport)  # a class, pickled by name
+    batches._writer = object()  # as in a worker after its first batch
+    copy = pickle.loads(pickle.dumps(batches))
+    assert copy._writer is None and copy.fence == fence and copy.paths == paths
+    assert copy.make is IngestReport
+
+    env = {"DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "key",
+           "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "eu-west-3",
+           "DELTAFERRY_S3_RETRIES": "4"}
+    assert s3_env_of_session(Session(connect_settings(env=env))) == env
+
+    storage = LocalStorage()
+    worker = IngestReport("orders", inserted=3, quarantined=2, messages_read=999,
+                          phases={"merge": 1.5})
+    storage.write(results_uri(paths, "run1"), json.dumps(
+        {"report": worker.as_dict(), "batches": [0, 1], "failure": None}).encode())
+    data = read_results(storage, paths, "run1")
+    assert read_results(storage, paths, "run1") is None  # read once: the file is gone
+    mine = IngestReport("orders", messages_read=40)
+    merge_results(mine, data)
+    assert (mine.inserted, mine.quarantined, mine.phases) == (3, 2, {"merge": 1.5})
+    assert mine.messages_read == 40  # the client's own, from the query's progress

@@ -58,7 +58,7 @@ def batch_progress(progress, topic: str) -> dict:
     durations = progress.get("durationMs") or {}
     return {
         "batch_id": progress.get("batchId"),
-        "input_rows": progress.get("numInputRows", 0),
+        "input_rows": progress.get("numInputRows") or 0,
         "input_rows_per_second": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
         "processed_rows_per_second": round(
             float(progress.get("processedRowsPerSecond") or 0.0), 1),
@@ -96,7 +96,8 @@ class StreamProgress:
         """The batches of Spark's `recent` progress that read messages and were not added yet
         (idle triggers repeat the next batch's id with no rows), now added."""
         new = [batch_progress(p, self.topic) for p in recent
-               if p.get("numInputRows", 0) > 0 and p.get("batchId", -1) > self.last_id]
+               if (p.get("numInputRows") or 0) > 0
+               and (p.get("batchId") if p.get("batchId") is not None else -1) > self.last_id]
         self._count(new)
         return new
 

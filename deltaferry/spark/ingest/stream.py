@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from deltaferry.config import Settings, TopicConfig, trigger_seconds
 from deltaferry.errors import DeltaferryError
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
-from deltaferry.lock import LockLostError, ensure_held
+from deltaferry.lock import LockLostError, ensure_held, held_fence
 from deltaferry.paths import TopicPaths
 from deltaferry.reports import (
     IngestReport,
@@ -61,6 +62,7 @@ from deltaferry.spark.ingest.rows import (
 )
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
+from deltaferry.spark.session import is_connect
 from deltaferry.state import TopicState, read_checkpoint, record_discarded
 from deltaferry.storage import Storage, join, storage_for
 
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from deltaferry.alerts import Alert
     from deltaferry.context import TopicContext
     from deltaferry.origin import TaskRun
+    from deltaferry.spark.ingest.remote import RemoteBatches
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +144,9 @@ class BatchWriter:
         self._storage: Storage | None = None
         #: The Spark jobs and stages each micro-batch written scheduled, by batch id.
         self.scheduled: dict[int, Scheduled] = {}
+        #: The messages of each micro-batch written, by batch id (over Spark Connect the
+        #: query's progress does not carry them: `remote_progress`).
+        self.rows: dict[int, int] = {}
         #: Whether the table was given the entry's layout in this run (`apply_layout`).
         self.laid_out = False
         #: A stream's count of bad messages (`deltaferry.pause.tally`), given each written
@@ -281,6 +287,7 @@ class BatchWriter:
         for name, seconds in batch.seconds.items():
             total.add(name, seconds)
         self.report.quarantined += quarantined
+        self.rows[batch_id] = count
         bad = 0
         if quarantined:  # 0: a batch whose quarantine append was done before (a retry)
             bad = failed[BAD_MESSAGES][0] if self.checker is not None else quarantined
@@ -384,6 +391,14 @@ class IngestStream:
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
+        #: Over Spark Connect, the foreachBatch function the server runs instead of `writer`
+        #: (`deltaferry.spark.ingest.remote`); None on a classic session.
+        self.remote: RemoteBatches | None = None
+        if is_connect(spark):
+            from deltaferry.spark.ingest.remote import RemoteBatches
+
+            self.remote = RemoteBatches(ctx, uuid.uuid4().hex, held_fence(paths.root),
+                                        BatchWriter)
 
     def start(self, **trigger):
         """Start the query with `trigger` (DataStreamWriter.trigger's keywords)."""
@@ -396,12 +411,50 @@ class IngestStream:
             .option("includeHeaders", "true")  # the quarantine keeps them
         )
         stream = reader.option("maxOffsetsPerTrigger", self.limit).load()
-        return (
-            stream.writeStream.foreachBatch(self.writer)
-            .option("checkpointLocation", self.paths.checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
+        writer = (stream.writeStream.foreachBatch(self.remote or self.writer)
+                  .option("checkpointLocation", self.paths.checkpoint).trigger(**trigger))
+        if self.remote is None:
+            return writer.start()
+        from deltaferry.spark.session import rpc_problem
+
+        try:
+            return writer.start()
+        except Exception as exc:  # the server's, through pyspark: its worker did not start
+            raise DeltaferryError(
+                f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
+                f"{rpc_problem(exc)}; nothing was read") from None
+
+    def await_end(self, query) -> None:
+        """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
+        server's worker recorded are taken into the report, and a failure is raised in one
+        line: the failed batch's own (a lost lock, a broker or S3 failure), else what the
+        server or the connection to it said (a server restarted under the run)."""
+        if self.remote is None:
+            await_query(query, self.writer)
+            return
+        from deltaferry.spark.ingest.remote import merge_results, read_results
+        from deltaferry.spark.session import rpc_problem
+
+        failed: Exception | None = None
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # Spark's StreamingQueryException, or gRPC's
+            failed = exc
+        data = read_results(storage_for(self.paths.root), self.paths, self.remote.run_id)
+        if data is not None:
+            merge_results(self.report, data)
+            self.writer.rows.update({int(k): int(v) for k, v in (data.get("rows") or {}).items()})
+        if failed is None:
+            return
+        if data is not None and data.get("failure"):
+            raise DeltaferryError(data["failure"]) from None
+        failure = run_failure(self.topic, self.settings, str(failed))
+        if failure is not None:
+            raise failure from None
+        raise DeltaferryError(
+            f"ingest {self.topic.name}: its query on the Spark Connect server ended: "
+            f"{rpc_problem(failed)}; the micro-batches it did not commit are read again by the "
+            "next run") from None
 
     def checkpoint(self):
         """The checkpoint's newest batch (deltaferry.state.CheckpointState)."""
@@ -450,12 +503,25 @@ def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | Non
     topic = ctx.topic
     ingest = IngestStream(spark, ctx, state)
     query = ingest.start(availableNow=True)
-    await_query(query, ingest.writer)
-    progress = [batch_progress(p, topic.name) for p in query.recentProgress
-                if p.get("numInputRows", 0) > 0]
+    ingest.await_end(query)
+    progress = [batch_progress(p, topic.name) for p in query.recentProgress]
+    if ingest.remote is not None:  # a Connect progress holds no rows: the worker's counts
+        progress = remote_progress(progress, ingest.writer.rows)
+    progress = [batch for batch in progress if batch["input_rows"] > 0]
     for batch in progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
     return ingest.finish(progress)
+
+
+def remote_progress(progress: list[dict], rows: dict[int, int]) -> list[dict]:
+    """The batches a Spark Connect server's worker wrote (`rows`: messages by batch id), each
+    with what the query's `progress` says of it where it says it (over Spark Connect a
+    progress entry holds no input rows), in batch order."""
+    by_id = {batch["batch_id"]: batch for batch in progress if batch["batch_id"] is not None}
+    nothing = {"input_rows_per_second": 0.0, "processed_rows_per_second": 0.0,
+               "duration_ms": 0, "checkpoint_ms": 0, "offsets": {}}
+    return [{**nothing, **by_id.get(batch_id, {}), "batch_id": batch_id, "input_rows": count}
+            for batch_id, count in sorted(rows.items())]
 
 
 def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,

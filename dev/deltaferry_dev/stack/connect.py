@@ -89,7 +89,10 @@ def server_conf() -> dict[str, str]:
 
     return {**COMMON_CONF, **LOCAL_DEFAULTS, **QUIET_CONF, **REDACTION_CONF,
             "spark.jars": spark_jars_csv(), "spark.ui.enabled": "false",
-            "spark.log.level": "WARN"}
+            "spark.log.level": "WARN",
+            # the ingest's foreachBatch worker (a Python that imports deltaferry) may take
+            # longer than the default 15 s to connect back on a busy machine
+            "spark.python.authenticate.socketTimeout": "120s"}
 
 
 def server_command(backend_port: int) -> list[str]:

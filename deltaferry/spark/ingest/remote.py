@@ -1,0 +1,148 @@
+"""The ingest query's foreachBatch function over Spark Connect (DELTAFERRY_SPARK_REMOTE).
+
+A Spark Connect client sends the function to the server, pickled; the server calls it in a
+Python worker of its own (one per query, Spark's ``foreach_batch_worker``), with each batch as a
+DataFrame of a Connect session attached to the client's session. So nothing of the client's
+process is there: `RemoteBatches` is plain data (the topic, its settings and locations, the
+Airflow task, the fence of the client's lock, the run's id) and builds the usual `BatchWriter`
+in the worker at its first batch (the class is given, as `make`: this module and the stream's
+import nothing of each other's), with:
+
+* the session's S3 settings as the worker's storage settings (`s3_env_of_session`: the
+  credentials the client gave its own session, never the server's environment);
+* the fence of the lock the client holds (`deltaferry.lock.Fence`), checked at every commit
+  point of a batch as `ensure_held` checks a lock held in the same process;
+* after each batch, the run's report so far (`IngestReport.as_dict`) written to
+  ``<topic>/_state/connect/<run>.json`` (`results_uri`), or the failure's one line where the
+  batch failed; the client reads it once the query ended (`read_results`) and deletes it.
+
+The worker imports deltaferry: the server's Python (PYSPARK_PYTHON of the server) must have
+the same deltaferry as the client and its requirements installed (docs/operating/cluster.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from deltaferry.storage import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from deltaferry.config import Settings, TopicConfig
+    from deltaferry.context import TopicContext
+    from deltaferry.lock import Fence
+    from deltaferry.origin import TaskRun
+    from deltaferry.paths import TopicPaths
+    from deltaferry.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def results_uri(paths: TopicPaths, run_id: str) -> str:
+    """Where the worker of run `run_id` writes the run's report after each batch."""
+    return join(paths.root, "_state", "connect", f"{run_id}.json")
+
+
+class RemoteBatches:
+    """The foreachBatch function of an ingest query on a Spark Connect server: the run's
+    `BatchWriter`, made in the server's Python worker at the first batch (see the module)."""
+
+    def __init__(self, ctx: TopicContext, run_id: str, fence: Fence | None,
+                 make: Callable[..., Any]):
+        #: The writer's class (`deltaferry.spark.ingest.stream.BatchWriter`, pickled by name).
+        self.make = make
+        self.topic: TopicConfig = ctx.topic
+        self.settings: Settings = ctx.settings
+        self.paths: TopicPaths = ctx.paths
+        self.task: TaskRun | None = ctx.task
+        self.run_id = run_id
+        self.fence = fence
+        self._writer: Any = None
+        #: The batches this worker wrote, in order.
+        self._written: list[int] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What is pickled to the server: the plain data, never a writer."""
+        return {**self.__dict__, "_writer": None, "_written": []}
+
+    def writer(self, spark) -> Any:
+        """The run's writer in this worker, made at the first batch."""
+        if self._writer is None:
+            from deltaferry.formats import decoder_for, key_decoder_for
+            from deltaferry.reports import IngestReport
+            from deltaferry.schema.store import SchemaStore
+            from deltaferry.spark.expectations import counts_of
+            from deltaferry.spark.session import s3_env_of_session
+            from deltaferry.storage import storage_for
+
+            # this worker is this query's alone: its storage is the session's, not the server's
+            os.environ.update(s3_env_of_session(spark))
+            if self.fence is not None:
+                self.fence.install()
+            topic, paths = self.topic, self.paths
+            store = SchemaStore(paths.schema, storage_for(paths.schema))
+            report = IngestReport(topic.name, mode=topic.mode, expectations=counts_of(topic))
+            self._writer = self.make(spark, topic, paths,
+                                     decoder_for(spark, topic, store, paths.table), report,
+                                     key_decoder_for(spark, topic), settings=self.settings,
+                                     task=self.task)
+        return self._writer
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        writer = self.writer(batch_df.sparkSession)
+        try:
+            writer(batch_df, batch_id)
+        except Exception as exc:
+            failure = writer.failure if writer.failure is not None else exc
+            text = str(failure).strip()
+            line = text.splitlines()[0] if text else type(failure).__name__
+            try:
+                self.record(writer.storage(), writer, failure=line)
+            except Exception as problem:  # the batch's own failure is what the run says
+                log.warning("ingest %s: batch %d's failure could not be recorded for the "
+                            "client: %s", self.topic.name, batch_id, problem)
+            raise
+        self._written.append(batch_id)
+        self.record(writer.storage(), writer)  # before Spark commits the batch
+
+    def record(self, storage: Storage, writer: Any, failure: str | None = None) -> None:
+        """Write the run's report so far (and `failure`, the one line of a failed batch)."""
+        data = {"report": writer.report.as_dict(), "batches": self._written,
+                "rows": writer.rows, "failure": failure}
+        storage.write(results_uri(self.paths, self.run_id), json.dumps(data).encode())
+
+
+def read_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | None:
+    """What the worker of run `run_id` recorded (`RemoteBatches.record`), the file deleted;
+    None when it recorded nothing (no batch ran, or the worker never started)."""
+    uri = results_uri(paths, run_id)
+    try:
+        data = json.loads(storage.read(uri))
+    except FileNotFoundError:
+        return None
+    try:
+        storage.delete(uri)
+    except Exception as exc:  # a small file left behind; the next run's results are their own
+        log.warning("could not delete %s: %s", uri, exc)
+    return data
+
+
+#: The fields of the worker's report that its batches filled (`BatchWriter.write`); the rest
+#: (offsets, lag, progress, seconds) the client completes from the query's progress.
+BATCH_FIELDS = ("appended", "inserted", "updated", "deleted", "stale", "quarantined",
+                "bad_messages", "expectations", "schema_version", "widened_columns",
+                "discarded_fields", "rescued_fields", "phases", "jobs", "stages")
+
+
+def merge_results(report, data: dict) -> None:
+    """Take the batches' figures of the worker's recorded report `data` into the client's
+    `report` (an IngestReport)."""
+    remote = data.get("report") or {}
+    for name in BATCH_FIELDS:
+        if name in remote:
+            setattr(report, name, remote[name])
