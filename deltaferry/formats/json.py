@@ -1,7 +1,8 @@
 """JSON topics: the infer step (read what the cache has not covered, keep the latest value per
 key, infer their schema, merge it with the cached one and store a new version if it grew) and
 the decoder (each value the infer step did not read parsed once into a VARIANT, whose shapes
-over the batch grow the cached schema first; values then read with it).
+over the batch grow the cached schema first; values then read with it, cast from their
+VARIANTs where that is exact).
 
 A batch's inference is the union of its values' VARIANT shapes (``schema_of_variant_agg``, an
 aggregate of its first job) read as the types Spark's JSON inference gives
@@ -32,7 +33,7 @@ from deltaferry.schema.merge import (
 )
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
-from deltaferry.schema.variant import inferred_schema
+from deltaferry.schema.variant import NEGATIVE_ZERO, exact_fields, has_double, inferred_schema
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
 
 if TYPE_CHECKING:
@@ -386,10 +387,52 @@ def rescued(schema: dict, seen: dict | None) -> Column:
 NEW_FIELDS = "__deltaferry_new_fields"
 
 
+def typed_value(schema: dict, shape: str | None = None) -> Column:
+    """raw_value read with `schema` as Spark's JSON parsing reads it (``from_json``, PERMISSIVE:
+    a value that does not fit gets CORRUPT, and its fields that fit are read), a struct. With
+    the `shape` of the values parsed into PARSED (the union ``schema_of_variant_agg`` gave of
+    every non-null PARSED of the frame), the fields whose every value reads exactly from its
+    VARIANT (`deltaferry.schema.variant.exact_fields`: integers into a long, say, never
+    ``2.5`` or ``"5"``, which parsing refuses) are cast from PARSED instead, and only the rest
+    are parsed from the text (none: the value is not parsed again); the result is the same.
+    A value with no PARSED (not parsed into one, or not a JSON object) is parsed from its text,
+    and so is one that may hold a negative zero where the schema has a double
+    (`deltaferry.schema.variant.NEGATIVE_ZERO`). One difference: a key twice in an object,
+    whose earlier value does not fit its column and whose last one does, is read with its last
+    value (the VARIANT keeps only that), where Spark's JSON parsing says the value does not fit
+    (REASON_SCHEMA, no field named)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    corrupt = StructField(CORRUPT, StringType())
+    text = F.from_json("raw_value", StructType.fromJson(schema).add(corrupt), options)
+    exact = exact_fields(shape, schema) if shape is not None else set()
+    if not exact:
+        return text
+    fields = schema["fields"]
+    cast = F.col(PARSED).try_cast(StructType.fromJson(
+        {"type": "struct", "fields": [f for f in fields if f["name"] in exact]}))
+    rest = [f for f in fields if f["name"] not in exact]
+    narrow = F.from_json("raw_value", StructType.fromJson({"type": "struct", "fields": rest})
+                         .add(corrupt), options) if rest else None
+    columns = [(cast if f["name"] in exact or narrow is None else narrow)
+               .getField(f["name"]).alias(f["name"]) for f in fields]
+    columns.append((narrow.getField(CORRUPT) if narrow is not None
+                    else F.lit(None).cast("string")).alias(CORRUPT))
+    use = F.col(PARSED).isNotNull()
+    if any(has_double(f["type"]) for f in fields if f["name"] in exact):
+        value = F.col("raw_value")
+        use = use & ~(value.contains("-0") & value.rlike(NEGATIVE_ZERO))
+    return F.when(use, F.struct(*columns)).otherwise(text)
+
+
 def parse_json(raw: DataFrame, schema: dict, version: int,
                hints: tuple[Hint, ...] = (), seen: dict | None = None,
-               mode: str = SchemaMode.EVOLVE) -> DataFrame:
-    """Parse raw_value with `schema` into `data`; `problem` says why a value cannot be used
+               mode: str = SchemaMode.EVOLVE, shape: str | None = None) -> DataFrame:
+    """Parse raw_value with `schema` into `data` (`typed_value`: from PARSED where `raw` has
+    it, the union of whose shapes is `shape`, and the value reads exactly from it, else from
+    the text); `problem` says why a value cannot be used
     (a hinted field that does not fit its hint is named, see `hint_problem`; a field of
     another type is named with both types, see `misfit_reason`). With `seen` (`schema` and
     the fields the batch has beyond it, a contract topic's), `NEW_FIELDS` lists each value's
@@ -399,13 +442,9 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     where an array or a map it holds may hide one) is usable too, and `data` gets RESCUED
     (`rescued`)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import StructType
 
-    parse_schema = StructType.fromJson(schema).add(StructField(CORRUPT, StringType()))
-    data = F.from_json(
-        "raw_value", parse_schema,
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
-    )
+    data = typed_value(schema, shape if PARSED in raw.columns else None)
     value = F.col("raw_value")
     is_object = F.ltrim(value).startswith("{")
     # Only a value that did not parse is parsed again, to say why (CASE WHEN is lazy).
@@ -463,9 +502,12 @@ class JsonDecoder:
     VARIANT (PARSED, a raw column); the union of their shapes is an aggregate of the batch's
     first action (`aggregates`, `read_stats`), an exact test for fields the schema does not
     have (nested ones and array elements included): the schema grows only when it finds some.
-    The typed columns are then read with the grown schema by Spark's JSON parsing
-    (`parse_json`): a VARIANT's casts would read ``2.5`` into a long as 2 and ``"5"`` as 5,
-    where a value of another type than its column's is quarantined. Under a schema contract
+    The typed columns are then cast from the VARIANTs where the same shapes show that every
+    value reads exactly into its column's type, else read from the text by Spark's JSON
+    parsing (`parse_json`, `typed_value`): a VARIANT's casts would read ``2.5`` into a long as
+    2 and ``"5"`` as 5, where a value of another type than its column's is quarantined. A
+    value at an offset the infer step read is read from its text (it was not parsed into a
+    VARIANT). Under a schema contract
     (``schema: freeze``, ``discard_new_fields`` or ``rescue``) the schema is never grown: the
     batch's fields beyond it come from the same shapes, and its values that have them are
     quarantined (freeze), read without them, counted per field in `discarded`
@@ -488,6 +530,8 @@ class JsonDecoder:
         self.shape: str | None = None
         #: rescue: the last decoded batch's usable values, per path rescued into RESCUED.
         self.rescued: dict[str, int] = {}
+        #: The shape of the batch being decoded (`batch_shape`), as `shape` says it.
+        self.values_shape: str | None = None
 
     @property
     def evolves(self) -> bool:
@@ -497,25 +541,29 @@ class JsonDecoder:
     def raw_columns(self, batch_df: DataFrame) -> Any:
         """The raw columns and PARSED: each value parsed once, unless over the topic's
         max_value_bytes (`parsed_value`) or, where the schema grows, at an offset the infer
-        step read (its values are in the schema: nothing to parse twice)."""
-        fresh = is_uncovered(self.store.covered()) if self.evolves else None
-        return with_raw_columns(batch_df).withColumn(
-            PARSED, parsed_value(self.topic.max_value_bytes, fresh))
-
-    def shaped(self) -> Column:
-        """The VARIANTs whose shapes the schema is grown from (evolve: the JSON objects, keyed
-        where rows are identified by the key, as the infer step reads them) or compared with
-        (a contract: every JSON object)."""
+        step read (its values are in the schema: nothing to parse twice; `parse_json` reads
+        them from their text) or without a key where rows are identified by it (not a row:
+        such a value is quarantined, and its shape would grow the schema)."""
         from pyspark.sql import functions as F
 
-        if self.evolves and self.topic.by_kafka_key:
-            return F.when(F.col("kafka_key").isNotNull(), F.col(PARSED))
-        return F.col(PARSED)
+        wanted = None
+        if self.evolves:
+            wanted = is_uncovered(self.store.covered())
+            if self.topic.by_kafka_key:
+                wanted = wanted & F.col("kafka_key").isNotNull()
+        return with_raw_columns(batch_df).withColumn(
+            PARSED, parsed_value(self.topic.max_value_bytes, wanted))
 
     def aggregates(self) -> list[Column]:
         """What the batch's first action computes for this decoder (`read_stats`, over the
-        raw columns): the union of the shapes of its values."""
-        return [shape(self.shaped())]
+        raw columns): the union of the shapes of its values (PARSED). Where the schema grows
+        it is grown from them (as the infer step reads the values: the JSON objects, keyed
+        where rows are identified by the key); under a contract, compared with them (every
+        JSON object); either way it says which fields read exactly from PARSED
+        (`typed_value`)."""
+        from pyspark.sql import functions as F
+
+        return [shape(F.col(PARSED))]
 
     def aggregated(self, values: list) -> None:
         """Take the values of `aggregates` for the next batch `decode`s."""
@@ -532,6 +580,7 @@ class JsonDecoder:
             with one_job(raw):
                 row = raw.agg(*self.aggregates()).first()
             found = row[0] if row is not None else None
+        self.values_shape = found or None
         return inferred_schema(found or None, cached)
 
     def current_schema(self, raw: DataFrame, found: dict):
@@ -590,7 +639,7 @@ class JsonDecoder:
         seen = self.seen_schema(raw, version.schema, found)
         mode = self.topic.schema
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
-                             seen, mode)
+                             seen, mode, self.values_shape)
         self.discarded = {}
         self.rescued = {}
         if mode == SchemaMode.RESCUE:

@@ -175,3 +175,88 @@ def inferred_schema(text: str | None, cached: dict | None = None) -> dict:
     if isinstance(parsed, str) or parsed[0] != "OBJECT":
         return {"type": "struct", "fields": []}
     return inferred_type(parsed, cached) or {"type": "struct", "fields": []}
+
+
+#: The most decimal digits a value of each integral variant type has.
+INTEGRAL_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INT": 10, "BIGINT": 19}
+
+
+def decimal_digits(target: str) -> tuple[int, int]:
+    """(precision, scale) of a decimal type name such as ``decimal(18,2)``."""
+    precision, scale = target[target.index("(") + 1:-1].split(",")
+    return int(precision), int(scale)
+
+
+def reads_exactly(parsed, target) -> bool:
+    """Whether every value of the parsed variant type `parsed` (`parse_variant_type`'s), cast
+    from its VARIANT into the Spark JSON type `target`, is what Spark's JSON parsing reads from
+    its text: the same value, and never one that parsing refuses (the message would not fit).
+    So: null (VOID) into anything; integers into a long; booleans; strings into a string (no
+    other value: parsing keeps its text as written, a cast would respell it); integers,
+    decimals and doubles into a double (each is the correctly rounded double of the text:
+    a decimal's cast is BigDecimal's, the text's parse is Double's; one exception, a negative
+    zero written as a decimal, which VARIANT keeps as 0: see `NEGATIVE_ZERO`); integers and
+    decimals that fit without rounding into a decimal; objects into a struct whose fields
+    each read exactly (fields the struct lacks are ignored by both), arrays into an array of
+    elements that do. A VARIANT (values of clashing types) and every other type (a hinted
+    timestamp, a map) are not read exactly: such a field is parsed from the text."""
+    if parsed == "VOID":
+        return True
+    target_kind = kind(target)
+    if isinstance(parsed, str):
+        if target_kind == "long":
+            return parsed in INTEGRAL
+        if target_kind == "double":
+            return parsed in INTEGRAL or parsed in FRACTIONAL
+        if target_kind in ("boolean", "string"):
+            return LEAVES.get(parsed) == target_kind
+        if is_decimal(target) and parsed in INTEGRAL:
+            precision, scale = decimal_digits(target)
+            return INTEGRAL_DIGITS[parsed] <= precision - scale
+        return False
+    if parsed[0] == "DECIMAL":
+        if target_kind == "double":
+            return True
+        if is_decimal(target):
+            precision, scale = decimal_digits(target)
+            return parsed[2] <= scale and parsed[1] - parsed[2] <= precision - scale
+        return False
+    if parsed[0] == "ARRAY":
+        return target_kind == "array" and reads_exactly(parsed[1], target["elementType"])
+    if target_kind != "struct":
+        return False
+    types = {f["name"]: f["type"] for f in target["fields"]}
+    return all(reads_exactly(value, types[name]) for name, value in parsed[1] if name in types)
+
+
+def exact_fields(text: str | None, schema: dict) -> set[str]:
+    """The top-level fields of `schema` (a struct in Spark's JSON form) that every JSON object
+    whose union of shapes ``schema_of_variant_agg`` reported as `text` reads exactly from its
+    VARIANT (`reads_exactly`); every field where no object holds any (None, or no object)."""
+    names = {f["name"] for f in schema["fields"]}
+    if text is None:
+        return names
+    parsed = parse_variant_type(text)
+    if isinstance(parsed, str) or parsed[0] != "OBJECT":
+        return names if parsed == "VOID" else set()
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    shapes = dict(parsed[1])
+    return {n for n in names if n not in shapes or reads_exactly(shapes[n], types[n])}
+
+
+def has_double(datatype) -> bool:
+    """Whether a Spark JSON type holds a double anywhere (see `NEGATIVE_ZERO`)."""
+    if isinstance(datatype, str):
+        return datatype == "double"
+    if datatype.get("type") == "array":
+        return has_double(datatype["elementType"])
+    if datatype.get("type") == "map":
+        return has_double(datatype["valueType"])
+    return any(has_double(f["type"]) for f in datatype.get("fields", []))
+
+
+#: A negative zero written without an exponent (``-0``, ``-0.0``) in a JSON text: Spark's
+#: JSON parsing reads ``-0.0`` into a double as -0.0, VARIANT keeps it as the decimal 0 (its
+#: cast gives 0.0); a message whose text may hold one is parsed from its text where it has a
+#: double field (a false alarm, inside a string, costs only that).
+NEGATIVE_ZERO = r"-0(\.0*)?(?![0-9.eE])"

@@ -901,7 +901,7 @@ def warm_up(spark) -> float:
     failure is said and ignored (the first step then pays)."""
     from pyspark.sql import functions as F
 
-    from deltaferry.formats.json import infer_from_records, parse_json
+    from deltaferry.formats.json import PARSED, infer_from_records, parse_json, parsed_value, shape
     from deltaferry.spark import table as delta_table
     from deltaferry.spark.decoding import StringKeys, with_reason
     from deltaferry.spark.ingest.rows import apply_rows, grow_table, usable_rows
@@ -922,9 +922,11 @@ def warm_up(spark) -> float:
                     value.cast("binary").alias("value"),
                     (F.col("id") % 3).cast("int").alias("partition"),
                     F.col("id").alias("offset"), F.current_timestamp().alias("timestamp"))
-                raw = with_raw_columns(kafka).persist()
+                raw = with_raw_columns(kafka).withColumn(PARSED, parsed_value()).persist()
                 schema = infer_from_records(spark, raw)
-                parsed = with_reason(parse_json(raw, schema, 1), StringKeys()).persist()
+                [found] = raw.agg(shape(F.col(PARSED))).first() or [None]
+                parsed = with_reason(parse_json(raw, schema, 1, shape=found),
+                                     StringKeys()).persist()
                 parsed.agg(F.count(F.col("reason"))).first()
                 rows = usable_rows(parsed.coalesce(1), ("kafka_key",)).persist()
                 rows.count()

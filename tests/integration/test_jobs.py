@@ -34,6 +34,10 @@ MERGE_BATCH_JOBS = 9 + 1
 #: JSON inference after a look for offsets the infer step had not read).
 GROWING_BATCH_JOBS = 17 + 1
 
+#: A cdc topic's first backlog batch (`test_jobs_per_cdc_micro_batch`), and a later run's.
+CDC_FIRST_BATCH_JOBS = 35 + 1
+CDC_BATCH_JOBS = 35 + 1
+
 
 def messages(start: int, count: int, keys: int) -> list[tuple]:
     """`count` JSON values over `keys` keys (several versions a key), with a tombstone and a
@@ -78,6 +82,121 @@ def test_variant_inference_matches_spark_json_inference(spark):
         {"name": "dup", "type": "long", "nullable": True, "metadata": {}}]
 
 
+#: The schema `EDGE_VALUES` are read with: each kind of field a JSON topic's schema has (a
+#: hinted decimal and timestamp too), nested in structs and arrays.
+EDGE_SCHEMA = {"type": "struct", "fields": [
+    {"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in [
+        ("i", "long"), ("d", "double"), ("s", "string"), ("b", "boolean"),
+        ("big", "decimal(24,0)"),
+        ("o", {"type": "struct", "fields": [
+            {"name": "x", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "y", "type": "string", "nullable": True, "metadata": {}},
+            {"name": "z", "type": {"type": "struct", "fields": [
+                {"name": "w", "type": "double", "nullable": True, "metadata": {}}]},
+             "nullable": True, "metadata": {}}]}),
+        ("la", {"type": "array", "elementType": "long", "containsNull": True}),
+        ("ls", {"type": "array", "elementType": "string", "containsNull": True}),
+        ("lo", {"type": "array", "elementType": {"type": "struct", "fields": [
+            {"name": "p", "type": "long", "nullable": True, "metadata": {}}]},
+            "containsNull": True}),
+        ("amount", "decimal(18,2)"), ("at", "timestamp"), ("a b", "long")]]}
+EDGE_HINTS = {"amount": "decimal(18,2)", "at": "timestamp"}
+
+#: JSON values that Spark's JSON parsing and a VARIANT's casts could read apart: integers at and
+#: over a long's bounds, decimals with a scale, whole numbers with a point, exponents, negative
+#: zeros, numbers too long for a decimal, strings that look like numbers or booleans, numbers,
+#: objects and arrays where a string is expected (and the reverse), nested misfits, arrays of
+#: mixed elements, hinted decimals and timestamps, duplicate keys, and values that are not
+#: JSON objects at all.
+EDGE_VALUES = [
+    '{"i":1,"d":1.5,"s":"x","b":true,"a b":3}', '{"i":9223372036854775807}',
+    '{"i":-9223372036854775808}', '{"i":9223372036854775808}', '{"i":2.5}', '{"i":1.0}',
+    '{"i":"5"}', '{"i":1e2}', '{"i":true}', '{"i":null}', '{"i":{}}', '{"i":[1]}', '{"i":-0}',
+    '{"d":1}', '{"d":-0.0}', '{"d":-0}', '{"d":-0.00,"s":"a"}', '{"d":-0.0e0}', '{"d":0.1}',
+    '{"d":-0.5}', '{"d":1e300}', '{"d":1e400}', '{"d":0.30000000000000004441}',
+    '{"d":123456789012345678901234567890.123}',
+    '{"d":12345678901234567890123456789012345678901234567890}',
+    '{"d":1.00000000000000011102230246251565404236316680908203125}',
+    '{"d":9007199254740993}', '{"d":"NaN"}', '{"d":"1.5"}', '{"d":"Infinity"}',
+    '{"s":5}', '{"s":1.50}', '{"s":{"b":1,"a":2}}', '{"s":"\\u00e9\\n\\"q\\""}', '{"s":"é"}',
+    '{"s":[1,"x"]}', '{"s":true}', '{"s":""}', '{"s":null}',
+    '{"b":"true"}', '{"b":1}', '{"b":false}',
+    '{"big":123456789012345678901234}', '{"big":1}', '{"big":1.5}', '{"big":1.0}',
+    '{"big":1234567890123456789012345}', '{"big":"12"}', '{"big":-12}',
+    '{"o":{"x":1,"y":"a","z":{"w":2}}}', '{"o":{"x":2.5}}', '{"o":"str"}', '{"o":{}}',
+    '{"o":{"extra":1,"x":3}}', '{"o":{"z":{"w":"x"}}}', '{"o":{"z":{"w":-0.0}}}', '{"o":[]}',
+    '{"la":[1,2,null]}', '{"la":[1,"x"]}', '{"la":[1.5]}', '{"la":[]}', '{"la":{"a":1}}',
+    '{"ls":["a",1]}', '{"ls":["a","b"]}', '{"lo":[{"p":1},{"p":"x"}]}',
+    '{"lo":[{"p":1},null,{}]}', '{"lo":[{"p":2.5}]}',
+    '{"amount":12.34}', '{"amount":12.345}', '{"amount":"12.34"}', '{"amount":1e2}',
+    '{"amount":12}', '{"at":"2026-01-01T00:00:00Z"}', '{"at":"nope"}', '{"at":1700000000}',
+    '{"i":1,"i":2}', '{"o":{"x":1},"o":{"y":"b"}}', '{"i":"x","i":7}',
+    '{bad', '"a string"', '[1,2]', 'null', '', '{"i":1} trailing', "{'i':1}", '{"i":NaN}',
+    '  {"i":3}', '{"i":1,}', '{"i":01}', '{}',
+]
+
+
+def test_typed_columns_from_the_variant_match_json_parsing(spark):
+    """Every value of `EDGE_VALUES` is read into the same row, with the same reason to
+    quarantine it (or none), whether its fields are parsed from its text (``from_json``) or
+    cast from the VARIANT it was parsed into once, in evolve and in rescue mode: in one batch of
+    them all (whose clashing shapes leave most fields to the text), and in one of those whose
+    every field reads exactly (all cast from the VARIANT). The typed columns of a value whose
+    fields read exactly are cast from the VARIANT, not parsed again. One difference: a key
+    twice in an object whose earlier value does not fit its column (the VARIANT keeps only the
+    last, which fits) is read with its last value, where Spark's JSON parsing quarantines it."""
+    from pyspark.sql import functions as F
+
+    from deltaferry.config import SchemaMode
+    from deltaferry.schema.hints import parse_hints
+    from deltaferry.schema.variant import exact_fields
+
+    hints = parse_hints(EDGE_HINTS)
+    records = spark.createDataFrame(list(enumerate(EDGE_VALUES)), "n int, raw_value string")
+    records = records.unionByName(spark.createDataFrame([(len(EDGE_VALUES),)], "n int")
+                                  .select("n", F.unhex(F.lit("7B2273223A22FF227D"))
+                                          .cast("string").alias("raw_value")))
+    parsed = records.withColumn(json_format.PARSED, json_format.parsed_value()).persist()
+    shapes = {r["n"]: r["s"] for r in parsed.select(
+        "n", F.schema_of_variant(json_format.PARSED).alias("s")).collect()}
+    names = {f["name"] for f in EDGE_SCHEMA["fields"]}
+    exact = sorted(n for n, s in shapes.items()
+                   if s is not None and exact_fields(s, EDGE_SCHEMA) == names)
+    fitting = parsed.where(F.col("n").isin(exact))
+    [whole], [fits] = (frame.agg(json_format.shape(F.col(json_format.PARSED))).first()
+                       for frame in (parsed, fitting))
+    assert exact_fields(fits, EDGE_SCHEMA) == names and len(exact) > 30, (exact, fits)
+
+    def read(frame, mode, shape):
+        out = json_format.parse_json(frame, EDGE_SCHEMA, 1, hints, mode=mode, shape=shape)
+        return out.select("n", F.to_json("data").alias("data"), "problem")
+
+    twice = EDGE_VALUES.index('{"i":"x","i":7}')
+    for mode in (SchemaMode.EVOLVE, SchemaMode.RESCUE):
+        expected = {r["n"]: r for r in read(records, mode, None).collect()}  # no VARIANT
+        assert len(expected) == len(EDGE_VALUES) + 1
+        assert sum(1 for r in expected.values() if r["problem"] is None) > 20
+        assert sum(1 for r in expected.values() if r["problem"] is not None) > 10
+        for frame, shape in ((parsed, whole), (fitting, fits)):
+            found = read(frame, mode, shape).collect()
+            assert len(found) == len(expected if frame is parsed else exact)
+            differ = [(EDGE_VALUES[r["n"]] if r["n"] < len(EDGE_VALUES) else "non-UTF-8", r,
+                       expected[r["n"]]) for r in found
+                      if repr(r) != repr(expected[r["n"]]) and r["n"] != twice]
+            assert not differ, (mode, differ)
+        [last] = read(parsed.where(f"n = {twice}"), mode, shapes[twice]).collect()
+        assert (last["data"], last["problem"], expected[twice]["problem"]) == \
+            ('{"i":7}', None, "value does not fit schema v1 (a field has another type)")
+    # the typed columns come from the VARIANT: one whose text says otherwise is read from it
+    other = spark.createDataFrame([('{"i":1,"s":"text","o":{"x":1}}',)], "raw_value string") \
+        .withColumn(json_format.PARSED, F.parse_json(F.lit('{"i":2,"s":"variant","o":{"x":3}}')))
+    [row] = json_format.parse_json(other, EDGE_SCHEMA, 1, shape="OBJECT<i: BIGINT, "
+                                   "o: OBJECT<x: BIGINT>, s: STRING>").collect()
+    assert (row["data"]["i"], row["data"]["s"], row["data"]["o"]["x"], row["problem"]) == \
+        (2, "variant", 3, None)
+    parsed.unpersist()
+
+
 def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("jobs", partitions=3)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=300)
@@ -117,3 +236,36 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
         "struct<city:string,floor:bigint,zip:string>"
     assert columns["items"].dataType.simpleString() == "array<struct<qty:bigint,sku:string>>"
     assert 0 < batch["jobs"] <= GROWING_BATCH_JOBS, batch
+
+
+def test_jobs_per_cdc_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
+    """A cdc topic's micro-batches (``cdc: debezium``, events with the schema wrapper) are held
+    to a fixed number of jobs too: the first backlog's (a snapshot, updates, deletes, a
+    redelivered update, a truncate and bad events), and a later run's, whose rows are MERGEd
+    where newer than the table's and the remembered deletes."""
+    from deltaferry_dev.debezium_events import expected_rows
+    from deltaferry_dev.debezium_events import messages as change_messages
+
+    from .test_cdc import bad_messages, first_run, second_run, table_state
+
+    topic = new_topic("jobs.cdc", partitions=3)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    events = first_run()
+    produce(kafka_bootstrap, topic, change_messages(events, True)
+            + [(k, v) for k, v, _ in bad_messages(True)])
+    run_step("infer", ctx, spark)
+    [report] = run_step("ingest", ctx, spark)
+    [batch] = report.progress
+    assert report.stale == 1 and report.quarantined == 1 + len(bad_messages(True))
+    assert 0 < batch["jobs"] <= CDC_FIRST_BATCH_JOBS, batch
+
+    second = second_run()
+    produce(kafka_bootstrap, topic, change_messages(second, True))
+    [again] = run_step("ingest", ctx, spark)
+    [batch] = again.progress
+    assert (again.stale, again.updated, again.deleted, again.inserted) == (2, 1, 1, 0), \
+        again.summary()
+    assert {k: (r["__op"], r["__source_lsn"]) for k, r in
+            table_state(spark, ctx.paths.table).items()} == \
+        {k: (e.op, e.lsn) for k, e in expected_rows(events + second).items()}
+    assert 0 < batch["jobs"] <= CDC_BATCH_JOBS, batch

@@ -4,7 +4,12 @@ prints it, strings taken from a real session) read as the types Spark's JSON inf
 import pytest
 
 from deltaferry.errors import SchemaFormatError
-from deltaferry.schema.variant import inferred_schema, parse_variant_type
+from deltaferry.schema.variant import (
+    exact_fields,
+    inferred_schema,
+    parse_variant_type,
+    reads_exactly,
+)
 
 
 def struct(**fields):
@@ -63,3 +68,37 @@ def test_a_decimal_without_scale_is_double_unless_an_integer_beyond_a_long():
     cached = struct(x="decimal(20,0)", a=array(struct(y="decimal(19,0)")))
     assert inferred_schema("OBJECT<x: DECIMAL(20,0), a: ARRAY<OBJECT<y: DECIMAL(19,0)>>>",
                            cached) == cached
+
+
+@pytest.mark.parametrize("shape, target, exact", [
+    ("BIGINT", "long", True), ("TINYINT", "long", True), ("DECIMAL(2,1)", "long", False),
+    ("DECIMAL(1,0)", "long", False),  # 1.0: parsing refuses a point in a long
+    ("DECIMAL(19,0)", "long", False), ("DOUBLE", "long", False), ("STRING", "long", False),
+    ("BIGINT", "double", True), ("DECIMAL(38,5)", "double", True), ("DOUBLE", "double", True),
+    ("STRING", "double", False),  # "NaN" is a double to parsing, "1.5" is not
+    ("STRING", "string", True), ("BIGINT", "string", False), ("BOOLEAN", "string", False),
+    ("OBJECT<a: BIGINT>", "string", False), ("VARIANT", "string", False),
+    ("BOOLEAN", "boolean", True), ("STRING", "boolean", False), ("VOID", "timestamp", True),
+    ("STRING", "timestamp", False), ("BIGINT", "decimal(24,0)", True),
+    ("BIGINT", "decimal(18,0)", False), ("DECIMAL(24,0)", "decimal(24,0)", True),
+    ("DECIMAL(25,0)", "decimal(24,0)", False), ("DECIMAL(4,2)", "decimal(18,2)", True),
+    ("DECIMAL(5,3)", "decimal(18,2)", False),  # parsing rounds, a hint refuses it
+    ("DOUBLE", "decimal(18,2)", False),
+    ("OBJECT<a: BIGINT, extra: STRING>", struct(a="long"), True),
+    ("OBJECT<a: DECIMAL(2,1)>", struct(a="long"), False), ("OBJECT<>", struct(a="long"), True),
+    ("ARRAY<BIGINT>", array("long"), True), ("ARRAY<VARIANT>", array("long"), False),
+    ("ARRAY<VOID>", array("long"), True), ("ARRAY<BIGINT>", struct(a="long"), False),
+    ("ARRAY<OBJECT<p: BIGINT>>", array(struct(p="long")), True),
+    ("ARRAY<OBJECT<p: STRING>>", array(struct(p="long")), False),
+    ("BIGINT", {"type": "map", "keyType": "string", "valueType": "long"}, False),
+])
+def test_a_type_reads_exactly_only_where_no_value_changes(shape, target, exact):
+    assert reads_exactly(parse_variant_type(shape), target) is exact
+
+
+def test_exact_fields_are_those_whose_every_shape_reads_exactly():
+    schema = struct(a="long", b="string", c=struct(x="long"), d="double")
+    assert exact_fields("OBJECT<a: BIGINT, b: VARIANT, c: OBJECT<x: DECIMAL(2,1)>>",
+                        schema) == {"a", "d"}  # d: in no object
+    assert exact_fields(None, schema) == {"a", "b", "c", "d"}
+    assert exact_fields("OBJECT<>", schema) == {"a", "b", "c", "d"}

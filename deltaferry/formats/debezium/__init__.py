@@ -211,11 +211,14 @@ def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
     or no key, carries one). A schema deltaferry cannot read is left out, said in the log."""
     from pyspark.sql import functions as F
 
-    found = (raw.where(F.col("raw_value").isNotNull())
-             .select(F.get_json_object("raw_value", "$.schema").alias("v"),
-                     F.get_json_object("kafka_key", "$.schema").alias("k"))
-             .where(F.col("v").isNotNull() | F.col("k").isNotNull())
-             .distinct().collect())
+    from deltaferry.spark.jobs import one_job
+
+    with one_job(raw):  # a few distinct schemas: one job, not AQE's two
+        found = (raw.where(F.col("raw_value").isNotNull())
+                 .select(F.get_json_object("raw_value", "$.schema").alias("v"),
+                         F.get_json_object("kafka_key", "$.schema").alias("k"))
+                 .where(F.col("v").isNotNull() | F.col("k").isNotNull())
+                 .distinct().collect())
     values: list[dict] = []
     keys: list[dict] = []
     for row in found:
@@ -439,11 +442,14 @@ class DebeziumDecoder(JsonDecoder):
 
         version = self.store.latest()
         assert version is not None  # checked when the decoder was made; versions never vanish
+        from deltaferry.spark.jobs import one_job
+
         fresh = inference_records(uncovered(raw, self.store.covered()))
         if fresh.isEmpty():
             return version
-        ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
-                .agg(F.max("kafka_offset")).collect()}
+        with one_job(raw):  # a row per partition: one job, not AQE's two
+            ends = {r[0]: r[1] + 1 for r in raw.groupBy("kafka_partition")
+                    .agg(F.max("kafka_offset")).collect()}
         version, changed, changes = commit_schema(
             self.store, infer_from_records(self.spark, fresh, version.schema), ends)
         if changed:
