@@ -49,6 +49,12 @@ class Phases:
 
 
 
+def _batch_id(progress) -> int:
+    """A progress entry's batch id; -1 when it has none."""
+    found = progress.get("batchId")
+    return -1 if found is None else int(found)
+
+
 def batch_progress(progress, topic: str) -> dict:
     """What Spark's StreamingQueryProgress says of one micro-batch: its id, input rows, rows
     per second (arriving and processed), duration, and the offsets per partition it read to."""
@@ -96,8 +102,7 @@ class StreamProgress:
         """The batches of Spark's `recent` progress that read messages and were not added yet
         (idle triggers repeat the next batch's id with no rows), now added."""
         new = [batch_progress(p, self.topic) for p in recent
-               if (p.get("numInputRows") or 0) > 0
-               and (p.get("batchId") if p.get("batchId") is not None else -1) > self.last_id]
+               if (p.get("numInputRows") or 0) > 0 and _batch_id(p) > self.last_id]
         self._count(new)
         return new
 
