@@ -219,6 +219,29 @@ def rpc_problem(exc: BaseException) -> str:
     return next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
+#: pyspark's switch of a process into Spark Connect mode: its functions (F.col...) build
+#: Connect columns only while it is set, as its own builder.remote() sets it (a channel
+#: builder does not). Set while a session of `connect_session` is open, not after: a process
+#: that also runs classic Spark (a test run, a warm driver) builds classic columns again.
+CONNECT_MODE_VAR = "SPARK_CONNECT_MODE_ENABLED"
+_connect_sessions = {"open": 0, "was_set": False}
+
+
+def _enter_connect_mode() -> None:
+    if _connect_sessions["open"] == 0:
+        _connect_sessions["was_set"] = CONNECT_MODE_VAR in os.environ
+        os.environ[CONNECT_MODE_VAR] = "1"
+    _connect_sessions["open"] += 1
+
+
+def _leave_connect_mode() -> None:
+    if _connect_sessions["open"] == 0:
+        return
+    _connect_sessions["open"] -= 1
+    if _connect_sessions["open"] == 0 and not _connect_sessions["was_set"]:
+        os.environ.pop(CONNECT_MODE_VAR, None)
+
+
 def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
                     env: Mapping[str, str] | None = None):
     """A new session on the Spark Connect server of DELTAFERRY_SPARK_REMOTE (of `env`, default
@@ -261,10 +284,23 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
         raise ConfigError(envvars.SPARK_REMOTE.name, "not a Spark Connect URL "
                           f"(sc://host:port/;param=value...): {problem}") from None
     channel.set("user_agent", "deltaferry")
-    # pyspark's functions (F.col...) build Connect columns only in Connect mode, which its own
-    # builder.remote() turns on for the process this way (a channel builder does not)
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    spark = ConnectSession.builder.channelBuilder(channel).create()
+    _enter_connect_mode()
+    try:
+        spark = ConnectSession.builder.channelBuilder(channel).create()
+    except BaseException:
+        _leave_connect_mode()
+        raise
+    stop, stopped = spark.stop, []
+
+    def stop_and_leave() -> None:
+        try:
+            stop()
+        finally:
+            if not stopped:
+                stopped.append(True)
+                _leave_connect_mode()
+
+    spark.stop = stop_and_leave  # type: ignore[method-assign]
     client = spark.client
     patient = client.get_retry_policies()
     # the first call says at once what is wrong (a refused token or certificate, no server):
@@ -274,6 +310,7 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
     try:
         spark.conf.get("spark.sql.session.timeZone")
     except (PySparkException, grpc.RpcError) as exc:
+        _leave_connect_mode()
         raise ConfigError(envvars.SPARK_REMOTE.name, f"the Spark Connect server at "
                           f"{channel.endpoint} did not take the session: "
                           f"{rpc_problem(exc)}") from None

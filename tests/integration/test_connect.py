@@ -54,6 +54,9 @@ def test_server_asks_for_its_token_over_tls_and_restarts_in_place(connect_env, s
     spark = connect_session("token-check", env=env)
     assert spark.sql("SELECT 41 + 1 AS answer").first()["answer"] == 42
     spark.stop()
+    # pyspark's Connect mode ends with the session: this process's classic Spark (and the
+    # processes it starts) build classic columns again
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
     url, token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")
     wrong = remote_env(connect_env, DELTAFERRY_SPARK_REMOTE=f"{url};token=not-{token}")
