@@ -290,7 +290,8 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
     except BaseException:
         _leave_connect_mode()
         raise
-    stop, stopped = spark.stop, []
+    stop = spark.stop
+    stopped: list[bool] = []
 
     def stop_and_leave() -> None:
         try:
