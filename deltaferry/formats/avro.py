@@ -33,10 +33,8 @@ from deltaferry.formats.contract import (
     REASON_NEW_FIELDS,
     REASON_UNFAITHFUL,
     RESCUED,
-    projected,
     registry_writer,
-    rescued_counts,
-    rescued_json,
+    rescue_into,
     type_at_steps,
     unfaithful,
 )
@@ -516,12 +514,7 @@ class AvroDecoder:
                     schema_id))
                 test = F.col("schema_id") == schema_id
                 problem = F.when(test, text) if problem is None else problem.when(test, text)
-        data = projected(F.col("data"), wide, narrow).withField(
-            RESCUED, rescued_json(F.col("data"), kept, has))
-        decoded = decoded.withColumn("data", data)
-        if problem is not None:
-            decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))
-        self.rescued = rescued_counts(decoded)
+        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem)
         if self.rescued:
             log.info("ingest %s: schema rescue: kept in %s, fields not in the table: %s",
                      self.topic.name, RESCUED, ", ".join(f"{f} ({n} message(s))"

@@ -126,6 +126,22 @@ def rescued_json(data: Column, news: list[tuple[str, tuple[str, ...]]],
     return F.nullif(F.to_json(F.struct(*entries), TO_JSON_OPTIONS), F.lit("{}"))
 
 
+def rescue_into(decoded: DataFrame, wide, narrow, kept: list[tuple[str, tuple[str, ...]]],
+                has: Callable, problem: Column | None) -> tuple[DataFrame, dict[str, int]]:
+    """`decoded`'s ``data`` as the table's columns (`projected` from the `wide` type onto
+    `narrow`) with the `kept` new fields' values in ``_rescued`` (`rescued_json`), and
+    `problem` (the reason of values that cannot be rescued faithfully, or None) taken into its
+    ``problem`` where that is still null; and the paths rescued with their counts."""
+    from pyspark.sql import functions as F
+
+    data = projected(F.col("data"), wide, narrow).withField(
+        RESCUED, rescued_json(F.col("data"), kept, has))
+    decoded = decoded.withColumn("data", data)
+    if problem is not None:
+        decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))
+    return decoded, rescued_counts(decoded)
+
+
 def rescued_counts(decoded: DataFrame) -> dict[str, int]:
     """Per path, the usable records of `decoded` whose ``data._rescued`` holds it (one job)."""
     from pyspark.sql import functions as F

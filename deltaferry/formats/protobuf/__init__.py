@@ -32,8 +32,7 @@ from deltaferry.formats.contract import (
     REASON_UNFAITHFUL,
     RESCUED,
     projected,
-    rescued_counts,
-    rescued_json,
+    rescue_into,
     type_at_steps,
     unfaithful,
 )
@@ -233,12 +232,7 @@ class ProtobufDecoder:
                                                 writer=self.schemas.writer_named(plans[key]))
                 test = F.col("__protobuf.writer") == label
                 problem = F.when(test, text) if problem is None else problem.when(test, text)
-        data = projected(F.col("data"), wide, narrow).withField(
-            RESCUED, rescued_json(F.col("data"), kept, has))
-        decoded = decoded.withColumn("data", data)
-        if problem is not None:
-            decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))
-        self.rescued = rescued_counts(decoded)
+        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem)
         if self.rescued:
             log.info("ingest %s: schema rescue: kept in %s, fields not in schema v%d: %s",
                      self.topic.name, RESCUED, self.schema_version,
