@@ -33,7 +33,7 @@ from deltaferry_dev.debezium_events import (
 )
 
 from .readers import assert_readers_agree
-from .test_cdc import table_state, typed
+from .test_cdc import land, table_state, typed
 from .test_pipeline import context
 
 pytestmark = pytest.mark.integration
@@ -119,9 +119,9 @@ def positions(event: Event) -> list[Decimal]:
     return [Decimal(n) for n in event.position]
 
 
-def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> None:
+def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> dict[int, dict]:
     """Each live key's row is its newest event's (by the connector's own log), with that
-    event's position; the readers agree."""
+    event's position; the readers agree. The rows by key (`table_state`)."""
     expected = expected_rows(events)
     actual = table_state(spark, ctx.paths.table)
     assert sorted(actual) == sorted(expected), ctx.topic.name
@@ -134,6 +134,7 @@ def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> No
             (event.op, event.ts_ms, None), (ctx.topic.name, key)
         assert row["__source_position"] == positions(event), (ctx.topic.name, key)
     assert_readers_agree(spark, ctx.paths.table)
+    return actual
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
@@ -151,15 +152,13 @@ def test_each_connector_orders_a_keys_changes_by_its_own_log(
         events: list[Event] = []
         for run, stale_count in zip(runs, stale, strict=True):
             produce(kafka_bootstrap, topic, messages(run, wrapped))
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             events += run
-            assert_connector_table(spark, ctx, events, wrapped)
+            rows = assert_connector_table(spark, ctx, events, wrapped)
             assert (report.stale, report.quarantined) == (stale_count, 0), \
                 (connector, report.summary())
         # the key updated by two transactions within one second holds the second's row
-        row = table_state(spark, ctx.paths.table)[1]
-        assert row["email"] == customer(1, 2).email, connector
+        assert rows[1]["email"] == customer(1, 2).email, connector
         deletes = spark.read.format("delta").load(ctx.paths.deletes).collect()
         assert [(r["id"], r["__source_position"]) for r in deletes] == \
             [(2, positions(next(e for e in runs[0] if e.op == "d")))], connector
@@ -337,8 +336,7 @@ def test_deletes_without_a_before_image_and_history_by_transaction(
     for n, run in enumerate(runs):
         for ctx, wrapped in ((current, False), (history, True)):
             produce(kafka_bootstrap, ctx.topic.name, messages(run, wrapped))
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             assert report.quarantined == 0, report.summary()
         if n == 0:
             assert sorted(table_state(spark, current.paths.table)) == [1, 3]
@@ -740,8 +738,7 @@ def test_mongodb_documents_land_ordered_by_ord_within_the_second(
     for n, expected in enumerate([(0, 1), (2, 0)]):
         for ctx, wrapped in ((current, False), (history, True)):
             produce(kafka_bootstrap, ctx.topic.name, mongo_runs(wrapped)[n])
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             assert (report.stale, report.quarantined) == expected, report.summary()
 
     def oid(n: int) -> str:
