@@ -367,32 +367,44 @@ def test_history_versions_across_micro_batches_of_one_run(
     """scd2 over micro-batches of two events (`max_offsets_per_trigger`) in one run: a
     version closed in the next batch by another transaction of the same second is kept as a
     zero-length version; a transaction whose two changes fall in two batches makes one
-    version (the first batch's is replaced)."""
+    version (the first batch's is replaced). Where the source's clock goes back (a later
+    change with an earlier ``ts_ms``), within a batch, across batches and after a delete, the
+    change's version starts where the previous one started (or the delete happened): versions
+    in source order never overlap nor end before they start."""
     uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
     def ev(op, pos, ts, version, gtid_no):
         return mysql_event(op, 1, 9, pos, 0, ts, gtid=f"{uuid}:{gtid_no}",
-                           after=customer(1, version),
+                           after=customer(1, version) if op != "d" else None,
                            before=customer(1, version - 1) if version else None)
 
     topic = new_topic("mysql.inventory.batches", partitions=1)
     produce(kafka_bootstrap, topic, messages([
         ev("c", 100, T, 0, 1), ev("u", 200, T + S, 1, 2),  # batch 1
         ev("u", 300, T + S, 2, 3), ev("u", 400, T + 2 * S, 3, 4),  # batch 2
-        ev("u", 500, T + 2 * S, 4, 4)], True))  # batch 3: transaction 4's second change
+        # batch 3: transaction 4's second change, then the clock back a second
+        ev("u", 500, T + 2 * S, 4, 4), ev("u", 600, T + S, 5, 5),
+        # batch 4: the clock back to T, across batches, then a delete
+        ev("u", 700, T, 6, 6), ev("d", 800, T + 3 * S, 7, 7),
+        ev("c", 900, T + S, 8, 8)], True))  # batch 5: inserted again, before the delete
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", history="scd2",
                   max_offsets_per_trigger=2)
     run_step("infer", ctx, spark)
     (report,) = run_step("ingest", ctx, spark)
-    assert (report.batches, report.quarantined, report.stale) == (3, 0, 0), report.summary()
+    assert (report.batches, report.quarantined, report.stale) == (5, 0, 0), report.summary()
     versions = sorted(
-        (r["__start_at"], r["__end_at"], r["email"], r["__source_tx"][-2:])
+        (r["__source_position"][1], r["__start_at"], r["__end_at"], r["email"],
+         r["__source_tx"][-2:])
         for r in spark.read.format("delta").load(ctx.paths.table).collect())
     assert versions == [
-        (at(T), at(T + S), customer(1, 0).email, ":1"),
-        (at(T + S), at(T + S), customer(1, 1).email, ":2"),  # zero-length, across batches
-        (at(T + S), at(T + 2 * S), customer(1, 2).email, ":3"),
-        (at(T + 2 * S), None, customer(1, 4).email, ":4"),  # one version of transaction 4
+        (100, at(T), at(T + S), customer(1, 0).email, ":1"),
+        (200, at(T + S), at(T + S), customer(1, 1).email, ":2"),  # zero-length, across batches
+        (300, at(T + S), at(T + 2 * S), customer(1, 2).email, ":3"),
+        (500, at(T + 2 * S), at(T + 2 * S), customer(1, 4).email, ":4"),  # one of transaction 4
+        # the clock went back: each starts (and the one before ends) where the one before began
+        (600, at(T + 2 * S), at(T + 2 * S), customer(1, 5).email, ":5"),
+        (700, at(T + 2 * S), at(T + 3 * S), customer(1, 6).email, ":6"),  # ended by the delete
+        (900, at(T + 3 * S), None, customer(1, 8).email, ":8"),  # not before the delete
     ], versions
 
 
