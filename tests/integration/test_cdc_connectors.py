@@ -486,7 +486,8 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
     altered mid-stream and the converter registers its new version: a column added arrives
     in the same run (NULL in the rows and scd2 versions from before), a decimal widened
     widens the column, and a type that does not widen (decimal to text) is quarantined naming
-    the column and both types, never cast."""
+    the column and both types, never cast; a value that does not convert (a ZonedTimestamp
+    that is no time) is quarantined naming the column and the value."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -588,10 +589,13 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
          phone=None, balance=None)  # no value: nothing to cast
     send(text, mysql_event("d", 5, 1000000, 1700, 0, T + 9 * S, before=customer(5)),
          phone=None, balance=None)  # a delete writes no values
+    # a ZonedTimestamp (an Avro string) that is no time: quarantined, never a NULL
+    send(text, mysql_event("c", 7, 1000000, 1800, 0, T + 9 * S, after=customer(7)),
+         phone=None, balance=None, updated_at="yesterday")
     assert producer.flush(30) == 0
     run_step("infer", ctx, spark)
     (report,) = run_step("ingest", ctx, spark)
-    assert (report.inserted, report.deleted, report.quarantined) == (1, 1, 1), report.summary()
+    assert (report.inserted, report.deleted, report.quarantined) == (1, 1, 2), report.summary()
     rows = table_state(spark, ctx.paths.table)
     assert sorted(rows) == [1, 3, 4, 6]
     assert (rows[3]["email"], rows[3]["balance"]) == (customer(3, 3).email,
@@ -599,10 +603,12 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
     assert (rows[6]["email"], rows[6]["balance"]) == (customer(6).email, None)
     assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["balance"] == \
         "decimal(12,2)"
-    (reason,) = [r["reason"] for r in
-                 spark.read.format("delta").load(ctx.paths.quarantine).collect()]
+    reason, unconverted = sorted(
+        r["reason"] for r in spark.read.format("delta").load(ctx.paths.quarantine).collect())
     assert reason.startswith("column balance: its type changed from decimal(12,2) to "
                              "string"), reason
+    assert unconverted.startswith("column updated_at: yesterday does not convert to "
+                                  "timestamp"), unconverted
 
 
 def with_phone(event: Event, wrapped: bool, phone: str | None) -> tuple[str, str]:
