@@ -365,32 +365,44 @@ def test_history_versions_across_micro_batches_of_one_run(
     """scd2 over micro-batches of two events (`max_offsets_per_trigger`) in one run: a
     version closed in the next batch by another transaction of the same second is kept as a
     zero-length version; a transaction whose two changes fall in two batches makes one
-    version (the first batch's is replaced)."""
+    version (the first batch's is replaced). Where the source's clock goes back (a later
+    change with an earlier ``ts_ms``), within a batch, across batches and after a delete, the
+    change's version starts where the previous one started (or the delete happened): versions
+    in source order never overlap nor end before they start."""
     uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
     def ev(op, pos, ts, version, gtid_no):
         return mysql_event(op, 1, 9, pos, 0, ts, gtid=f"{uuid}:{gtid_no}",
-                           after=customer(1, version),
+                           after=customer(1, version) if op != "d" else None,
                            before=customer(1, version - 1) if version else None)
 
     topic = new_topic("mysql.inventory.batches", partitions=1)
     produce(kafka_bootstrap, topic, messages([
         ev("c", 100, T, 0, 1), ev("u", 200, T + S, 1, 2),  # batch 1
         ev("u", 300, T + S, 2, 3), ev("u", 400, T + 2 * S, 3, 4),  # batch 2
-        ev("u", 500, T + 2 * S, 4, 4)], True))  # batch 3: transaction 4's second change
+        # batch 3: transaction 4's second change, then the clock back a second
+        ev("u", 500, T + 2 * S, 4, 4), ev("u", 600, T + S, 5, 5),
+        # batch 4: the clock back to T, across batches, then a delete
+        ev("u", 700, T, 6, 6), ev("d", 800, T + 3 * S, 7, 7),
+        ev("c", 900, T + S, 8, 8)], True))  # batch 5: inserted again, before the delete
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", history="scd2",
                   max_offsets_per_trigger=2)
     run_step("infer", ctx, spark)
     (report,) = run_step("ingest", ctx, spark)
-    assert (report.batches, report.quarantined, report.stale) == (3, 0, 0), report.summary()
+    assert (report.batches, report.quarantined, report.stale) == (5, 0, 0), report.summary()
     versions = sorted(
-        (r["__start_at"], r["__end_at"], r["email"], r["__source_tx"][-2:])
+        (r["__source_position"][1], r["__start_at"], r["__end_at"], r["email"],
+         r["__source_tx"][-2:])
         for r in spark.read.format("delta").load(ctx.paths.table).collect())
     assert versions == [
-        (at(T), at(T + S), customer(1, 0).email, ":1"),
-        (at(T + S), at(T + S), customer(1, 1).email, ":2"),  # zero-length, across batches
-        (at(T + S), at(T + 2 * S), customer(1, 2).email, ":3"),
-        (at(T + 2 * S), None, customer(1, 4).email, ":4"),  # one version of transaction 4
+        (100, at(T), at(T + S), customer(1, 0).email, ":1"),
+        (200, at(T + S), at(T + S), customer(1, 1).email, ":2"),  # zero-length, across batches
+        (300, at(T + S), at(T + 2 * S), customer(1, 2).email, ":3"),
+        (500, at(T + 2 * S), at(T + 2 * S), customer(1, 4).email, ":4"),  # one of transaction 4
+        # the clock went back: each starts (and the one before ends) where the one before began
+        (600, at(T + 2 * S), at(T + 2 * S), customer(1, 5).email, ":5"),
+        (700, at(T + 2 * S), at(T + 3 * S), customer(1, 6).email, ":6"),  # ended by the delete
+        (900, at(T + 3 * S), None, customer(1, 8).email, ":8"),  # not before the delete
     ], versions
 
 
@@ -472,7 +484,8 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
     altered mid-stream and the converter registers its new version: a column added arrives
     in the same run (NULL in the rows and scd2 versions from before), a decimal widened
     widens the column, and a type that does not widen (decimal to text) is quarantined naming
-    the column and both types, never cast."""
+    the column and both types, never cast; a value that does not convert (a ZonedTimestamp
+    that is no time) is quarantined naming the column and the value."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -574,10 +587,13 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
          phone=None, balance=None)  # no value: nothing to cast
     send(text, mysql_event("d", 5, 1000000, 1700, 0, T + 9 * S, before=customer(5)),
          phone=None, balance=None)  # a delete writes no values
+    # a ZonedTimestamp (an Avro string) that is no time: quarantined, never a NULL
+    send(text, mysql_event("c", 7, 1000000, 1800, 0, T + 9 * S, after=customer(7)),
+         phone=None, balance=None, updated_at="yesterday")
     assert producer.flush(30) == 0
     run_step("infer", ctx, spark)
     (report,) = run_step("ingest", ctx, spark)
-    assert (report.inserted, report.deleted, report.quarantined) == (1, 1, 1), report.summary()
+    assert (report.inserted, report.deleted, report.quarantined) == (1, 1, 2), report.summary()
     rows = table_state(spark, ctx.paths.table)
     assert sorted(rows) == [1, 3, 4, 6]
     assert (rows[3]["email"], rows[3]["balance"]) == (customer(3, 3).email,
@@ -585,10 +601,12 @@ def test_avro_mysql_change_events_order_by_the_binlog_and_follow_schema_changes(
     assert (rows[6]["email"], rows[6]["balance"]) == (customer(6).email, None)
     assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["balance"] == \
         "decimal(12,2)"
-    (reason,) = [r["reason"] for r in
-                 spark.read.format("delta").load(ctx.paths.quarantine).collect()]
+    reason, unconverted = sorted(
+        r["reason"] for r in spark.read.format("delta").load(ctx.paths.quarantine).collect())
     assert reason.startswith("column balance: its type changed from decimal(12,2) to "
                              "string"), reason
+    assert unconverted.startswith("column updated_at: yesterday does not convert to "
+                                  "timestamp"), unconverted
 
 
 def with_phone(event: Event, wrapped: bool, phone: str | None) -> tuple[str, str]:

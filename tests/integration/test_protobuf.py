@@ -17,7 +17,7 @@ from deltaferry.formats.protobuf.sources import compile_proto
 from deltaferry.formats.protobuf.wire import encode_frame
 from deltaferry.kafka import produce
 from deltaferry.paths import TopicPaths
-from deltaferry.pipeline import TopicContext, run_step
+from deltaferry.pipeline import TopicContext, run_step, topic_lock
 from deltaferry.schema.store import SchemaStore
 
 from .readers import assert_plain_table, assert_readers_agree
@@ -277,30 +277,64 @@ def test_a_version_registered_after_the_run_started_lands_in_that_run(
 
 def test_plain_protobuf_bodies_of_a_schemas_file(spark, kafka_bootstrap, new_topic, tmp_path):
     """A topic without a registry: unframed bodies, decoded with the topics entry's
-    proto_file and message; what is not such a body goes to quarantine."""
+    proto_file and message; what is not such a body goes to quarantine. Expectations see the
+    Kafka headers (`keep_headers`) as for JSON, and a replay checks them again on the headers
+    the quarantine kept: what still fails a rule stays, the rest lands."""
+    from confluent_kafka import Producer
     from google.protobuf import message_factory
+
+    from deltaferry.spark.replay import replay_quarantine
 
     name = new_topic("proto-file", partitions=1)
     file = compile_proto({NAME: V1}, NAME, "test")
     Order = message_factory.GetMessageClass(file.message_named("shop.Order"))
-    produce_bytes(kafka_bootstrap, name, [
-        ("a", Order(id="a1", quantity=5).SerializeToString()),
-        ("b", Order(id="b1", tags=["x"]).SerializeToString()),
-        ("a", Order(id="a2", quantity=6).SerializeToString()),
-        ("c", b"\xff\xfe not protobuf"),
-    ])
-    topic = TopicConfig(name=name, format="protobuf",
-                        protobuf=ProtobufOptions(message="shop.Order",
-                                                 proto_file=str(ORDER_PROTO)))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    shop = [("origin", b"shop")]
+    for key, body, headers in [
+        ("a", Order(id="a1", quantity=5).SerializeToString(), shop),
+        ("b", Order(id="b1", tags=["x"]).SerializeToString(), shop),
+        ("a", Order(id="a2", quantity=6).SerializeToString(), shop),
+        ("c", b"\xff\xfe not protobuf", shop),
+        ("d", Order(id="d1", quantity=1).SerializeToString(), None),  # no origin header
+        ("e", Order(id="e1", quantity=500).SerializeToString(), shop),  # too many
+    ]:
+        producer.produce(name, key=key, value=body, headers=headers)
+    assert producer.flush(30) == 0
+    from_the_shop = {"rule": "coalesce(exists(kafka_headers, h -> h.key = 'origin' AND "
+                             "CAST(h.value AS STRING) = 'shop'), false)", "action": "quarantine"}
+    options = ProtobufOptions(message="shop.Order", proto_file=str(ORDER_PROTO))
+    topic = TopicConfig(name=name, format="protobuf", protobuf=options, keep_headers=True,
+                        expectations={"from_the_shop": from_the_shop,
+                                      "few": {"rule": "quantity < 100", "action": "quarantine"}})
     ctx = proto_context(topic, kafka_bootstrap, tmp_path)
     assert run_step("infer", ctx, spark)[0].schema_version == 1
     [report] = run_step("ingest", ctx, spark)
-    assert (report.inserted, report.quarantined) == (2, 1)
+    assert (report.inserted, report.quarantined) == (2, 3), report.summary()
+    assert report.expectations == {"from_the_shop": {"action": "quarantine", "failed": 1},
+                                   "few": {"action": "quarantine", "failed": 1}}
     rows = table_rows(spark, ctx)
     assert (rows["a"]["id"], rows["a"]["quantity"], rows["b"]["tags"]) == ("a2", 6, ["x"])
-    ((key, reason),) = quarantine_reasons(spark, ctx)
-    assert key == "c" and reason.startswith(
+    assert [(h["key"], bytes(h["value"])) for h in rows["a"]["kafka_headers"]] == shop
+    (c, d, e) = quarantine_reasons(spark, ctx)
+    assert c[0] == "c" and c[1].startswith(
         f"protobuf body does not decode as shop.Order ({ORDER_PROTO}):")
+    assert (d[0], e[0]) == ("d", "e") and "expectation from_the_shop" in d[1] \
+        and "expectation few" in e[1], (d, e)
+
+    # the replay, with the header's rule in place (not the quantity's): e's kept header
+    # passes it and e lands; d still has no origin and stays
+    relaxed = proto_context(TopicConfig(name=name, format="protobuf", protobuf=options,
+                                        keep_headers=True,
+                                        expectations={"from_the_shop": from_the_shop}),
+                            kafka_bootstrap, tmp_path)
+    with topic_lock(relaxed, "replay").hold():
+        replayed = replay_quarantine(spark, relaxed, "expectation")
+    assert (replayed.read, replayed.landed, replayed.still_failing) == (2, 1, 1), replayed
+    assert sorted(table_rows(spark, ctx)) == ["a", "b", "e"]
+    assert table_rows(spark, ctx)["e"]["quantity"] == 500
+    unreplayed = [r["kafka_key"] for r in spark.read.format("delta")
+                  .load(ctx.paths.quarantine).where("replayed_at IS NULL").collect()]
+    assert sorted(unreplayed) == ["c", "d"]
 
 
 def test_registry_5xx_fails_the_protobuf_run_without_committing(

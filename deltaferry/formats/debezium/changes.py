@@ -356,6 +356,8 @@ class ChangeWriter:
 START_AT, END_AT = "__start_at", "__end_at"
 #: The extra columns of the MERGE source of `HistoryWriter`.
 ACTION, CLOSE_AT, CLOSE_TX = "__action", "__close_at", "__close_tx"
+#: The earliest a key's next version may start (`HistoryWriter.classify`).
+FLOOR = "__floor"
 
 
 class HistoryWriter(ChangeWriter):
@@ -366,13 +368,14 @@ class HistoryWriter(ChangeWriter):
     batch or across batches) make one version, the last one's. Changes of different
     transactions are versions of their own in source order even when they share a timestamp
     (the earlier one then ends when it starts: a zero-length version); a change without a
-    transaction is a version of its own. A version the next change would end before it started
-    (the source's clock went back) is replaced instead. Stale events add nothing
-    (`ChangeWriter`)."""
+    transaction is a version of its own. Versions in source order never overlap nor end before
+    they start: a version starts at its event's time or, where the source's clock went back
+    (a later change with an earlier ``ts_ms``), at the previous version's start, which it
+    ends there (a zero-length version, kept). Stale events add nothing (`ChangeWriter`)."""
 
     def rows(self, parsed: DataFrame) -> DataFrame:
         """Every usable change of `parsed` but the earlier ones of a transaction, as table rows
-        with `START_AT` and `END_AT` (the next change's time, null for the last one)."""
+        with `START_AT` (the event's time) and `END_AT` (null: `apply` sets both, `versions`)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -385,11 +388,45 @@ class HistoryWriter(ChangeWriter):
         transaction = F.coalesce(F.col(TRANSACTION),
                                  F.concat(F.lit("\u0000"), F.col("__position").cast("string")))
         last = F.max("__position").over(Window.partitionBy(*key, transaction))
-        following = Window.partitionBy(*key).orderBy("__position")
         return (events.withColumn("__last", last)  # a window is not allowed in a filter
                 .where(F.col("__position") == F.col("__last"))
-                .withColumn(END_AT, F.lead(START_AT).over(following))
+                .withColumn(END_AT, F.lit(None).cast("timestamp"))
                 .drop("__position", "__last"))
+
+    def classify(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
+        """`ChangeWriter.classify`'s, with `FLOOR`: the earliest time a new version of the key
+        may start, the start of its current version or the time of its remembered delete
+        (null for a key the table has not seen)."""
+        from pyspark.sql import functions as F
+
+        q = delta_table.quote
+        classified = super().classify(spark, rows)
+        floors = []
+        for frame, at in ((self.current_rows(spark), F.col(START_AT)),
+                          (self._remembered(spark), F.timestamp_millis(F.col(TS_MS)))):
+            if frame is not None and all(k in frame.columns for k in self.keys):
+                floors.append(frame.select(*[q(k) for k in self.keys], at.alias(FLOOR)))
+        if not floors:
+            return classified.withColumn(FLOOR, F.lit(None).cast("timestamp"))
+        floor = (reduce(lambda a, b: a.unionByName(b), floors)
+                 .groupBy(*[q(k) for k in self.keys]).agg(F.max(FLOOR).alias(FLOOR)))
+        return (classified.alias("c").join(floor.alias("f"), _keys_match(self.keys, "c", "f"),
+                                           "left")
+                .select("c.*", F.col(f"f.{FLOOR}")))
+
+    def versions(self, fresh: DataFrame) -> DataFrame:
+        """`fresh` (the changes to apply, with `FLOOR`) with each version's `START_AT` no
+        earlier than its key's `FLOOR` nor than an earlier change's start (the source's clock
+        may go back), and `END_AT` the next change's start (null for the last one)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        order = Window.partitionBy(*[F.col(delta_table.quote(k)) for k in self.keys]) \
+            .orderBy(F.expr(position_sql()))
+        so_far = F.max(START_AT).over(order.rowsBetween(Window.unboundedPreceding, 0))
+        return (fresh.withColumn(START_AT, F.greatest(so_far, F.col(FLOOR)))
+                .withColumn(END_AT, F.lead(START_AT).over(order))
+                .drop(FLOOR))
 
     def current_rows(self, spark: SparkSession) -> DataFrame:
         """The current versions (`END_AT` null): what a change is compared with."""
@@ -402,7 +439,7 @@ class HistoryWriter(ChangeWriter):
         """Close the current version of each key with a newer change and add the changes'
         versions (one MERGE), then remember the deletes, as Delta transaction (`app_id`,
         `version`); the counts: inserted (versions added), updated (versions closed), deleted
-        (versions replaced, see the class) and stale."""
+        (versions of a transaction replaced, see the class) and stale."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -415,7 +452,7 @@ class HistoryWriter(ChangeWriter):
         classified = self.classify(spark, rows).localCheckpoint()
         try:
             stale = classified.where(F.col("__stale")).count()
-            fresh = classified.where(~F.col("__stale")).drop("__stale")
+            fresh = self.versions(classified.where(~F.col("__stale")).drop("__stale"))
             key = [F.col(q(k)) for k in self.keys]
             order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
             first = fresh.withColumn("__n", F.row_number().over(order)).where("__n = 1")
@@ -441,9 +478,9 @@ class HistoryWriter(ChangeWriter):
     def merge_versions(self, spark: SparkSession, source: DataFrame,
                        columns: list[str]) -> dict[str, int]:
         """The MERGE of `apply`: a ``close`` row of `source` matches its key's current version
-        and ends it at `CLOSE_AT`, or deletes it where the close is of the version's own
-        transaction (`CLOSE_TX`: a transaction split across batches makes one version) or
-        before the version started; an ``insert`` row is a new version. Inserted/updated/
+        and ends it at `CLOSE_AT` (never before it started: `versions`), or deletes it where
+        the close is of the version's own transaction (`CLOSE_TX`: a transaction split across
+        batches makes one version); an ``insert`` row is a new version. Inserted/updated/
         deleted version counts (zeros if Delta skipped it)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
@@ -456,8 +493,7 @@ class HistoryWriter(ChangeWriter):
         result = (
             DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
             .whenMatchedDelete(condition=F.expr(
-                f"coalesce(t.{q(TRANSACTION)} = s.{CLOSE_TX}, false) "
-                f"OR t.{q(START_AT)} > s.{CLOSE_AT}"))
+                f"coalesce(t.{q(TRANSACTION)} = s.{CLOSE_TX}, false)"))
             .whenMatchedUpdate(set={q(END_AT): F.col(f"s.{CLOSE_AT}")})
             .whenNotMatchedInsert(condition=F.expr(f"s.{ACTION} = 'insert'"), values=values)
             .execute()
