@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from deltaferry.errors import DeltaferryError
-from deltaferry.state import iso_time
+from deltaferry.state import BatchKey, batch_note, counted, iso_time
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
@@ -159,12 +159,15 @@ def judge(ctx: TopicContext, report: Any, now: float | None = None) -> Any:
     return report
 
 
-def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None) -> Alert | None:
+def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None,
+          batch: BatchKey | None = None) -> Alert | None:
     """Add `read` messages, `bad` of them bad, to the count of the topic of `ctx` (an ingest
-    run's, `judge`; each micro-batch of a stream's, deltaferry.spark.ingest.stream); once the
-    count holds ``messages`` or more, judge their share and start the count again, and above
-    ``ratio`` pause the topic (`paused.json`): the ``pause_after`` alert (action fail), logged.
-    None otherwise (nothing read, no pause_after, a share not above the ratio)."""
+    run's, `judge`; each micro-batch of a stream's, deltaferry.spark.ingest.stream, once per
+    micro-batch `batch`: one written again after a crash is not counted again,
+    `deltaferry.state.counted`); once the count holds ``messages`` or more, judge their share
+    and start the count again, and above ``ratio`` pause the topic (`paused.json`): the
+    ``pause_after`` alert (action fail), logged. None otherwise (nothing read, no
+    pause_after, a share not above the ratio, a micro-batch counted before)."""
     from deltaferry.alerts import Alert
 
     threshold = ctx.topic.pause_after
@@ -174,16 +177,23 @@ def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None) -> A
     storage = storage_for(root)
     now = time.time() if now is None else now
     count = _read(storage, _path(root, COUNT_FILE)) or {}
+    if counted(count, batch):
+        log.info("%s: micro-batch %d was counted toward on_bad_messages before (written again "
+                 "after a crash); not counted again", ctx.topic.name, batch[1] if batch else -1)
+        return None
     read += int(count.get("read") or 0)
     bad += int(count.get("bad") or 0)
     if read < threshold.messages:
         storage.write(_path(root, COUNT_FILE), json.dumps(
-            {"read": read, "bad": bad, "since": count.get("since") or iso_time(now)},
-            indent=2).encode("utf-8"))
+            {"read": read, "bad": bad, "since": count.get("since") or iso_time(now),
+             **batch_note(batch)}, indent=2).encode("utf-8"))
         log.info("%s: %d of %d message(s) read bad so far; on_bad_messages %s judges the share "
                  "at %d", ctx.topic.name, bad, read, threshold.describe(), threshold.messages)
         return None
-    storage.delete(_path(root, COUNT_FILE))
+    if batch is not None:  # the count starts again, still knowing the batch it counted
+        storage.write(_path(root, COUNT_FILE), json.dumps(batch_note(batch)).encode("utf-8"))
+    else:
+        storage.delete(_path(root, COUNT_FILE))
     paused = Paused(ctx.topic.name, iso_time(now), read, bad, threshold.ratio,
                     threshold.messages)
     if paused.share <= threshold.ratio:

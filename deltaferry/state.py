@@ -218,20 +218,49 @@ def discarded_record(storage: Storage, root: str) -> dict:
     return found if isinstance(found, dict) and isinstance(found.get("fields"), dict) else {}
 
 
+#: A micro-batch as counts kept across runs key it (`counted`): its query's idempotency id (the
+#: checkpoint's, as the table's commit is keyed: Delta's txnAppId) and its batch id (txnVersion).
+BatchKey = tuple[str, int]
+
+
+def counted(record: Mapping, batch: BatchKey | None) -> bool:
+    """Whether the micro-batch `batch` was already added to `record` (a count kept across runs,
+    which notes the last micro-batch it added as ``{"batch": {"app": ..., "id": ...}}``): the
+    same query, that batch or a later one. As Delta skips a table write whose txnVersion is
+    not above its txnAppId's, a micro-batch written again after a crash (its checkpoint commit
+    was not made) is not counted again. False without `batch` (a count not kept per batch)."""
+    if batch is None:
+        return False
+    last = record.get("batch")
+    return isinstance(last, dict) and last.get("app") == batch[0] \
+        and isinstance(last.get("id"), int) and last["id"] >= batch[1]
+
+
+def batch_note(batch: BatchKey | None) -> dict:
+    """What a count notes of the last micro-batch it added (`counted`): {} without one."""
+    return {"batch": {"app": batch[0], "id": batch[1]}} if batch is not None else {}
+
+
 def record_discarded(storage: Storage, root: str, counts: Mapping[str, int],
-                     when: float | None = None) -> None:
+                     when: float | None = None, batch: BatchKey | None = None) -> bool:
     """Add `counts` (per field left out of a micro-batch's rows, the messages it was in) to the
     topic's record (``<topic>/_state/discarded.json``, the schema page's), by the run holding
-    the topic's lock. A micro-batch written again after a crash is counted again."""
+    the topic's lock, once per micro-batch `batch` (`counted`: one written again after a
+    crash is not counted again). Whether they were added."""
     now = iso_time(time.time() if when is None else when)
     record = discarded_record(storage, root)
+    if counted(record, batch):
+        log.info("%s: micro-batch %s was counted before (written again after a crash); not "
+                 "counted again", join(root, "_state", DISCARDED_FILE), batch)
+        return False
     fields = {str(k): int(v) for k, v in (record.get("fields") or {}).items()
               if isinstance(v, int)}
     for path, count in counts.items():
         fields[path] = fields.get(path, 0) + int(count)
     storage.write(join(root, "_state", DISCARDED_FILE), json.dumps(
         {"fields": dict(sorted(fields.items())), "since": record.get("since") or now,
-         "updated": now}, indent=2).encode("utf-8"))
+         "updated": now, **batch_note(batch)}, indent=2).encode("utf-8"))
+    return True
 
 
 # --- one topic's state, read once per run -----------------------------------------------------

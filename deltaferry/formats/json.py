@@ -25,11 +25,14 @@ from deltaferry.kafka import TopicOffsets, check_not_reset, ranges_to_read, topi
 from deltaferry.reports import InferReport
 from deltaferry.schema.hints import Hint, apply_hints, hint_mismatches, type_at
 from deltaferry.schema.merge import (
+    child_path,
     describe,
     field_types,
     is_decimal,
+    kind_of,
     merge_schemas,
     new_fields,
+    type_name,
 )
 from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
@@ -320,46 +323,110 @@ def json_type(value: Column) -> Column:
             .otherwise(F.lower(kind)))
 
 
-def misfits(schema: dict) -> list[tuple[str, str, Column, Column]]:
-    """The fields of `schema` a misfit can be named at (`field_types`: reachable through
-    structs; a name a variant path cannot spell is left out), innermost first: each as its
-    path, its type's name, whether the value (parsed into `data`) holds something there that
-    was read as null (it did not fit: Spark reads the other fields of such a value), and the
-    value found there (a variant)."""
+def variant_field(value: Column, name: str) -> Column:
+    """The field `name` of the variant `value` (a variant; null where `value` is not an object
+    or has no such field), whatever characters the name holds."""
+    from pyspark.sql import functions as F
+
+    if "'" in name or "\\" in name:  # a variant path cannot spell it: look it up by key
+        return F.try_variant_get(value, "$", "map<string,variant>").getItem(name)
+    return F.try_variant_get(value, f"$['{name}']", "variant")
+
+
+def misfit_at(typed: Column, value: Column, datatype, path: str) -> Column:
+    """The first place, innermost first, where the variant `value` (a message's, at `path`)
+    holds something that its reading `typed` (Spark's JSON parsing of it with `datatype`)
+    holds as null: a struct of its ``path``, the JSON type ``found`` there (`json_type`) and
+    the schema's ``expected`` type name; null where everything fits. Inside an array's
+    elements (``items[].price``) or a map's values (``attrs{}``), each element is read again
+    on its own with the element type (Spark's parsing of an array of primitives holding one
+    misfit reads the whole array as null), so the element that does not fit is named; an
+    array whose elements each fit on their own (a number whose text the variant respells) is
+    named itself."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    kind = kind_of(datatype)
+    inner: list[Column] = []
+    if kind == "struct":
+        inner = [misfit_at(typed.getField(f["name"]), variant_field(value, f["name"]),
+                           f["type"], child_path(path, f["name"])) for f in datatype["fields"]]
+    elif kind == "array" or (kind == "map" and datatype["keyType"] == "string"):
+        element = datatype["elementType"] if kind == "array" else datatype["valueType"]
+        one = StructType.fromJson({"type": "struct", "fields": [
+            {"name": "v", "type": element, "nullable": True, "metadata": {}}]})
+        if kind == "array":
+            values = F.try_variant_get(value, "$", "array<variant>")
+        else:
+            values = F.map_values(F.try_variant_get(value, "$", "map<string,variant>"))
+        step = "[]" if kind == "array" else "{}"
+
+        def each(v: Column) -> Column:
+            alone = F.from_json(F.concat(F.lit('{"v":'), F.to_json(v), F.lit("}")), one)
+            return misfit_at(alone.getField("v"), v, element, path + step)
+
+        inner = [F.get(F.filter(F.transform(values, each), lambda m: m.isNotNull()), 0)]
+    found = json_type(value)
+    itself = F.when(typed.isNull() & found.isNotNull(), F.struct(
+        F.lit(path).alias("path"), found.alias("found"), F.lit(type_name(datatype))
+        .alias("expected")))
+    return F.coalesce(*inner, itself) if inner else itself
+
+
+def first_misfit(schema: dict) -> Column:
+    """For a value parsed into `data` with `schema`: its first misfit, innermost first
+    (`misfit_at`: path, found and expected type), null where none can be named."""
     from pyspark.sql import functions as F
 
     message = F.try_parse_json(F.col("raw_value"))
-    found = []
-    for path, names, expected in field_types(schema):
-        if any("'" in n or "\\" in n for n in names):
-            continue
-        typed = F.col("data")
-        for name in names:
-            typed = typed.getField(name)
-        value = F.try_variant_get(message, "$" + "".join(f"['{n}']" for n in names), "variant")
-        found.append((path, expected, typed.isNull() & json_type(value).isNotNull(), value))
-    return found
+    return F.coalesce(*[misfit_at(F.col("data").getField(f["name"]),
+                                  variant_field(message, f["name"]), f["type"],
+                                  child_path("", f["name"])) for f in schema["fields"]],
+                      F.lit(None))
 
 
 def misfit_reason(schema: dict, version: int) -> Column:
     """For a value that did not fit `schema` (parsed into `data`): the first field, innermost
     first, that holds a value but was read as null, named with its path and both types
-    (REASON_FIELD); REASON_SCHEMA where none can be named (a misfit inside an array's or a
-    map's values)."""
+    (REASON_FIELD; inside an array's elements ``items[].price``, a map's values
+    ``attrs{}``: `misfit_at`); REASON_SCHEMA where none can be named (see `typed_value`)."""
     from pyspark.sql import functions as F
 
-    named = []
-    for path, expected, misfit, value in misfits(schema):
-        said = REASON_FIELD.format(version=version, path=path.replace("%", "%%"), found="%s",
-                                   expected=expected)
-        named.append(F.when(misfit, F.format_string(said, json_type(value))))
-    return F.coalesce(*named, F.lit(REASON_SCHEMA.format(version=version)))
+    first = first_misfit(schema)
+    said = REASON_FIELD.format(version=version, path="%s", found="%s", expected="%s")
+    return F.when(first.isNotNull(), F.format_string(
+        said, first.getField("path"), first.getField("found"), first.getField("expected"))
+    ).otherwise(REASON_SCHEMA.format(version=version))
+
+
+def rescued_fields(schema: dict) -> list[tuple[str, tuple[str, ...], Column, Column]]:
+    """The fields of `schema` whose misfit ``schema: rescue`` keeps in RESCUED (those
+    reachable through structs, `field_types`), innermost first: each as its path, its names
+    from the top, whether the value (parsed into `data`) does not fit there (it holds
+    something read as null; for an array or a map, something inside does not fit,
+    `misfit_at`: the whole array or map is rescued, and its column is null), and the value
+    found there (a variant)."""
+    from pyspark.sql import functions as F
+
+    message = F.try_parse_json(F.col("raw_value"))
+    found = []
+    for path, names, _ in field_types(schema):
+        typed, value = F.col("data"), message
+        for name in names:
+            typed, value = typed.getField(name), variant_field(value, name)
+        datatype = type_at(schema, names)
+        if kind_of(datatype) in ("array", "map"):
+            misfit = misfit_at(typed, value, datatype, path).isNotNull()
+        else:
+            misfit = typed.isNull() & json_type(value).isNotNull()
+        found.append((path, names, misfit, value))
+    return found
 
 
 def rescued(schema: dict, seen: dict | None) -> Column:
     """``schema: rescue``: what of a value did not fit `schema`, as a JSON object of each
     field's path and value (``{"coupon":"SAVE","amount":"fifty"}``), null if everything did:
-    the fields not in `schema` (`seen` has them) and the misfits `misfits` names."""
+    the fields not in `schema` (`seen` has them) and the misfits `rescued_fields` names."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -367,7 +434,7 @@ def rescued(schema: dict, seen: dict | None) -> Column:
     corrupt = F.col(f"data.{CORRUPT}").isNotNull()  # only such a value has a misfit
     entries = [F.when(corrupt & misfit, F.concat(F.lit(json.dumps(path) + ":"),
                                                  F.to_json(value)))
-               for path, _, misfit, value in misfits(schema)]
+               for path, _, misfit, value in rescued_fields(schema)]
     if seen is not None:
         wide = F.from_json("raw_value", StructType.fromJson(seen))
         for path, steps in new_fields(schema, seen):
@@ -381,6 +448,24 @@ def rescued(schema: dict, seen: dict | None) -> Column:
                                   F.concat(F.lit(json.dumps(path) + ":"), value)))
     found = F.filter(F.array(*entries), lambda e: e.isNotNull())
     return F.when(F.size(found) > 0, F.concat(F.lit("{"), F.array_join(found, ","), F.lit("}")))
+
+
+def rescued_data(schema: dict, seen: dict | None) -> Column:
+    """``schema: rescue``: `data` with RESCUED (`rescued`), and each array or map column (or
+    field, through structs) holding a misfit null: its whole value is in RESCUED."""
+    from pyspark.sql import functions as F
+
+    corrupt = F.col(f"data.{CORRUPT}").isNotNull()
+    data = F.col("data")
+    for _, names, misfit, _value in rescued_fields(schema):
+        if kind_of(type_at(schema, names)) not in ("array", "map"):
+            continue
+        typed = F.col("data")
+        for name in names:
+            typed = typed.getField(name)
+        data = data.withField(".".join("`" + n.replace("`", "``") + "`" for n in names),
+                              F.when(corrupt & misfit, F.lit(None)).otherwise(typed))
+    return data.withField(RESCUED, rescued(schema, seen))
 
 
 #: The column of a decoded value naming the fields it has beyond its schema (`parse_json`).
@@ -438,9 +523,8 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     the fields the batch has beyond it, a contract topic's), `NEW_FIELDS` lists each value's
     fields not in `schema` (the rest of the value is read as if they were not there). The
     schema `mode` (a contract's) says what such a value is: not usable under freeze
-    (REASON_NEW_FIELDS); under rescue, a value whose misfits are all named (`misfits`; none
-    where an array or a map it holds may hide one) is usable too, and `data` gets RESCUED
-    (`rescued`)."""
+    (REASON_NEW_FIELDS); under rescue, a value whose misfits are named (`first_misfit`) is
+    usable too, and `data` gets RESCUED (`rescued_data`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -452,12 +536,14 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     unfit = hint_problem(schema, hints)
     if unfit is not None:
         problem = problem.when(unfit.isNotNull(), F.concat(F.lit(REASON_HINTS), unfit))
+    misfit = misfit_reason(schema, version)
+    if mode == SchemaMode.RESCUE:  # a misfit named is rescued: the value is usable
+        misfit = F.when(first_misfit(schema).isNull(), misfit)
     problem = problem.when(
         F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
         F.when(F.try_parse_json(value).isNull(), REASON_NOT_JSON)
         .when(~is_object, REASON_NOT_OBJECT)
-        .otherwise(misfit_reason(schema, version) if mode != SchemaMode.RESCUE
-                   else rescuable(schema).otherwise(misfit_reason(schema, version))),
+        .otherwise(misfit),
     )
     parsed = raw.withColumn("data", data)
     added = new_fields(schema, seen) if seen is not None else []
@@ -472,28 +558,8 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
                 F.array_join(F.col(NEW_FIELDS), ", ")))
     parsed = parsed.withColumn("problem", problem)
     if mode == SchemaMode.RESCUE:
-        parsed = parsed.withColumn("data", F.col("data").withField(RESCUED,
-                                                                   rescued(schema, seen)))
+        parsed = parsed.withColumn("data", rescued_data(schema, seen))
     return parsed
-
-
-def rescuable(schema: dict) -> Column:
-    """A CASE WHEN that is null (no problem) for a value that did not fit `schema` where every
-    misfit can be named (`misfits`), so that `rescued` holds them: some field is named, and no
-    array or map the value holds could hide one inside its elements or values (partial
-    results there read an element's field as null without a word)."""
-    from pyspark.sql import functions as F
-
-    named = F.lit(False)
-    for _, _, misfit, _ in misfits(schema):
-        named = named | misfit
-    for _, names, expected in field_types(schema):
-        if expected.startswith(("array", "map")):
-            typed = F.col("data")
-            for name in names:
-                typed = typed.getField(name)
-            named = named & typed.isNull()
-    return F.when(named, F.lit(None).cast("string"))
 
 
 class JsonDecoder:

@@ -128,10 +128,10 @@ def shared_airflow(stack_env, tmp_path_factory):
 #: are one unit of work together, among the longest: first.
 SLOW_FIRST = ("test_airflow.py", "test_airflow_avro.py", "test_ui_quarantine.py",
               "test_alerts.py", "test_ui_access.py", "test_patterns.py",
-              "test_cdc_connectors.py", "test_warm.py", "test_outages.py", "test_crash.py",
-              "test_connect.py", "test_cluster.py", "test_cdc.py", "test_ui.py",
-              "test_pipeline.py", "test_plain_airflow.py", "test_fleet.py", "test_secrets.py",
-              "test_tls.py", "test_modes.py", "test_catalog.py")
+              "test_cdc_connectors.py", "test_warm.py", "test_crash.py", "test_outages.py",
+              "test_connect.py", "test_cdc.py", "test_fleet.py", "test_plain_airflow.py",
+              "test_tls.py", "test_cluster.py", "test_jobs.py", "test_stream.py", "test_ui.py",
+              "test_modes.py", "test_pipeline.py", "test_secrets.py", "test_catalog.py")
 
 
 def pytest_collection_modifyitems(items):

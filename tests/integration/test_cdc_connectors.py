@@ -33,7 +33,7 @@ from deltaferry_dev.debezium_events import (
 )
 
 from .readers import assert_readers_agree
-from .test_cdc import table_state, typed
+from .test_cdc import land, table_state, typed
 from .test_pipeline import context
 
 pytestmark = pytest.mark.integration
@@ -119,9 +119,9 @@ def positions(event: Event) -> list[Decimal]:
     return [Decimal(n) for n in event.position]
 
 
-def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> None:
+def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> dict[int, dict]:
     """Each live key's row is its newest event's (by the connector's own log), with that
-    event's position; the readers agree."""
+    event's position; the readers agree. The rows by key (`table_state`)."""
     expected = expected_rows(events)
     actual = table_state(spark, ctx.paths.table)
     assert sorted(actual) == sorted(expected), ctx.topic.name
@@ -134,6 +134,7 @@ def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> No
             (event.op, event.ts_ms, None), (ctx.topic.name, key)
         assert row["__source_position"] == positions(event), (ctx.topic.name, key)
     assert_readers_agree(spark, ctx.paths.table)
+    return actual
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
@@ -151,15 +152,13 @@ def test_each_connector_orders_a_keys_changes_by_its_own_log(
         events: list[Event] = []
         for run, stale_count in zip(runs, stale, strict=True):
             produce(kafka_bootstrap, topic, messages(run, wrapped))
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             events += run
-            assert_connector_table(spark, ctx, events, wrapped)
+            rows = assert_connector_table(spark, ctx, events, wrapped)
             assert (report.stale, report.quarantined) == (stale_count, 0), \
                 (connector, report.summary())
         # the key updated by two transactions within one second holds the second's row
-        row = table_state(spark, ctx.paths.table)[1]
-        assert row["email"] == customer(1, 2).email, connector
+        assert rows[1]["email"] == customer(1, 2).email, connector
         deletes = spark.read.format("delta").load(ctx.paths.deletes).collect()
         assert [(r["id"], r["__source_position"]) for r in deletes] == \
             [(2, positions(next(e for e in runs[0] if e.op == "d")))], connector
@@ -337,8 +336,7 @@ def test_deletes_without_a_before_image_and_history_by_transaction(
     for n, run in enumerate(runs):
         for ctx, wrapped in ((current, False), (history, True)):
             produce(kafka_bootstrap, ctx.topic.name, messages(run, wrapped))
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             assert report.quarantined == 0, report.summary()
         if n == 0:
             assert sorted(table_state(spark, current.paths.table)) == [1, 3]
@@ -740,8 +738,7 @@ def test_mongodb_documents_land_ordered_by_ord_within_the_second(
     for n, expected in enumerate([(0, 1), (2, 0)]):
         for ctx, wrapped in ((current, False), (history, True)):
             produce(kafka_bootstrap, ctx.topic.name, mongo_runs(wrapped)[n])
-            run_step("infer", ctx, spark)
-            (report,) = run_step("ingest", ctx, spark)
+            report = land(ctx, spark)
             assert (report.stale, report.quarantined) == expected, report.summary()
 
     def oid(n: int) -> str:
@@ -778,3 +775,70 @@ def test_mongodb_documents_land_ordered_by_ord_within_the_second(
     ], versions
     assert_readers_agree(spark, current.paths.table)
     assert_readers_agree(spark, history.paths.table)
+
+
+def rescaled(event: Event, balance: Decimal) -> tuple[str, str]:
+    """(key, value) of `event` with the schema wrapper after ``ALTER TABLE customers MODIFY
+    balance DECIMAL(12,4)``: the Connect schema's decimal scale 4 and precision 12, the row's
+    balance `balance` at that scale."""
+    from deltaferry_dev.debezium_events import decimal_base64
+
+    key, text = messages([event], True)[0]
+    value = json.loads(text)
+    for part in value["schema"]["fields"][:2]:
+        for field in part["fields"]:
+            if field["field"] == "balance":
+                field["parameters"] = {"scale": "4", "connect.decimal.precision": "12"}
+    value["payload"]["after"]["balance"] = decimal_base64(balance, 4)
+    if value["payload"]["before"] is not None:
+        value["payload"]["before"]["balance"] = None
+    return key, json.dumps(value)
+
+
+def test_one_batch_across_an_alter_and_a_replay_by_position_and_rules(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """JSON with schemas, one micro-batch of events from before and after ``MODIFY balance
+    DECIMAL(12,4)``: each event's decimal is read at its own schema's scale (never at the
+    other's: no value scaled by 100) and the column widens, nothing quarantined but what the
+    topic's expectation refuses. A replay checks the expectation again and keeps what it still
+    refuses; once the rule is gone it lands the newer change and skips the older one by its
+    binlog position."""
+    from deltaferry.pipeline import topic_lock
+    from deltaferry.spark.replay import replay_quarantine
+
+    def ev(op, key, pos, version):
+        return mysql_event(op, key, 9, pos, 0, T + pos // 100 * S, after=customer(key, version),
+                           before=customer(key, version - 1) if op == "u" else None)
+
+    rule = {"bounded": {"rule": "balance < 1000000", "action": "quarantine"}}
+    key, value = messages([ev("u", 1, 250, 1)], True)[0]
+    big_old = json.loads(value)  # 5000000.00: older than 1's next change
+    big_old["payload"]["after"]["balance"] = unscaled(500000000)
+    topic = new_topic("mysql.inventory.rescaled", partitions=1)
+    produce(kafka_bootstrap, topic, [
+        *messages([ev("c", 1, 100, 0), ev("c", 2, 200, 0)], True), (key, json.dumps(big_old)),
+        rescaled(ev("u", 1, 300, 2), Decimal("1.5000")),
+        rescaled(ev("u", 2, 400, 1), Decimal("12345678.1234"))])
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", expectations=rule)
+    run_step("infer", ctx, spark)
+    (report,) = run_step("ingest", ctx, spark)
+    assert (report.batches, report.quarantined) == (1, 2), report.summary()
+    assert report.expectations == {"bounded": {"action": "quarantine", "failed": 2}}
+
+    def balances():
+        frame = spark.read.format("delta").load(ctx.paths.table)
+        return dict(frame.dtypes)["balance"], {
+            r["id"]: (r["balance"], r["__source_position"][1]) for r in frame.collect()}
+
+    assert balances() == ("decimal(12,4)", {1: (Decimal("1.5000"), 300),
+                                            2: (customer(2).balance, 200)})
+    with topic_lock(ctx, "replay").hold():
+        kept = replay_quarantine(spark, ctx, "expectation bounded")
+    assert (kept.read, kept.landed, kept.still_failing) == (2, 0, 2), kept
+    relaxed = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    with topic_lock(relaxed, "replay").hold():
+        landed = replay_quarantine(spark, relaxed, "expectation bounded")
+    assert (landed.landed, landed.updated, landed.still_failing) == (2, 1, 0), landed
+    assert balances() == ("decimal(12,4)", {1: (Decimal("1.5000"), 300),
+                                            2: (Decimal("12345678.1234"), 400)})
+    assert_readers_agree(spark, ctx.paths.table)

@@ -2,7 +2,9 @@
 broker and real Spark; tables read back by delta-rs.
 
 Append: every valid message is a row exactly once, also when a run is killed between the Delta
-commit of a micro-batch and the checkpoint's commit (the replayed batch is skipped by Delta).
+commit of a micro-batch and the checkpoint's commit (the replayed batch is skipped by Delta);
+the new fields it left out (`schema: discard_new_fields`) and its bad messages (`pause_after`'s
+count) are counted once too.
 merge_key: rows are upserted by a compound payload key, latest per key, whatever the Kafka key.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ from deltaferry.config import TopicConfig
 from deltaferry.formats.json import REASON_NOT_JSON
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
+from deltaferry.pause import COUNT_FILE
 from deltaferry.pipeline import run_step
 from deltaferry.spark.decoding import (
     REASON_MERGE_KEY_NULL,
@@ -25,6 +29,7 @@ from deltaferry.spark.decoding import (
     REASON_TOMBSTONE_MERGE_KEY,
 )
 from deltaferry.spark.table import LayoutError, apply_layout
+from deltaferry.state import DISCARDED_FILE
 from deltaferry.ui.health import table_health
 
 from .test_cli import CLI
@@ -81,16 +86,28 @@ def event_log() -> list[tuple]:
     return out
 
 
+def with_extra(sent: list[tuple]) -> list[tuple]:
+    """`sent` with a field ``extra`` in the values (JSON objects) at every third place after
+    the first."""
+    return [(k, {**v, "extra": True} if isinstance(v, dict) and n and n % 3 == 0 else v)
+            for n, (k, v) in enumerate(sent)]
+
+
 def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
         spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("append", partitions=2)
-    sent = event_log()
-    produce(kafka_bootstrap, topic, sent)
+    sent = with_extra(event_log())
+    produce(kafka_bootstrap, topic, sent[:1])  # the schema's contract: seq and kind
     warehouse = tmp_path / "wh"
     ctx = context(topic, warehouse, kafka_bootstrap, mode="append")
     run_step("infer", ctx, spark)
+    produce(kafka_bootstrap, topic, sent[1:])
+    # the new field `extra` is left out and counted, the bad messages counted toward a pause
+    # that never comes: each micro-batch once, the one written again after the kill included
     env = cli_env(tmp_path, topic, "    mode: append\n    max_offsets_per_trigger: 150\n"
-                  "    partition_by: [day(kafka_timestamp)]\n", warehouse, kafka_bootstrap)
+                  "    partition_by: [day(kafka_timestamp)]\n    schema: discard_new_fields\n"
+                  "    on_bad_messages: {pause_after: {ratio: 0.9, messages: 100000}}\n",
+                  warehouse, kafka_bootstrap)
     # killed after the first batch's Delta commit, before the checkpoint marked it committed
     run_killed(env, topic, "batch-written", "ingest", tmp_path / "mark")
     before = spark.read.format("delta").load(ctx.paths.table).count()
@@ -109,6 +126,13 @@ def test_append_lands_every_valid_message_once_even_after_a_replayed_batch(
         "append", len(valid) - before, 4 - quarantined_before)
     assert f"{len(valid) - before} appended" in report["summary"]
     assert report["phases"]["append"] > 0 and report["phases"]["commit"] > 0
+    extra = sum(1 for _, v in valid if "extra" in v)
+    # the rerun read the first batch again (its report says so), the record counts it once
+    assert report["discarded_fields"] == {"extra": extra}
+    state = Path(ctx.paths.root, "_state")
+    assert json.loads((state / DISCARDED_FILE).read_text())["fields"] == {"extra": extra}
+    count = json.loads((state / COUNT_FILE).read_text())
+    assert (count["read"], count["bad"]) == (len(sent), 4)
 
     rows = delta_rs_rows(ctx.paths.table, "kafka_partition, kafka_offset, kafka_key, seq, kind",
                          "seq")

@@ -1,7 +1,8 @@
 """deltaferry in an Airflow it did not set up, as a team that already runs Airflow meets it: a
-home made by `airflow db migrate` alone, its dags and plugins folders pointed at the checkout,
-and only the settings the README names (brokers, warehouse, topics file). No DELTAFERRY_DEPS,
-no Airflow pool created by hand, and Airflow run from a folder that is not the checkout.
+home made by `airflow db migrate` alone (migrated once, its database copied into each test's
+home), its dags and plugins folders pointed at the checkout, and only the settings the README
+names (brokers, warehouse, topics file). No DELTAFERRY_DEPS, no Airflow pool created by hand,
+and Airflow run from a folder that is not the checkout.
 
 * `airflow dags test ingest_<topic>` lands the topic (its steps run in warm drivers, whose pool
   runs in its own folder: the JVM libraries must still be found);
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import html
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,10 +94,26 @@ def landed(warehouse: Path, topic: str) -> None:
     assert table_keys(warehouse, topic) == sorted((f"k{k}", 1) for k in range(KEYS))
 
 
+@pytest.fixture(scope="module")
+def migrated_db(tmp_path_factory, kafka_bootstrap) -> Path:
+    """The database `airflow db migrate` alone makes, in a plain home of the module's (run
+    once: each test's home gets a copy of it, as if migrated itself; the home's airflow.cfg,
+    which names the home's paths, is left behind: Airflow writes each home its own)."""
+    folder = tmp_path_factory.mktemp("plain-migrate")
+    home, elsewhere = folder / "home", folder / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    env = plain_env(home, folder / "topics.yaml", folder / "wh", kafka_bootstrap)
+    code, out = run([AIRFLOW, "db", "migrate"], env, elsewhere, 300)
+    assert code == 0, out[-3000:]
+    return home / "airflow.db"
+
+
 @pytest.fixture
-def plain(tmp_path, kafka_bootstrap):
-    """A plain Airflow home (`airflow db migrate` only), a topic of 2 x KEYS messages in its
-    topics file, and the folder the commands run from (not the checkout)."""
+def plain(tmp_path, kafka_bootstrap, migrated_db):
+    """A plain Airflow home (the database of `airflow db migrate` only: `migrated_db`), a
+    topic of 2 x KEYS messages in its topics file, and the folder the commands run from (not
+    the checkout)."""
     topic = f"plain-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
     produce(kafka_bootstrap, topic, events())
@@ -105,8 +123,7 @@ def plain(tmp_path, kafka_bootstrap):
     home.mkdir()
     elsewhere.mkdir()
     env = plain_env(home, topics_file, warehouse, kafka_bootstrap)
-    code, out = run([AIRFLOW, "db", "migrate"], env, elsewhere, 300)
-    assert code == 0, out[-3000:]
+    shutil.copyfile(migrated_db, home / "airflow.db")
     try:
         yield topic, env, elsewhere, warehouse
     finally:

@@ -40,7 +40,8 @@ from .test_pipeline import context
 pytestmark = pytest.mark.integration
 
 FIRST = [
-    ("a", {"id": 1, "name": "x", "amount": 10, "customer": {"tier": "gold"}}),
+    ("a", {"id": 1, "name": "x", "amount": 10, "customer": {"tier": "gold"},
+           "items": [{"sku": "p", "qty": 1}]}),
     ("b", {"id": 2, "name": "y", "amount": 20, "customer": {"tier": "silver"}}),
 ]
 SECOND = [
@@ -57,7 +58,10 @@ THIRD = [
     ("j", {"id": 10, "name": "r", "amount": 100, "customer": {"tier": "gold"},
            "coupon": "LAST"}),                                                 # 8: new again
 ]
-PAYLOAD = ["amount", "customer", "id", "name"]  # inferred: in name order
+#: A misfit inside an array's elements (the first test's SECOND batch ends with it: offset 7).
+ARRAY_MISFIT = ("m", {"id": 13, "name": "o", "amount": 13, "customer": {"tier": "gold"},
+                      "items": [{"sku": "q", "qty": 2}, {"sku": "r", "qty": "two"}]})
+PAYLOAD = ["amount", "customer", "id", "items", "name"]  # inferred: in name order
 
 
 def run(spark, ctx):
@@ -92,8 +96,8 @@ def payload_columns(ctx) -> list[str]:
 def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
         spark, kafka_bootstrap, new_topic, tmp_path, caplog):
     """The issue's "done when": a topic per mode fed the same messages (FIRST, SECOND, THIRD: a
-    new field, a renamed field, a new nested field, a type change, bad JSON, a number that
-    widens) over three runs, then a mode change each (evolve to freeze, rescue to evolve),
+    new field, a renamed field, a new nested field, a type change, bad JSON, a misfit inside an
+    array's elements, a number that widens) over three runs, then a mode change each (evolve to freeze, rescue to evolve),
     holding what docs/schema-contracts.md's table of the modes says, row by row."""
     caplog.set_level(logging.INFO, logger="deltaferry")
     ctxs = {}
@@ -110,7 +114,7 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
         assert payload_columns(ctx) == PAYLOAD + (["_rescued"] if mode == "rescue" else [])
         assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [(mode, 1)]
     for ctx in ctxs.values():
-        produce(kafka_bootstrap, ctx.topic.name, SECOND)
+        produce(kafka_bootstrap, ctx.topic.name, SECOND + [ARRAY_MISFIT])
     reports = {mode: run(spark, ctx) for mode, ctx in ctxs.items()}
 
     for mode in ("evolve", "freeze", "discard_new_fields"):   # rescue's third run: below
@@ -135,7 +139,9 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
     assert reasons(ctx) == {
         4: "value does not fit schema v2: field amount is string in the message, long in the "
            "schema",
-        5: "value is not valid JSON"}
+        5: "value is not valid JSON",
+        7: "value does not fit schema v2: field items[].qty is string in the message, long in "
+           "the schema"}
 
     # freeze | the message is quarantined: `value has field(s) not in schema v1 (schema:
     # freeze): ...` | quarantined | stays as its first version: nothing new lands, run after run
@@ -144,7 +150,7 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
     assert sorted(table) == ["a", "b"]
     assert payload_columns(ctx) == PAYLOAD
     assert ctx.store.versions() == [1]
-    assert (reports["freeze"].quarantined, thirds["freeze"].quarantined) == (5, 2)
+    assert (reports["freeze"].quarantined, thirds["freeze"].quarantined) == (6, 2)
     assert reasons(ctx) == {
         2: "value has field(s) not in schema v1 (schema: freeze): coupon",
         3: "value has field(s) not in schema v1 (schema: freeze): full_name",
@@ -152,9 +158,11 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
            "schema",
         5: "value is not valid JSON",
         6: "value has field(s) not in schema v1 (schema: freeze): customer.since",
-        7: "value does not fit schema v1: field amount is double in the message, long in the "
+        7: "value does not fit schema v1: field items[].qty is string in the message, long in "
+           "the schema",
+        8: "value does not fit schema v1: field amount is double in the message, long in the "
            "schema",
-        8: "value has field(s) not in schema v1 (schema: freeze): coupon"}
+        9: "value has field(s) not in schema v1 (schema: freeze): coupon"}
 
     # discard_new_fields | the row lands without it; the report counts each field left out |
     # quarantined (here by the hint it is held to) | stays; a renamed field's row lands with
@@ -177,26 +185,31 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
     # the schema page's record adds up the runs' (and `deltaferry status` the last run's)
     assert discarded_record(storage_for(ctx.paths.root), ctx.paths.root)["fields"] == {
         "coupon": 2, "customer.since": 1, "full_name": 1}
-    assert sorted(reasons(ctx)) == [4, 5]
+    assert sorted(reasons(ctx)) == [4, 5, 7]
     assert reasons(ctx)[4] == "value does not fit the topic's schema hints: amount decimal(18,2)"
+    assert reasons(ctx)[7] == "value does not fit schema v1: field items[].qty is string in " \
+        "the message, long in the schema"
 
     # rescue | the row lands without it; its path and value go into the row's `_rescued` column
     # | the row lands with the field null; its path and value go into `_rescued` | stays, plus
-    # the `_rescued` column
+    # the `_rescued` column; a misfit inside an array's elements: the whole array is rescued
     ctx = ctxs["rescue"]
     table = rows(spark, ctx)
-    assert sorted(table) == ["a", "b", "c", "d", "e", "g"]
+    assert sorted(table) == ["a", "b", "c", "d", "e", "g", "m"]
     assert payload_columns(ctx) == [*PAYLOAD, "_rescued"]
     assert ctx.store.versions() == [1]
     assert {k: r["_rescued"] for k, r in table.items()} == {
         "a": None, "b": None, "c": '{"coupon":"SAVE"}', "d": '{"full_name":"w"}',
-        "e": '{"amount":"fifty"}', "g": '{"customer.since":2020}'}
+        "e": '{"amount":"fifty"}', "g": '{"customer.since":2020}',
+        "m": '{"items":[{"qty":2,"sku":"q"},{"qty":"two","sku":"r"}]}'}
     assert (table["d"]["name"], table["e"]["amount"], table["e"]["name"]) == (None, None, "v")
+    assert (table["m"]["items"], table["m"]["name"], table["a"]["items"]) == \
+        (None, "o", [{"sku": "p", "qty": 1}])
     assert table["g"]["customer"] == {"tier": "bronze"}
     assert reasons(ctx) == {5: "value is not valid JSON"}
     assert reports["rescue"].rescued_fields == {"coupon": 1, "full_name": 1, "amount": 1,
-                                                "customer.since": 1}
-    assert "rescued: amount 1, coupon 1, customer.since 1, full_name 1, " in \
+                                                "customer.since": 1, "items": 1}
+    assert "rescued: amount 1, coupon 1, customer.since 1, full_name 1, items 1" in \
         reports["rescue"].summary()
 
     # rescue back to evolve: the next run promotes what _rescued holds of new fields into
@@ -222,13 +235,15 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
         "d": (None, "w", {"tier": "gold", "since": None}, None),
         "e": (None, None, {"tier": "gold", "since": None}, '{"amount":"fifty"}'),
         "g": (None, None, {"tier": "bronze", "since": 2020}, None),
-        "h": ("NEW", None, {"tier": "gold", "since": None}, None)}
+        "h": ("NEW", None, {"tier": "gold", "since": None}, None),
+        "m": (None, None, {"tier": "gold", "since": None},
+              '{"items":[{"qty":2,"sku":"q"},{"qty":"two","sku":"r"}]}')}
     assert [(m["mode"], m["schema_version"]) for m in ctx.store.modes()] == [
         ("evolve", 2)]   # v2: the infer step's, with coupon from h
     assert ctx.store.versions() == [1, 2, 3]
     promoted_at = open_table(ctx.paths.table).version()
     mark = promotion_mark(ctx)
-    assert (mark["left"], mark["modes"]) == (["amount"], 1)
+    assert (mark["left"], mark["modes"]) == (["amount", "items"], 1)
     # marked at the promotion's commit (the table's rewrite), before the run's ingest wrote h
     (commit,) = [c for c in open_table(ctx.paths.table).history()
                  if c["version"] == mark["table_version"]]
@@ -254,7 +269,8 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
     assert promotion_mark(ctx) == mark
     assert open_table(ctx.paths.table).version() > promoted_at
     assert f"{ctx.topic.name}: nothing in _rescued to promote as of table version " \
-        f"{mark['table_version']} (left: amount), and no mode change since" in caplog.text
+        f"{mark['table_version']} (left: amount, items), and no mode change since" in \
+        caplog.text
     table = rows(spark, ctx)
     assert (table["k"]["flag"], table["l"]["coupon"], table["e"]["_rescued"]) == \
         (True, "X", '{"amount":"fifty"}')
@@ -263,7 +279,7 @@ def test_each_mode_holds_what_the_docs_table_says_over_runs_and_mode_changes(
     assert (report.messages_read, report.quarantined) == (2, 1)
     assert sorted(rows(spark, frozen)) == ["a", "b", "c", "d", "g", "i", "j", "l"]
     assert frozen.store.versions() == [1, 2, 3]
-    assert reasons(frozen)[9] == "value has field(s) not in schema v3 (schema: freeze): flag"
+    assert reasons(frozen)[10] == "value has field(s) not in schema v3 (schema: freeze): flag"
     assert [m["mode"] for m in frozen.store.modes()] == ["evolve", "freeze"]
 
 

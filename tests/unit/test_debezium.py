@@ -278,3 +278,29 @@ def test_an_avro_envelopes_row_converts_debeziums_time_types_and_nothing_else():
     assert not has_field(AVRO_VALUE_SCHEMA, "source", "commit_lsn")
     assert envelope_row({"type": "record", "name": "Payment", "fields": [
         {"name": "op", "type": "string"}]}) is None
+
+
+def test_rows_before_and_after_an_alter_share_the_type_that_holds_both():
+    from deltaferry.formats.debezium import row_groups, widest_row
+
+    def row(*fields):
+        return {"type": "struct", "fields": [spark_field(n, t) for n, t in fields]}
+
+    before = row(("id", "integer"), ("balance", "decimal(10,2)"), ("note", "string"))
+    after = row(("id", "long"), ("balance", "decimal(12,4)"), ("note", "long"),
+                ("phone", "string"))
+    assert widest_row(before, after) == row(
+        ("id", "long"), ("balance", "decimal(12,4)"), ("note", "string"), ("phone", "string"))
+
+    def envelope(row_schema):
+        return {"type": "struct", "fields": [{**row_schema, "field": "before"},
+                                             {**row_schema, "field": "after"}]}
+
+    import json
+    wider = {**ROW, "fields": [*ROW["fields"][:2], {**DECIMAL, "parameters": {
+        "scale": "4", "connect.decimal.precision": "12"}}, *ROW["fields"][3:]]}
+    texts = [json.dumps(envelope(ROW)), json.dumps({**envelope(wider), "name": "v2"}),
+             json.dumps({**envelope(ROW), "name": "other source"})]
+    groups = row_groups([(t, None) for t in texts])
+    assert [(g[0]["fields"][2]["parameters"]["scale"], g[1]) for g in groups] == [
+        ("2", [texts[0], texts[2]]), ("4", [texts[1]])]

@@ -165,3 +165,22 @@ def test_the_topics_page_resumes_a_paused_topic_with_a_signed_form(warehouse):  
     assert f'id="resume-{TOPIC}"' not in ann.get("/").text
     again = ann.post(f"/topics/{TOPIC}/resume", data={"form_token": token})
     assert 'id="not-paused"' in again.text
+
+
+def test_a_stream_micro_batch_is_counted_once_even_when_written_again(tmp_path):
+    """A stream's micro-batch (its query's app id and batch id) adds to the count once: written
+    again after a crash (its checkpoint commit not made) it is not counted again, even after
+    the count was judged and started again; another query's batch of the same id is."""
+    from deltaferry.pause import tally
+
+    ctx = ctx_for(tmp_path)
+    count_file = tmp_path / TOPIC / "_state" / "bad_messages.json"
+    assert tally(ctx, 6, 1, NOW, batch=("app-1", 0)) is None
+    assert tally(ctx, 6, 1, NOW, batch=("app-1", 0)) is None            # written again
+    assert (json.loads(count_file.read_text())["read"]) == 6
+    assert tally(ctx, 4, 0, NOW, batch=("app-1", 1)) is None            # 1 of 10: judged
+    assert json.loads(count_file.read_text()) == {"batch": {"app": "app-1", "id": 1}}
+    assert tally(ctx, 4, 4, NOW, batch=("app-1", 1)) is None            # written again
+    assert json.loads(count_file.read_text()) == {"batch": {"app": "app-1", "id": 1}}
+    assert tally(ctx, 4, 4, NOW, batch=("app-2", 1)) is None            # a new checkpoint's
+    assert (json.loads(count_file.read_text())["read"]) == 4

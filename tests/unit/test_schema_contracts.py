@@ -244,6 +244,12 @@ def test_each_mode_change_is_recorded_once_and_the_schema_page_lists_them(tmp_pa
     section = page.split('id="discarded"', 1)[1].split("</table>", 1)[0]
     assert re.findall(r'<td class="mono path">([\w.]+)</td><td class="num">(\d+)</td>',
                       section) == [("coupon", "3"), ("customer.since", "1"), ("full_name", "1")]
+    # once per micro-batch: one written again after a crash is not counted again
+    assert record_discarded(storage, paths.root, {"coupon": 1}, batch=("app-1", 4))
+    assert not record_discarded(storage, paths.root, {"coupon": 1}, batch=("app-1", 4))
+    assert not record_discarded(storage, paths.root, {"coupon": 1}, batch=("app-1", 3))
+    assert record_discarded(storage, paths.root, {"coupon": 1}, batch=("app-2", 0))
+    assert discarded_record(storage, paths.root)["fields"]["coupon"] == 5
 
 
 def test_rescued_new_fields_through_structs_are_promotable_and_misfits_stay():

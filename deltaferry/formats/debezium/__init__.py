@@ -205,10 +205,9 @@ def _is_document(text: str | None) -> bool:
     return after is not None and after.get("type") == "string"
 
 
-def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
-    """(row, key): the Connect schemas of the rows and of the keys of the change events in
-    `raw` that carry the schema wrapper, each merged over the events (None where no event,
-    or no key, carries one). A schema deltaferry cannot read is left out, said in the log."""
+def schema_texts(raw: DataFrame) -> list[tuple[str | None, str | None]]:
+    """The distinct (value, key) Connect schemas, as JSON text, of the change events in `raw`
+    that carry the schema wrapper, in the order their first events were written to Kafka."""
     from pyspark.sql import functions as F
 
     from deltaferry.spark.jobs import one_job
@@ -216,27 +215,67 @@ def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
     with one_job(raw):  # a few distinct schemas: one job, not AQE's two
         found = (raw.where(F.col("raw_value").isNotNull())
                  .select(F.get_json_object("raw_value", "$.schema").alias("v"),
-                         F.get_json_object("kafka_key", "$.schema").alias("k"))
+                         F.get_json_object("kafka_key", "$.schema").alias("k"),
+                         "kafka_timestamp")
                  .where(F.col("v").isNotNull() | F.col("k").isNotNull())
-                 .distinct().collect())
+                 .groupBy("v", "k").agg(F.min("kafka_timestamp").alias("first")).collect())
+    found.sort(key=lambda r: (r["first"] is None, r["first"] or 0, r["v"] or "", r["k"] or ""))
+    return [(r["v"], r["k"]) for r in found]
+
+
+def _readable(text: str | None) -> dict | None:
+    """The Connect schema of `text`, or None where there is none deltaferry can read (said
+    in the log) or it is a MongoDB envelope's (its after a JSON string, read by inference)."""
+    if text is None or _is_document(text):
+        return None
+    try:
+        schema = json.loads(text)
+        if isinstance(schema, dict):
+            connect.table_type(schema)  # readable, or ConnectSchemaError
+            return schema
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("a change event's Connect schema cannot be read (%s); its events "
+                    "are read with the others' schema", exc)
+    return None
+
+
+def merged_schemas(found: list[tuple[str | None, str | None]]
+                   ) -> tuple[dict | None, dict | None]:
+    """(row, key): the Connect schemas of the rows and of the keys of `found`
+    (`schema_texts`), each merged (None where no event, or no key, carries one)."""
     values: list[dict] = []
     keys: list[dict] = []
-    for row in found:
-        if _is_document(row["v"]):
+    for value_text, key_text in found:
+        if _is_document(value_text):
             continue  # MongoDB's: its after is a JSON string, read by inference, as its key
-        for text, into in ((row["v"], values), (row["k"], keys)):
-            if text is None:
-                continue
-            try:
-                schema = json.loads(text)
-                if isinstance(schema, dict):
-                    connect.table_type(schema)  # readable, or ConnectSchemaError
-                    into.append(schema)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("a change event's Connect schema cannot be read (%s); its events "
-                            "are read with the others' schema", exc)
+        for text, into in ((value_text, values), (key_text, keys)):
+            if (schema := _readable(text)) is not None:
+                into.append(schema)
     row_schema = connect.row_schema(sorted(values, key=json.dumps))
     return row_schema, connect.key_schema(sorted(keys, key=json.dumps))
+
+
+def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
+    """(row, key): the Connect schemas of the rows and of the keys of the change events in
+    `raw` that carry the schema wrapper, each merged over the events (None where no event,
+    or no key, carries one). A schema deltaferry cannot read is left out, said in the log."""
+    return merged_schemas(schema_texts(raw))
+
+
+def row_groups(found: list[tuple[str | None, str | None]]) -> list[tuple[dict, list[str]]]:
+    """The distinct row schemas of `found`'s envelopes (`schema_texts`: a table's schema before
+    and after an ALTER), each with the envelope schemas (JSON text) that have it, in
+    `found`'s order."""
+    groups: dict[str, tuple[dict, list[str]]] = {}
+    for value_text, _ in found:
+        envelope_schema = _readable(value_text)
+        row = connect.row_schema([envelope_schema]) if envelope_schema else None
+        if row is None or value_text is None:
+            continue
+        texts = groups.setdefault(json.dumps(row, sort_keys=True), (row, []))[1]
+        if value_text not in texts:
+            texts.append(value_text)
+    return list(groups.values())
 
 
 def _field(name: str, datatype: Any) -> dict:
@@ -410,6 +449,87 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
         "__rowc", "__keyc", "__position_problem")
 
 
+def widest_row(first: dict, second: dict) -> dict:
+    """The table type (JSON form) of a struct of rows of type `first` and of `second`: a field
+    both have in the type that holds both (`deltaferry.schema.rules`: an int and a long a
+    long, decimal(10,2) and decimal(12,4) a decimal(12,4)), else `first`'s; the fields only
+    `second` has after `first`'s."""
+    from deltaferry.schema.rules import holds, widened_type
+
+    theirs = {f["name"]: f for f in second["fields"]}
+    fields = []
+    for field in first["fields"]:
+        other = theirs.pop(field["name"], None)
+        if other is not None:
+            wider = widened_type(field["type"], other["type"])
+            if holds(wider, other["type"]):
+                field = {**field, "type": wider}
+        fields.append(field)
+    return {**first, "fields": [*fields, *theirs.values()]}
+
+
+def fit_rows(decoded: DataFrame, target: dict) -> DataFrame:
+    """`decoded` (`decode_events`'s) with its `data` in the struct type `target`: each field
+    as it is, cast where `target`'s type holds every value of its own (a widening), null where
+    it has none; a field whose type `target`'s does not hold is null, and an event with a value
+    in it (a delete writes none) is quarantined with `REASON_TYPE_CHANGE`, never cast."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from deltaferry.schema.rules import holds
+
+    own_type = decoded.schema["data"].dataType
+    own = {f.name: f.dataType for f in own_type.fields} \
+        if isinstance(own_type, StructType) else {}
+    wanted = StructType.fromJson(target)
+    fields, reasons = [], []
+    for field in wanted.fields:
+        value, mine = F.col("data").getField(field.name), own.get(field.name)
+        if mine == field.dataType:
+            fields.append(value.alias(field.name))
+        elif mine is not None and holds(field.dataType.jsonValue(), mine.jsonValue()):
+            fields.append(value.cast(field.dataType).alias(field.name))
+        else:
+            fields.append(F.lit(None).cast(field.dataType).alias(field.name))
+            if mine is not None:
+                reasons.append(F.when(value.isNotNull(), F.lit(REASON_TYPE_CHANGE.format(
+                    column=field.name, table=field.dataType.simpleString(),
+                    new=mine.simpleString()))))
+    data = F.when(F.col("data").isNotNull(), F.struct(*fields)) if fields \
+        else F.lit(None).cast(StructType())
+    problem = F.col("problem")
+    if reasons:
+        changed = F.when(F.col(OP) != "d", F.coalesce(*reasons))
+        problem = F.coalesce(problem, changed)
+    fitted = decoded.withColumns({"data": data, "problem": problem})
+    key_type = decoded.schema[KEY].dataType
+    if not isinstance(key_type, StructType) or not key_type.fields:
+        return fitted
+    return fitted.withColumn(KEY, F.struct(*[F.col("data").getField(k).alias(k)
+                                             for k in key_type.fieldNames()]))
+
+
+def decode_by_row_schema(events: DataFrame, groups: list[tuple[dict, list[str]]],
+                         key: dict | None, cached: dict) -> DataFrame:
+    """`decode_events` of `events` whose envelopes carry different row schemas (`row_groups`:
+    a table's before and after an ALTER, in one micro-batch): each event read and converted
+    by its own schema (a decimal at its own scale, a timestamp in its own unit), then brought
+    to the row type of them all (`widest_row`, `fit_rows`). Events of no group (tombstones)
+    are read with the first group's (one plan per group, no more)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    shapes = [connect_shape(row, key, cached) for row, _ in groups]
+    target = reduce(widest_row, [shape.row_type for shape in shapes])
+    schema = F.get_json_object(F.col("raw_value"), "$.schema")
+    others = [F.coalesce(schema.isin(*texts), F.lit(False)) for _, texts in groups[1:]]
+    mine = [~reduce(lambda a, b: a | b, others), *others]
+    return reduce(lambda a, b: a.unionByName(b), [
+        fit_rows(decode_events(events.where(where), shape), target)
+        for where, shape in zip(mine, shapes, strict=True)])
+
+
 class DebeziumKeys(StringKeys):
     """The key decoder of a cdc topic: the key as text (`StringKeys`), parsed by the decoder
     (`decode_events`), which also says what a message without a key is: Debezium writes a
@@ -457,17 +577,22 @@ class DebeziumDecoder(JsonDecoder):
         return version
 
     def decode(self, raw: DataFrame) -> Any:
-        row, key = connect_schemas(raw)
+        found = schema_texts(raw)
+        row, key = merged_schemas(found)
+        events = envelope(raw, self.topic.sequence_by)
         if row is not None:
             cached = self.store.latest()
             assert cached is not None  # checked when the decoder was made
             self.schema_version = cached.version
+            groups = row_groups(found)
+            if len(groups) > 1:  # the table changed within the batch
+                return decode_by_row_schema(events, groups, key, cached.schema)
             shape = connect_shape(row, key, cached.schema)
         else:
             version = self.current_schema(raw)
             self.schema_version = version.version
             shape = inferred_shape(version.schema)
-        return decode_events(envelope(raw, self.topic.sequence_by), shape)
+        return decode_events(events, shape)
 
 
 class DebeziumFormat:

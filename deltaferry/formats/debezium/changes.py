@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING
 
 from deltaferry.config import TopicConfig
 from deltaferry.errors import ConfigError
-from deltaferry.formats.debezium import KEY, LSN, OP, SOURCE_COLUMNS, TS_MS
+from deltaferry.formats.debezium import (
+    KEY,
+    LSN,
+    OP,
+    REASON_TYPE_CHANGE,
+    SOURCE_COLUMNS,
+    TS_MS,
+)
 from deltaferry.formats.debezium.position import CONNECTOR, ELEMENT, POSITION, TRANSACTION
 from deltaferry.formats.json import CORRUPT
 from deltaferry.lock import ensure_held
@@ -60,11 +67,6 @@ UNKNOWN_CONNECTOR = ("Debezium connector {connector} (the events' source.connect
                      "position deltaferry knows to order a key's changes by: set sequence_by: "
                      "[field, ...] on the topic (see Change data capture: Order)")
 
-
-#: Why a change is quarantined whose column changed to a type the table's cannot widen to.
-REASON_TYPE_CHANGE = ("column {column}: its type changed from {table} to {new}, which the "
-                      "table's {table} column does not widen to; not cast (change the table's "
-                      "column yourself, then replay)")
 
 
 def position_sql(alias: str | None = None) -> str:

@@ -63,7 +63,7 @@ from deltaferry.spark.ingest.rows import (
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.spark.session import is_connect
-from deltaferry.state import TopicState, read_checkpoint, record_discarded
+from deltaferry.state import BatchKey, TopicState, read_checkpoint, record_discarded
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
@@ -150,9 +150,10 @@ class BatchWriter:
         #: Whether the table was given the entry's layout in this run (`apply_layout`).
         self.laid_out = False
         #: A stream's count of bad messages (`deltaferry.pause.tally`), given each written
-        #: micro-batch's messages and bad ones (None: a run's, counted after its step); the
-        #: alert of the batch that paused the topic, which sets `stop`.
-        self.tally: Callable[[int, int], Alert | None] | None = None
+        #: micro-batch's messages, bad ones and key (its query's app id and batch id: counted
+        #: once) (None: a run's, counted after its step); the alert of the batch that paused
+        #: the topic, which sets `stop`.
+        self.tally: Callable[[int, int, BatchKey], Alert | None] | None = None
         self.paused: Alert | None = None
 
     def storage(self) -> Storage:
@@ -276,7 +277,6 @@ class BatchWriter:
                 counts = self.table.apply(self.spark, rows, app_id, batch_id, tag=tag)
             written = time.time()
             batch.split(write_phase, "commit", self.commit_seconds(tag, written))
-            faults.point("batch-written")  # Spark commits the checkpoint after we return
             # a run that lost its lock must not: raising here leaves the batch uncommitted
             ensure_held(self.paths.checkpoint, f"committing micro-batch {batch_id} to the "
                         f"checkpoint {self.paths.checkpoint}")
@@ -288,17 +288,19 @@ class BatchWriter:
             total.add(name, seconds)
         self.report.quarantined += quarantined
         self.rows[batch_id] = count
-        bad = 0
-        if quarantined:  # 0: a batch whose quarantine append was done before (a retry)
-            bad = failed[BAD_MESSAGES][0] if self.checker is not None else quarantined
+        # counted from the batch, not from what its quarantine append added: a batch written
+        # again after a crash appends nothing, and its bad messages are counted all the same
+        # (once: `tally`, and the run's count of a run that crashed was never made)
+        bad = failed[BAD_MESSAGES][0] if self.checker is not None else unusable
         self.report.bad_messages += bad
         add_counts(self.report.expectations, self.topic, failed)
         discarded = getattr(self.decoder, "discarded", {})  # json, avro
         for field_, count_ in discarded.items():
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
-        if discarded:  # the schema page's record, kept across runs
-            record_discarded(self.storage(), self.paths.root, discarded)
+        if discarded:  # the schema page's record, kept across runs: once per batch
+            record_discarded(self.storage(), self.paths.root, discarded,
+                             batch=(app_id, batch_id))
         for field_, count_ in getattr(self.decoder, "rescued", {}).items():  # json's only
             self.report.rescued_fields[field_] = \
                 self.report.rescued_fields.get(field_, 0) + count_
@@ -313,11 +315,13 @@ class BatchWriter:
             describe_jobs(scheduled.jobs, scheduled.stages),
         )
         if self.tally is not None:  # a stream's micro-batch counts toward pause_after
-            alert = self.tally(count, bad)
+            alert = self.tally(count, bad, (app_id, batch_id))
             if alert is not None:  # the topic is paused: the stream stops after this batch
                 self.paused = alert
                 if self.stop is not None:
                     self.stop.set()
+        # the table and the counts written, the checkpoint not: Spark commits it after we return
+        faults.point("batch-written")
 
 
 def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int:
@@ -545,7 +549,7 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     writer = ingest.writer
     writer.stop = stop
     if topic.pause_after is not None:
-        writer.tally = lambda read, bad: pause.tally(ctx, read, bad)
+        writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad, batch=batch)
     interval = trigger_seconds(topic.trigger_interval)
     if stop.is_set():
         return ingest.finish([])

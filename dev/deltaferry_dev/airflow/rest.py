@@ -14,7 +14,7 @@ from deltaferry.errors import DeltaferryError
 FINISHED = ("success", "failed")
 
 
-def wait_until(check, timeout: float, interval: float = 2.0, what: str = "condition"):
+def wait_until(check, timeout: float, interval: float = 0.5, what: str = "condition"):
     """Call `check` until it returns something truthy; that value. TimeoutError naming `what`."""
     end = time.monotonic() + timeout
     while True:
@@ -133,7 +133,7 @@ class AirflowClient:
             if time.monotonic() > end:
                 raise TimeoutError(f"run {run_id} of {dag_id} still {run['state']} after "
                                    f"{timeout:.0f} s")
-            time.sleep(1.0)
+            time.sleep(0.5)
 
     def result(self, dag_id: str, run_id: str, task_id: str):
         """A task's XCom return value (None if it published none)."""
