@@ -6,6 +6,9 @@ on the same topic, each tool a whole fresh process on a folder of its own:
   an hourly deployment keeps (Airflow's tasks always use it on a local master). The pool is
   started and warmed up before the first round (its cost printed), as the previous hour left
   it; the process timed is the command, the pool's drivers' memory is printed beside it;
+* `deltaferry run TOPIC` over Spark Connect (DELTAFERRY_SPARK_REMOTE): the steps on the
+  stack's Connect server (`stack.up(connect=True)`: TLS, a token, started before the first
+  round, as a team's server runs all the time); the process timed is the command;
 * the seed-004 notebook's port on Spark's defaults (bench/seed004_port.py, as in
   bench_notebook: the notebook as it ran);
 * a dlt pipeline (bench/dlt_pipeline.py: dlt 1.31.0, confluent-kafka, offsets in dlt's state,
@@ -27,7 +30,9 @@ The goals of issue 45, judged on the medians: the warm driver's wall time at mos
 on the backlog and 1.2x on the +5 % and 100-message runs; `deltaferry run` in its own process
 at most 2.5x on each; the warm ingest of the backlog at least 30,000 messages per second; on
 the large curve, every run at most 1.5x dlt's with deletion vectors and 2.5x without. The
-port's ratios are printed beside them (issue 30's goals, superseded). One table at the end
+port's ratios are printed beside them (issue 30's goals, superseded). Over Spark Connect, issue
+47's measure: its wall time within 10 % of the warm driver's on the +5 % and 100-message runs
+(if so, Spark's own server can replace the home-made pool). One table at the end
 (also written to bench/out/peers-<time>.md); exit 1 when a goal is NOT MET.
 
 --large adds the large-table curve, deltaferry and dlt only (the port would take hours): a topic
@@ -39,6 +44,7 @@ deltaferry runs there warm twice: as configured by default, and with `deletion_v
 
     make bench-peers                          # 210,000 messages, 3 rounds
     make bench-peers N=20000 REPEATS=1        # a smoke test
+    .venv/bin/python bench/bench_peers.py --contenders warm,connect,dlt   # Connect vs the pool
     make bench-peers LARGE=1
     .venv/bin/python bench/bench_peers.py --large --large-messages 50000 --large-keys 100000
 """
@@ -75,17 +81,19 @@ from same_table import compare  # noqa: E402
 
 from deltaferry.kafka import produce  # noqa: E402
 
-CONTENDERS = ("deltaferry", "warm", "port", "dlt")
+CONTENDERS = ("deltaferry", "warm", "connect", "port", "dlt")
 #: On the large tables, deltaferry warm as configured by default and with `deletion_vectors:
 #: true` (MERGE marks replaced rows instead of rewriting every file a changed key is in).
 LARGE_CONTENDERS = ("warm", "warm-dv", "dlt")
 #: The contenders that are deltaferry (their tables are deltaferry's).
-OURS = ("deltaferry", "warm", "warm-dv")
+OURS = ("deltaferry", "warm", "warm-dv", "connect")
 LABELS = {"deltaferry": "deltaferry run", "warm": "deltaferry run, warm driver",
           "warm-dv": "deltaferry run, warm driver, deletion vectors",
+          "connect": "deltaferry run, Spark Connect",
           "port": "seed-004 port, Spark's defaults", "dlt": "dlt 1.31.0 pipeline"}
 #: Their names in the ratios' columns.
 SHORT = {"deltaferry": "deltaferry", "warm": "deltaferry warm", "warm-dv": "deltaferry warm+dv",
+         "connect": "deltaferry connect",
          "port": "port", "dlt": "dlt"}
 
 #: Issue 45's goals: deltaferry's wall time at most this many times dlt's, per way it ran
@@ -94,6 +102,10 @@ VS_DLT = {"deltaferry": {"backlog": 2.5, "+5 %": 2.5, "100 messages": 2.5},
           "warm": {"backlog": 1.5, "+5 %": 1.2, "100 messages": 1.2}}
 #: ... and on the large curve: with deletion vectors, and as configured by default.
 LARGE_VS_DLT = {"warm-dv": 1.5, "warm": 2.5}
+#: Issue 47's measure: deltaferry over Spark Connect at most this many times the warm driver's
+#: wall time, on these runs (the pool's fixed cost and a small change).
+CONNECT_VS_WARM = 1.1
+CONNECT_RUNS = ("+5 %", "100 messages")
 #: The warm driver's ingest of the backlog, messages per second, at least (~1 KB JSON).
 WARM_RATE = 30_000
 RATE_RUN = "backlog"
@@ -171,8 +183,13 @@ def warm_env(env: dict[str, str]) -> dict[str, str]:
     """The settings of `deltaferry run` with warm drivers (the pool's folder is `env`'s
     DELTAFERRY_WARM_DIR): the same for every topic and round (the topics file and the
     warehouse relative to the run's folder), so that every run finds the one pool."""
-    return {**env, "DELTAFERRY_WARM_DRIVERS": "on", "DELTAFERRY_TOPICS": "topics.yaml",
-            "DELTAFERRY_WAREHOUSE": "warehouse"}
+    return {**without_remote(env), "DELTAFERRY_WARM_DRIVERS": "on",
+            "DELTAFERRY_TOPICS": "topics.yaml", "DELTAFERRY_WAREHOUSE": "warehouse"}
+
+
+def without_remote(env: dict[str, str]) -> dict[str, str]:
+    """`env` without the Spark Connect server's URL (a run with it goes to the server)."""
+    return {k: v for k, v in env.items() if not k.startswith("DELTAFERRY_SPARK_REMOTE")}
 
 
 def pool_rss(env: dict[str, str]) -> int:
@@ -238,7 +255,13 @@ def run_tool(contender: str, topic: str, bootstrap: str, folder: Path, env: dict
         return run_warm(topic, folder, warm_env(env))
     if contender == "warm-dv":
         return run_warm(topic, folder, warm_env(env), "    deletion_vectors: true\n")
-    own = {**env, "DELTAFERRY_WARM_DRIVERS": "off"} if contender == "deltaferry" else env
+    if contender == "connect":
+        return run_contender("deltaferry", topic, bootstrap, folder,
+                             {**env, "DELTAFERRY_WARM_DRIVERS": "off"},
+                             folder.parent / f"report-{folder.name}.json")
+    own = without_remote(env)
+    if contender == "deltaferry":
+        own["DELTAFERRY_WARM_DRIVERS"] = "off"
     return run_contender(contender, topic, bootstrap, folder, own, folder.parent
                          / f"report-{folder.name}.json")  # in its own process, pool or not
 
@@ -388,6 +411,11 @@ def goals(phases: list[Phase], large_phases: list[tuple[str, Phase]] = ()) -> li
             target = VS_DLT.get(ours, {}).get(phase.label)
             if target is not None and "dlt" in phase.seconds:
                 rows.append(versus_dlt(f"{label}: {LABELS[ours]} / dlt", phase, ours, target))
+            if ours == "connect" and phase.label in CONNECT_RUNS and "warm" in phase.seconds:
+                ratio = phase.ratios("connect", "warm")
+                rows.append(Goal(f"{label}: {LABELS[ours]} / warm driver",
+                                 f"<= {CONNECT_VS_WARM:g}x", f"{spread(ratio, 'x', 2)}",
+                                 median(ratio) <= CONNECT_VS_WARM))
             if ours == "warm" and phase.label == RATE_RUN:
                 rates = [r["ingest"]["messages_read"] / r["ingest"]["seconds"]
                          for r in phase.runs.get(ours, []) if r.get("ingest")
@@ -420,6 +448,8 @@ def side_by_side(phases: list[Phase]) -> str:
     ours = [c for c in OURS if c in tools]
     ratios = [(c, "dlt") for c in ours if "dlt" in tools] + [
         ("port", c) for c in ours if "port" in tools]
+    if "connect" in tools and "warm" in tools:
+        ratios.append(("connect", "warm"))
     head = ("| run | " + " | ".join(LABELS[c] for c in tools) + " | "
             + " | ".join(f"{SHORT[a]} / {SHORT[b]}" for a, b in ratios) + " |")
     lines = [head, "|---" * (len(tools) + len(ratios) + 1) + "|"]
@@ -431,14 +461,17 @@ def side_by_side(phases: list[Phase]) -> str:
     return "\n".join(lines)
 
 
-def contenders_list(text: str) -> tuple[str, ...]:
-    """--large-contenders: known names, in LARGE_CONTENDERS' order, dlt always among them."""
-    names = {n.strip() for n in text.split(",") if n.strip()}
-    unknown = names - set(LARGE_CONTENDERS)
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown: {', '.join(sorted(unknown))}; known: "
-                                         + ", ".join(LARGE_CONTENDERS))
-    return tuple(c for c in LARGE_CONTENDERS if c in names | {"dlt"})
+def contenders_list(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """--contenders / --large-contenders: known names, in `known`'s order, dlt always
+    among them."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = {n.strip() for n in text.split(",") if n.strip()}
+        unknown = names - set(known)
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(sorted(unknown))}; known: "
+                                             + ", ".join(known))
+        return tuple(c for c in known if c in names | {"dlt"})
+    return parse
 
 
 def main() -> int:
@@ -458,7 +491,11 @@ def main() -> int:
     parser.add_argument("--large-keys", type=int, default=2_000_000)
     parser.add_argument("--large-repeats", type=int, default=1,
                         help="rounds of each large run (default 1)")
-    parser.add_argument("--large-contenders", type=contenders_list, default=LARGE_CONTENDERS,
+    parser.add_argument("--contenders", type=contenders_list(CONTENDERS), default=CONTENDERS,
+                        help="comma-separated, of " + ",".join(CONTENDERS)
+                        + " (default: all; dlt is always among them)")
+    parser.add_argument("--large-contenders", type=contenders_list(LARGE_CONTENDERS),
+                        default=LARGE_CONTENDERS,
                         help="comma-separated, of " + ",".join(LARGE_CONTENDERS)
                         + " (default: all; dlt is always among them)")
     parser.add_argument("--results", type=Path,
@@ -471,17 +508,22 @@ def main() -> int:
                      "(.venv-dlt) from bench/dlt-requirements.lock")
     started = time.monotonic()
     env = dict(os.environ)
+    connect = "connect" in args.contenders and not args.large_only
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         from deltaferry_dev import stack
 
-        env.update(stack.up())
+        env.update(stack.up(connect=connect))
+    if connect and not env.get("DELTAFERRY_SPARK_REMOTE"):
+        parser.error("the connect contender needs DELTAFERRY_SPARK_REMOTE with "
+                     "DELTAFERRY_KAFKA_BOOTSTRAP (`deltaferry stack up --connect` prints both)")
     bootstrap = env["DELTAFERRY_KAFKA_BOOTSTRAP"]
     env["DELTAFERRY_WARM_DIR"] = tempfile.mkdtemp(prefix="deltaferry-bench-pool-")
     try:
-        pool = start_pool(bootstrap, warm_env(env))
-        print(f"warm driver pool started and warmed up in {pool:.1f} s (an hourly deployment "
-              f"finds it so; not in the warm runs' figures); its drivers "
-              f"{pool_rss(env) / 2**20:,.0f} MiB", flush=True)
+        if {"warm", "warm-dv"} & set(args.contenders + args.large_contenders):
+            pool = start_pool(bootstrap, warm_env(env))
+            print(f"warm driver pool started and warmed up in {pool:.1f} s (an hourly "
+                  f"deployment finds it so; not in the warm runs' figures); its drivers "
+                  f"{pool_rss(env) / 2**20:,.0f} MiB", flush=True)
         return compare_all(args, env, bootstrap, started)
     finally:
         from deltaferry.spark import warm
@@ -496,7 +538,7 @@ def compare_all(args: argparse.Namespace, env: dict[str, str], bootstrap: str,
     if not args.large_only:
         keys = args.keys or max(1, args.messages // 10)
         phases = backlog_and_more(bootstrap, env, args.messages, keys, args.repeats,
-                                  args.dlt_python)
+                                  args.dlt_python, contenders=args.contenders)
     large_phases: list[tuple[str, Phase]] = []
     if args.large or args.large_only:
         large_phases = large(bootstrap, env, args.large_messages, args.large_keys,

@@ -162,6 +162,125 @@ def new_field_paths(writer, reader, prefix: str = "") -> list[str]:
     return list(dict.fromkeys(found))
 
 
+#: Avro's promotions: a writer's type (key) read as one of the reader's (values).
+PROMOTIONS = {"int": {"long", "float", "double"}, "long": {"float", "double"},
+              "float": {"double"}, "string": {"bytes"}, "bytes": {"string"}}
+PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+
+
+def _named(schema, names: dict[str, dict]) -> dict[str, dict]:
+    """`names` with the named types (records, enums, fixed) defined in `schema`, by name and
+    full name, so that a later reference by name finds its definition."""
+    for branch in _branches(schema):
+        if not isinstance(branch, dict):
+            continue
+        kind = branch.get("type")
+        if kind in ("record", "enum", "fixed") and "name" in branch:
+            names[branch["name"]] = branch
+            if branch.get("namespace"):
+                names[f"{branch['namespace']}.{branch['name']}"] = branch
+        if kind == "record":
+            for f in branch.get("fields", []):
+                _named(f["type"], names)
+        elif kind in ("array", "map"):
+            _named(branch.get("items" if kind == "array" else "values"), names)
+        elif isinstance(kind, (dict, list)):
+            _named(kind, names)
+    return names
+
+
+def _kind(schema, names: dict[str, dict]):
+    """`schema` with a reference to a named type replaced by its definition, and a primitive
+    written as an object (``{"type": "bytes", "logicalType": ...}``) as its name."""
+    if isinstance(schema, str) and schema not in PRIMITIVES:
+        return names.get(schema, schema)
+    if isinstance(schema, dict) and schema.get("type") in PRIMITIVES:
+        return schema["type"]
+    if isinstance(schema, dict) and isinstance(schema.get("type"), (dict, list)):
+        return _kind(schema["type"], names)
+    return schema
+
+
+def type_text(schema, names: dict[str, dict]) -> str:
+    """An Avro type as reasons name it: ``long``, ``array<string>``, ``map<long>``, ``record
+    order``, ``union<null, long>``."""
+    schema = _kind(schema, names)
+    if isinstance(schema, list):
+        return f"union<{', '.join(type_text(b, names) for b in schema)}>"
+    if isinstance(schema, str):
+        return schema
+    kind = schema.get("type")
+    if kind == "array":
+        return f"array<{type_text(schema['items'], names)}>"
+    if kind == "map":
+        return f"map<{type_text(schema['values'], names)}>"
+    return f"{kind} {schema.get('name', '')}".strip()
+
+
+def unresolved_fields(writer, reader, prefix: str = "",
+                      names: tuple[dict, dict] | None = None) -> list[tuple[str, str, str]]:
+    """The places where Avro's schema resolution cannot read `writer`'s data as `reader`'s:
+    (path, the writer's type, the reader's type) per place, paths as `new_field_paths` writes
+    them (the record's own path is ``""``), a reader field the writer lacks and has no
+    default said as the writer's type ``missing``. Records are matched by field name, unions
+    branch by branch (a writer's branch must resolve into a reader's branch); promotions per
+    the Avro specification (int to long, float, double; long to float, double; float to
+    double; string and bytes either way). Enum symbols and fixed sizes are not compared."""
+    wnames, rnames = names or (_named(writer, {}), _named(reader, {}))
+    w, r = _kind(writer, wnames), _kind(reader, rnames)
+    here = prefix.removesuffix(".")
+
+    def misfit() -> list[tuple[str, str, str]]:
+        return [(here, type_text(w, wnames), type_text(r, rnames))]
+
+    if isinstance(w, list):
+        if all(not unresolved_fields(b, r, prefix, (wnames, rnames)) for b in w):
+            return []
+        return misfit()
+    if isinstance(r, list):
+        tries = [unresolved_fields(w, b, prefix, (wnames, rnames)) for b in r]
+        if any(not t for t in tries):
+            return []
+        kind = w if isinstance(w, str) else w.get("type")
+        same = [t for t, b in zip(tries, r, strict=True)
+                if (b if isinstance(b, str) else _kind(b, rnames).get("type")) == kind]
+        return same[0] if same else misfit()
+    if isinstance(w, str) or isinstance(r, str):
+        if w == r or (isinstance(w, str) and isinstance(r, str)
+                      and r in PROMOTIONS.get(w, ())):
+            return []
+        return misfit()
+    kind = w.get("type")
+    if kind != r.get("type"):
+        return misfit()
+    if kind == "record":
+        fields = {f["name"]: f for f in w.get("fields", [])}
+        found: list[tuple[str, str, str]] = []
+        for f in r.get("fields", []):
+            path = f"{prefix}{f['name']}"
+            match = next((fields[n] for n in [f["name"], *f.get("aliases", [])]
+                          if n in fields), None)
+            if match is None:
+                if "default" not in f:
+                    found.append((path, "missing", type_text(f["type"], rnames)))
+                continue
+            found += unresolved_fields(match["type"], f["type"], f"{path}.", (wnames, rnames))
+        return found
+    if kind in ("array", "map"):
+        key, step = ("items", "[]") if kind == "array" else ("values", "{}")
+        return unresolved_fields(w[key], r[key], f"{here}{step}.", (wnames, rnames))
+    return []
+
+
+def unresolved_text(writer, reader) -> str:
+    """`unresolved_fields` as a reason's tail (``field `price` is string there, int in the
+    reader schema``), or "" where the schemas resolve."""
+    return "; ".join(
+        f"field `{path}` is {w} there, {r} in the reader schema" if path else
+        f"it is {w} there, {r} in the reader schema"
+        for path, w, r in unresolved_fields(writer, reader))
+
+
 def restricted(schema, columns):
     """`schema` (an Avro type) without the record fields the Spark type `columns` lacks
     (nested records by the struct type of their column; unions, arrays and maps followed);
@@ -269,9 +388,13 @@ def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
     sid, body = F.col(f"{prefix}schema_id"), F.col(f"{prefix}body")
     data = None
     undecodable = F.lit(False)
+    reason = F.format_string(REASON_UNDECODABLE.replace("{id}", "%d"), sid)
     for schema_id, writer in sorted(writers.items()):
         if writer is None:
             continue
+        if detail := unresolved_text(writer, reader):  # the field at fault, where known
+            reason = F.when(sid == schema_id, F.lit(
+                f"{REASON_UNDECODABLE.format(id=schema_id)}: {detail}")).otherwise(reason)
         decoded = from_avro(body, json.dumps(writer),
                             {"mode": "PERMISSIVE", "avroSchema": reader_json})
         data = (F.when(sid == schema_id, decoded) if data is None
@@ -285,7 +408,7 @@ def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
         F.when(~F.col(f"{prefix}wire_ok"), REASON_FRAMING)
         .when(~sid.isin(known) if known else F.lit(True),
               F.format_string(REASON_UNKNOWN_ID.replace("{id}", "%d"), sid))
-        .when(undecodable, F.format_string(REASON_UNDECODABLE.replace("{id}", "%d"), sid))
+        .when(undecodable, reason)
     )
     if data is None:  # typed like the reader, so the columns keep their types
         data = from_avro(F.lit(None).cast("binary"), reader_json)

@@ -1,6 +1,6 @@
 """Avro decoding in Spark (spark-avro's from_avro on Spark 4.2): two writer versions resolved
-into the latest, bad framing, unknown schema id and an undecodable body quarantined with their
-reason; Avro keys (record and primitive) into typed key columns, bad keys with a `key: ` reason.
+into the latest, bad framing, unknown schema id, an undecodable body and a writer field Avro
+cannot resolve quarantined with their reason; Avro keys (record and primitive) into typed key columns, bad keys with a `key: ` reason.
 Writer schemas are given directly, so this needs Spark but neither broker nor registry."""
 
 import io
@@ -19,6 +19,9 @@ V2 = {"type": "record", "name": "order", "fields": [
     {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
     {"name": "qty", "type": ["null", "long"], "default": None},
     {"name": "note", "type": "string", "default": "none"}]}
+#: A writer registered without compatibility checks: `item` became a number.
+V3 = {"type": "record", "name": "order", "fields": [
+    {"name": "id", "type": "long"}, {"name": "item", "type": "long"}]}
 
 
 def wire(schema_id: int, schema: dict, record: dict) -> bytes:
@@ -57,12 +60,13 @@ def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons
         ("c", b"\x07garbage-not-wire"),                  # wrong magic byte
         ("d", wire(9, V1, {"id": 4, "item": "z"})),      # unknown schema id
         ("e", b"\x00" + struct.pack(">I", 1) + b"\x01"), # body too short for V1
+        ("g", wire(3, V3, {"id": 6, "item": 7})),        # item no longer a string
         ("f", None),                                     # tombstone
         (None, wire(1, V1, {"id": 5, "item": "k"})),     # no key
     ]
     df = keyed_batch(spark, [(k.encode() if k else None, v) for k, v in rows])
     raw = avro.with_wire_columns(df)
-    decoded = with_reason(avro.decode(raw, {1: V1, 2: V2, 9: None}, V2))
+    decoded = with_reason(avro.decode(raw, {1: V1, 2: V2, 3: V3, 9: None}, V2))
     got = {r["kafka_key"]: r for r in decoded.collect()}
     assert got["a"]["reason"] is None
     assert got["a"]["data"].asDict() == {"id": 1, "item": "x", "qty": None, "note": "none"}
@@ -70,6 +74,8 @@ def test_two_writer_versions_resolve_into_the_latest_and_bad_records_get_reasons
     assert got["c"]["reason"] == avro.REASON_FRAMING
     assert got["d"]["reason"] == "schema id 9 is not known to the schema registry"
     assert got["e"]["reason"] == "Avro body does not decode with writer schema id 1"
+    assert got["g"]["reason"] == ("Avro body does not decode with writer schema id 3: field "
+                                  "`item` is long there, string in the reader schema")
     assert got["f"]["reason"] is None  # tombstones delete in the upsert
     assert got[None]["reason"] == REASON_NO_KEY
 

@@ -119,3 +119,41 @@ def test_an_empty_list_where_a_string_was_is_named_as_such():
     with pytest.raises(IncompatibleShapeError, match="the payload has an empty array where "
                                                      "the schema has string"):
         evolve(v1, {"x": []}, "t")
+
+
+ORDER = {"type": "record", "name": "order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "price", "type": "int"},
+    {"name": "tags", "type": {"type": "array", "items": "long"}},
+    {"name": "attrs", "type": {"type": "map", "values": {"type": "record", "name": "attr",
+                                                           "fields": [{"name": "v",
+                                                                       "type": "double"}]}}},
+    {"name": "note", "type": ["null", "string"], "default": None}]}
+
+
+def changed(**types) -> dict:
+    """ORDER with the named fields' types replaced (without a default)."""
+    return {**ORDER, "fields": [{"name": f["name"], "type": types[f["name"]]}
+                                if f["name"] in types else f for f in ORDER["fields"]]}
+
+
+@pytest.mark.parametrize(("writer", "expected"), [
+    (ORDER, []),
+    (changed(price="long"), [("price", "long", "int")]),
+    (changed(price="string"), [("price", "string", "int")]),
+    (changed(id="int", price=["null", "int"]), [("price", "union<null, int>", "int")]),
+    (changed(tags={"type": "array", "items": "string"}), [("tags[]", "string", "long")]),
+    (changed(attrs={"type": "map", "values": {"type": "record", "name": "attr", "fields": [
+        {"name": "v", "type": "string"}]}}), [("attrs{}.v", "string", "double")]),
+    (changed(note="string"), []),
+    (changed(note="long"), [("note", "long", "union<null, string>")]),
+    ({**ORDER, "fields": ORDER["fields"][:1]},
+     [("price", "missing", "int"), ("tags", "missing", "array<long>"),
+      ("attrs", "missing", "map<record attr>")]),
+])
+def test_a_writer_field_avro_cannot_resolve_is_named_with_both_types(writer, expected):
+    from deltaferry.formats.avro import unresolved_fields
+
+    assert unresolved_fields(writer, ORDER) == expected
+    if not expected:  # what resolves is what fastavro (the Avro specification) reads
+        record = {"id": 1, "price": 2, "tags": [3], "attrs": {"a": {"v": 4.0}}, "note": "x"}
+        assert readable(writer, ORDER, record)["id"] == 1
