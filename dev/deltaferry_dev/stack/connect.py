@@ -27,12 +27,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
 import ssl
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,6 +111,23 @@ def server_command(backend_port: int) -> list[str]:
 def remote_url(port: int, token: str) -> str:
     """The URL a client is given (DELTAFERRY_SPARK_REMOTE): TLS and the token."""
     return f"sc://{TLS_HOST}:{port}/;use_ssl=true;token={token}"
+
+
+def airflow_connection(assignments: Mapping[str, str]) -> dict:
+    """The stack's server (`assignments` of `stack up --connect`) as an Airflow connection of
+    the Spark provider's type ``spark_connect``, in its JSON form (AIRFLOW_CONN_<ID>, the REST
+    API): host and port of the TLS front, the token as password, extra ``use_ssl`` and
+    ``ca_bundle`` (the stack's CA). StackError when the assignments have no server."""
+    url = assignments.get(REMOTE_VAR, "")
+    if not url.startswith("sc://"):
+        raise StackError(f"the stack has no {TITLE}: `deltaferry stack up --connect` starts one")
+    address, *params = url[len("sc://"):].split(";")
+    host, port = address.rstrip("/").rsplit(":", 1)
+    settings = dict(p.split("=", 1) for p in params)
+    return {"conn_type": "spark_connect", "host": host, "port": int(port),
+            "password": settings["token"],
+            "extra": json.dumps({"use_ssl": settings.get("use_ssl") == "true",
+                                 "ca_bundle": assignments[CA_VAR]})}
 
 
 def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False):
