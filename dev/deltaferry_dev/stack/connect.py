@@ -34,6 +34,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -267,9 +268,25 @@ def main(argv: list[str] | None = None) -> int:
     context.load_cert_chain(args.cert, args.key)
     context.set_alpn_protocols(["h2"])  # gRPC clients refuse a server without it
     env = dict(os.environ)
-    env[TOKEN_ENV] = Path(args.token_file).read_text().strip()
-    jvm = subprocess.Popen(server_command(args.backend), env=env, stdin=subprocess.DEVNULL)
+    token = Path(args.token_file).read_text().strip()
+    env[TOKEN_ENV] = token
+    jvm = subprocess.Popen(server_command(args.backend), env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert jvm.stdout is not None
+    threading.Thread(target=copy_redacted, args=(jvm.stdout, sys.stdout.buffer, token),
+                     daemon=True).start()
     return asyncio.run(_serve(args.listen, args.backend, context, jvm))
+
+
+def copy_redacted(source, sink, token: str) -> None:
+    """Copy the server's output (the JVM's and its Python workers') line by line to `sink`,
+    the token replaced: Spark 4.2's foreachBatch worker prints the URL it connects back to the
+    server with, the server's token in it ("Streaming ForeachBatch worker is starting with url
+    sc://...;token=...")."""
+    secret = token.encode()
+    for line in iter(source.readline, b""):
+        sink.write(line.replace(secret, b"***"))
+        sink.flush()
 
 
 if __name__ == "__main__":
