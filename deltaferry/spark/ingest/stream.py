@@ -78,6 +78,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Over Spark Connect, how many times a query is started when the server's foreachBatch
+#: worker did not connect back in time (`WORKER_LATE`: Spark waits 10 s for it, a fixed bound a
+#: busy server's Python, importing deltaferry, can miss); nothing was read before it.
+CONNECT_START_ATTEMPTS = 3
+WORKER_LATE = "Python worker failed to connect back"
 #: The fewest messages a byte-sized micro-batch holds (huge messages still make progress).
 MIN_BATCH = 100
 #: The size a micro-batch is sized by when no message could be measured (an empty topic, a
@@ -420,12 +425,19 @@ class IngestStream:
             return writer.start()
         from deltaferry.spark.session import rpc_problem
 
-        try:
-            return writer.start()
-        except Exception as exc:  # the server's, through pyspark: its worker did not start
-            raise DeltaferryError(
-                f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
-                f"{rpc_problem(exc)}; nothing was read") from None
+        for attempt in range(1, CONNECT_START_ATTEMPTS + 1):
+            try:
+                return writer.start()
+            except Exception as exc:  # the server's, through pyspark: its worker did not start
+                problem = rpc_problem(exc)
+            if WORKER_LATE not in problem or attempt == CONNECT_START_ATTEMPTS:
+                break
+            log.warning("ingest %s: the Spark Connect server's Python worker did not connect "
+                        "back in time (attempt %d of %d); starting the query again",
+                        self.topic.name, attempt, CONNECT_START_ATTEMPTS)
+        raise DeltaferryError(
+            f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
+            f"{problem}; nothing was read") from None
 
     def await_end(self, query) -> None:
         """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
