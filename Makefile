@@ -14,7 +14,7 @@ DLT_VENV := .venv-dlt
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
-	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs"
+	@echo "make airflow - a local Airflow in the background (http://localhost:8080, user admin) on the repo's DAGs (CONNECT=1: steps on the stack's Spark Connect server)"
 	@echo "make test   - lint and type checks, unit tests, the docs' strict build, then integration tests on a real broker and Spark"
 	@echo "make docs   - build the documentation site into site/ (mkdocs, strict: broken links fail)"
 	@echo "make setup  - install pinned Python deps into .venv, resolve pinned jars and build the Schema Registry into .deps"
@@ -95,8 +95,9 @@ demo: setup
 
 # A local Airflow (api-server, scheduler, dag-processor, triggerer) in .airflow/, in the
 # background, on the local stack: http://localhost:8080 (or AIRFLOW__API__PORT, or a free port).
+# CONNECT=1: the tasks run their steps on the stack's Spark Connect server (`airflow up --connect`).
 airflow: setup
-	@$(BIN)/deltaferry airflow up
+	@$(BIN)/deltaferry airflow up $(if $(CONNECT),--connect)
 
 stack-up: setup
 	@$(BIN)/deltaferry stack up

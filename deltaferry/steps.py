@@ -59,9 +59,9 @@ class Step:
     parts: tuple[str, ...] = ()
     #: Whether it reads the topic's messages (then its Schema Registry is checked first).
     reads_topic: bool = False
-    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not yet the
-    #: replay of the quarantine (Delta's DeltaTable API) nor a continuous stream (its stop
-    #: between micro-batches watches the writer in the driver's process).
+    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not yet a
+    #: continuous stream (its stop between micro-batches watches the writer in the driver's
+    #: process).
     over_connect: bool = True
     #: Whether it reads new messages, and so is refused while the topic is paused
     #: (deltaferry.pause; a replay of the quarantine and the maintenance steps are not).
@@ -198,7 +198,6 @@ class Replay(Step):
     task_id: str = "ingest"
     script_name: str = "replay.py"
     reads_topic: bool = True
-    over_connect: bool = False
     reason: str | None = None
     which: QuarantineFilter | None = None
 

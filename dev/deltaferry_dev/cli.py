@@ -66,7 +66,8 @@ def _airflow(args: argparse.Namespace) -> int:
         return running.assignments() if running is not None else {}
 
     return _local_service("airflow", args.action,
-                          lambda: services.up(env=services.local_env(catalog=True)).assignments(),
+                          lambda: services.up(env=services.local_env(
+                              catalog=True, connect=args.connect)).assignments(),
                           services.down, status)
 
 
@@ -111,4 +112,9 @@ def airflow_command(sub: argparse._SubParsersAction) -> None:
         "default 8080 or a free port; the local stack too unless DELTAFERRY_KAFKA_BOOTSTRAP is "
         "set) and print its URL; down: stop it; status: its URL if it runs",
     )
+    p_airflow.add_argument(
+        "--connect", action="store_true",
+        help="with up: the tasks run their steps on the local stack's Spark Connect server "
+        "(started if need be, as `stack up --connect`), defined as the spark_default "
+        "connection of type spark_connect; without it, on warm drivers of their own")
     p_airflow.set_defaults(func=_airflow)

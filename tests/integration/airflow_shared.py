@@ -47,7 +47,7 @@ from .test_tls import mutual_tls_options
 
 #: The test files using the shared Airflow.
 FILES = ("test_airflow.py", "test_airflow_avro.py", "test_alerts.py", "test_ui_access.py",
-         "test_ui_quarantine.py", "test_patterns.py")
+         "test_ui_quarantine.py", "test_patterns.py", "test_connect.py")
 #: Their unit of work for pytest-xdist (the scope name of tests/integration/conftest.py's
 #: scheduler).
 GROUP = "shared-airflow"

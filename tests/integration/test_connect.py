@@ -105,13 +105,13 @@ def test_sessions_on_one_server_keep_their_own_s3_credentials(connect_env):
     second.stop()
 
 
-def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_replay(connect_env, new_topic,
+def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_stream(connect_env, new_topic,
                                                                        tmp_path):
     """`deltaferry run --steps optimize,vacuum` with DELTAFERRY_SPARK_REMOTE compacts and
     vacuums the topic's table on the stack's server (delta-rs reads the OPTIMIZE in its
     history and the rows unchanged in one file; the replaced files are gone from the bucket);
-    `deltaferry quarantine replay` is refused before anything runs, in one line naming the
-    variable, and no line of either run holds the token."""
+    `deltaferry stream` is refused before anything runs, in one line naming the variable, and
+    no line of either run holds the token."""
     import subprocess
 
     import pyarrow as pa
@@ -150,13 +150,143 @@ def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_replay(connect_e
             and "/_delta_log/" not in o["Key"]]
     assert len(data) == 1, data
 
-    refused = subprocess.run([CLI, "quarantine", "replay", topic], env=full,
+    refused = subprocess.run([CLI, "stream", topic], env=full,
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0
     lines = [line for line in refused.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
-    assert len(lines) == 1 and "replay step" in lines[0], refused.stderr
+    assert len(lines) == 1 and "stream step" in lines[0], refused.stderr
     token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
     assert token not in done.stdout + done.stderr + refused.stdout + refused.stderr
+
+
+def test_cli_replays_the_quarantine_over_spark_connect_exactly_once(connect_env, new_topic,
+                                                                     tmp_path):
+    """test_replay.py's scenario on the stack's server: schema v1 (a: long) quarantines the
+    values with decimals at ingest (`deltaferry run --steps ingest`); with v2 (a: double),
+    `deltaferry quarantine replay --reason "does not fit"` lands the newest of them (the older
+    one never overwrites a newer row: delta-rs reads the table) and marks its rows replayed
+    (its claim and mark are SQL MERGEs on the server); a second replay claims nothing more."""
+    import subprocess
+
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri
+    from deltaferry.paths import TopicPaths
+    from deltaferry.schema.store import SchemaStore
+
+    from .test_cli import CLI
+    from .test_replay import MESSAGES, pin
+
+    env = remote_env(connect_env)
+    topic = new_topic("connect-replay", partitions=1)
+    produce(connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"], topic, MESSAGES)
+    warehouse = tmp_path / "wh"  # the server is on this machine: a folder it reads too
+    paths = TopicPaths.for_topic(str(warehouse), topic)
+    store = SchemaStore(paths.schema)
+    pin(store, "long", len(MESSAGES))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": str(warehouse),
+            "DELTAFERRY_KAFKA_BOOTSTRAP": connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]}
+    done = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=full,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def table() -> dict:
+        rows = DeltaTable(delta_rs_uri(paths.table)).to_pyarrow_table().to_pylist()
+        return {r["kafka_key"]: (r["a"], r["kafka_offset"]) for r in rows}
+
+    assert table() == {"k": (3, 2), "n": (5, 4)}
+    pin(store, "double", len(MESSAGES))
+    replays = [subprocess.run([CLI, "quarantine", "replay", topic, "--reason", "does not fit"],
+                              env=full, capture_output=True, text=True, timeout=900)
+               for _ in range(2)]
+    for replay in replays:
+        assert replay.returncode == 0, replay.stderr[-3000:]
+    assert table() == {"k": (3.0, 2), "m": (4.5, 3), "n": (6.5, 5)}
+    quarantine = DeltaTable(delta_rs_uri(paths.quarantine)).to_pyarrow_table().to_pylist()
+    replayed = sorted(r["kafka_offset"] for r in quarantine if r["replayed_at"] is not None)
+    assert replayed == [1, 3, 5] and len(quarantine) == 5  # marked, nothing deleted
+    assert len({r["replay_id"] for r in quarantine if r["replayed_at"] is not None}) == 1
+    token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    assert not [r for r in [done, *replays] if token in r.stdout + r.stderr]
+
+
+def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
+        connect_env, stack_dir, new_topic, tmp_path):
+    """Two topics, each with a warehouse in a bucket of its own and S3 credentials allowed
+    only that bucket (two identities of the stack's S3 server, each refused the other's
+    bucket), run `deltaferry run` (infer, ingest) at the same time on the one Connect server:
+    both land every message, each bucket holds its own topic's files only (the server's
+    sessions, file systems and foreachBatch workers each used their run's credentials), and a
+    run given one topic's credentials and the other's warehouse is refused in one line naming
+    that warehouse. No line of a run holds a secret."""
+    import subprocess
+
+    from botocore.exceptions import ClientError
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+    from deltaferry_dev import stack
+
+    from .test_cli import CLI
+    from .test_crash import messages
+    from .test_pipeline import expected_state
+
+    env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    buckets = [new_bucket(env), new_bucket(env)]
+    identities = [stack.add_s3_identity([bucket], stack_dir) for bucket in buckets]
+    for (key, secret), other in zip(identities, reversed(buckets), strict=True):
+        scoped = S3Settings(env["DELTAFERRY_S3_ENDPOINT"], key, secret).client()
+        with pytest.raises(ClientError):  # what makes the two runs' credentials differ
+            scoped.list_objects_v2(Bucket=other, MaxKeys=1)
+    sent = messages()[:120]  # 120 keys, tombstones, bad messages
+    topics = [new_topic("connect-s3a"), new_topic("connect-s3b")]
+    topics_file = tmp_path / "topics.yaml"
+    topics_file.write_text("topics:\n" + "".join(f"  - name: {t}\n" for t in topics))
+
+    def run_env(bucket: str, identity: tuple[str, str]) -> dict[str, str]:
+        return {**os.environ, **env, "AWS_ACCESS_KEY_ID": identity[0],
+                "AWS_SECRET_ACCESS_KEY": identity[1], "DELTAFERRY_TOPICS": str(topics_file),
+                "DELTAFERRY_WAREHOUSE": f"s3://{bucket}/wh",
+                "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+
+    runs = []
+    for topic, bucket, identity in zip(topics, buckets, identities, strict=True):
+        produce(bootstrap, topic, sent)
+        runs.append(subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"],
+                                     env=run_env(bucket, identity), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True))
+    said = [run.communicate(timeout=900) for run in runs]
+    for run, (_, err) in zip(runs, said, strict=True):
+        assert run.returncode == 0, err[-3000:]
+
+    admin = S3Settings.from_env(env).client()
+    for topic, bucket in zip(topics, buckets, strict=True):
+        table = delta_rs_uri(TopicPaths.for_topic(f"s3://{bucket}/wh", topic).table)
+        rows = DeltaTable(table, storage_options=storage_options(table, env)
+                          ).to_pyarrow_table().to_pylist()
+        state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+                 for r in rows}
+        assert len(state) == len(rows) and state == expected_state(sent)
+        listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
+        assert listed and {o["Key"].split("/")[1] for o in listed} == {topic}, bucket
+
+    refused = subprocess.run([CLI, "run", topics[1], "--steps", "ingest"],
+                             env=run_env(buckets[1], identities[0]), capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    last = [line for line in refused.stderr.splitlines() if line.strip()][-1]
+    assert f"s3://{buckets[1]}/wh" in last and "access denied" in last, refused.stderr
+    secrets = [env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1],
+               *(secret for _, secret in identities)]
+    outputs = [out + err for out, err in said] + [refused.stdout + refused.stderr]
+    assert not [s for s in secrets for text in outputs if s in text]
 
 
 def committed_batches(env: dict[str, str], checkpoint: str) -> set[int]:
@@ -281,6 +411,84 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     appended = [r for r in bad if r["quarantined_at"].timestamp() * 1000 >= started_ms]
     assert report["quarantined"] == len(appended), report
     assert f"ingest {topic}:" in third.stdout
+    # the batches' own progress lines, which the server's worker wrote, in the run's log
+    lines = [line for line in third.stderr.splitlines()
+             if f"ingest {topic} batch " in line and " messages, " in line]
+    assert len(lines) == report["batches"], third.stderr[-3000:]
+    # the killed first run's results file is gone, the third run's own too
+    bucket, prefix = paths.root[len("s3a://"):].split("/", 1)
+    left = S3Settings.from_env(env).client().list_objects_v2(
+        Bucket=bucket, Prefix=f"{prefix}/_state/connect/").get("Contents", [])
+    assert not left, [o["Key"] for o in left]
+    assert "left behind by a killed run" in third.stderr
 
     token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
     assert not [text for text in said if token in text]
+    assert token not in (stack_dir / "connect" / "server.log").read_text()
+
+
+def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
+        connect_env, shared_airflow, kafka_bootstrap, new_topic):
+    """A topic's DAG in the shared Airflow, its ``spark_default`` the stack's server as `airflow
+    up --connect` defines it (type spark_connect: host, port, the token, TLS with the stack's
+    CA): a run triggered through the REST API runs infer, ingest, optimize and vacuum on the
+    server. delta-rs reads the latest valid value of every key and a VACUUM in the table's
+    history, every bad message in the quarantine and its OPTIMIZE; the ingest's XCom says it
+    ran over Spark Connect with every message read, its log each batch's progress line while
+    the query ran; no task's log holds the token."""
+    from datetime import datetime
+
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri
+    from deltaferry_dev.stack import connect
+
+    from .test_airflow import finished_run
+    from .test_crash import bad_values, messages
+    from .test_pipeline import expected_state
+
+    token = connect_env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    topic = new_topic("connect-dag", partitions=3)
+    sent = messages()[:240]  # two versions of each of 120 keys, tombstones, bad messages
+    produce(kafka_bootstrap, topic, sent)
+    client = shared_airflow.client()
+    client.set_connection("spark_default", connect.airflow_connection(connect_env))
+    try:
+        with shared_airflow.hosting(f"  - name: {topic}\n    schedule: null\n    retries: 0\n"
+                                    "    max_offsets_per_trigger: 120\n"
+                                    "    optimize_min_files: 2\n"
+                                    "    vacuum_retention_hours: 0\n"):
+            dag_id = f"ingest_{topic}"
+            client.set_paused(dag_id, False)
+            run, states = finished_run(client, dag_id, client.trigger(dag_id)["dag_run_id"])
+            logs = {task: client.log(dag_id, run["dag_run_id"], task) for task in states}
+            ingest = client.result(dag_id, run["dag_run_id"], "ingest")
+    finally:
+        client.call("DELETE", "/connections/spark_default")
+    assert states == {"infer_schema": "success", "ingest": "success", "optimize": "success",
+                      "vacuum": "success"}, states
+    paths = shared_airflow.paths(topic)
+    table = DeltaTable(delta_rs_uri(paths.table))
+    rows = table.to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows) and state == expected_state(sent)
+    assert "VACUUM END" in [c["operation"] for c in table.history()]
+    quarantine = DeltaTable(delta_rs_uri(paths.quarantine))
+    assert "OPTIMIZE" in [c["operation"] for c in quarantine.history()]  # two appends, one file
+    bad = quarantine.to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    assert ingest["task"]["driver"] == "spark-connect", ingest["task"]
+    assert (ingest["messages_read"], ingest["quarantined"]) == (len(sent), len(bad_values(sent)))
+    assert "a Spark Connect server (Airflow connection 'spark_default')" in logs["ingest"]
+    # each batch's progress line logged while the query ran: the first before the last
+    # batch's commit
+    lines = [line for line in logs["ingest"].splitlines()
+             if f"ingest {topic} batch " in line and " messages, " in line]
+    assert len(lines) == ingest["batches"] >= 2, logs["ingest"][-3000:]
+    said_ms = datetime.strptime(lines[0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+    committed_ms = max(c["timestamp"] for c in table.history()
+                       if " batch " in (c.get("userMetadata") or ""))
+    assert said_ms < committed_ms, (lines[0], committed_ms)
+    assert not [task for task, text in logs.items() if token in text]

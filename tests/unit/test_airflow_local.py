@@ -59,3 +59,48 @@ def test_healthy_needs_every_component():
     assert not services.healthy({"metadatabase": ok, "scheduler": ok, "dag_processor": ok,
                                  "triggerer": {"status": "unhealthy"}})
     assert not services.healthy({})
+
+
+def test_local_env_gives_the_stacks_connect_server_as_spark_default_only_when_asked(
+        monkeypatch):
+    """`airflow up --connect`: the stack's server becomes the spark_default connection of type
+    spark_connect (read back as the operator reads it: the URL the stack printed); without it,
+    a stack that has a server still gives the tasks no DELTAFERRY_SPARK_REMOTE."""
+    import json
+    from types import SimpleNamespace
+
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    from deltaferry.airflow.connections import spark_remote_access
+    from deltaferry_dev import stack
+    from deltaferry_dev.stack import connect
+
+    url = connect.remote_url(15123, "s3cr-et_tok")
+    asked = []
+
+    def up(**kwargs):
+        asked.append(kwargs)
+        return {"DELTAFERRY_KAFKA_BOOTSTRAP": "127.0.0.1:9", "DELTAFERRY_SPARK_REMOTE": url,
+                "DELTAFERRY_SPARK_REMOTE_CA_BUNDLE": "/stack/tls/ca.pem"}
+
+    monkeypatch.setattr(stack, "up", up)
+    plain = services.local_env({"DELTAFERRY_KAFKA_BOOTSTRAP": ""}, catalog=True)
+    assert "DELTAFERRY_SPARK_REMOTE" not in plain and services.SPARK_CONN_VAR not in plain
+    assert plain["DELTAFERRY_KAFKA_BOOTSTRAP"] == "127.0.0.1:9"
+
+    env = services.local_env({"DELTAFERRY_KAFKA_BOOTSTRAP": ""}, catalog=True, connect=True)
+    assert asked == [{"catalog": True, "connect": False}, {"catalog": True, "connect": True}]
+    assert "DELTAFERRY_SPARK_REMOTE" not in env  # the connection's, not the workers' variable
+    defined = json.loads(env[services.SPARK_CONN_VAR])
+    conn = SimpleNamespace(**defined, login=None, extra_dejson=json.loads(defined["extra"]))
+    access = spark_remote_access(lambda conn_id: conn if conn_id == "spark_default" else None)
+    assert access.env["DELTAFERRY_SPARK_REMOTE_CA_BUNDLE"] == "/stack/tls/ca.pem"
+    given = DefaultChannelBuilder(access.env["DELTAFERRY_SPARK_REMOTE"])
+    printed = DefaultChannelBuilder(url)
+    assert (given.endpoint, given.token, given.secure) == (
+        printed.endpoint, printed.token, printed.secure) == ("localhost:15123", "s3cr-et_tok",
+                                                              True)
+    assert services.settings_digest(env) != services.settings_digest(plain)  # a restart
+
+    with pytest.raises(StackError, match="DELTAFERRY_KAFKA_BOOTSTRAP"):
+        services.local_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "broker:9092"}, connect=True)

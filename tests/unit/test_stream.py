@@ -102,3 +102,38 @@ def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage
     merge_results(mine, data)
     assert (mine.inserted, mine.quarantined, mine.phases) == (3, 2, {"merge": 1.5})
     assert mine.messages_read == 40  # the client's own, from the query's progress
+
+
+def test_a_connect_runs_progress_lines_are_said_once_and_killed_runs_files_removed(
+        tmp_path, caplog):
+    """The client logs the batches' progress lines its worker recorded as they come (each
+    once, whether seen while the query runs or at its end), and once its query ended removes
+    the results files other runs left, never its own."""
+    import logging
+
+    from deltaferry.paths import TopicPaths
+    from deltaferry.spark.ingest.remote import (
+        peek_results,
+        remove_left_behind,
+        results_uri,
+        say_lines,
+    )
+    from deltaferry.storage import LocalStorage
+
+    paths = TopicPaths.for_topic(str(tmp_path), "orders")
+    storage = LocalStorage()
+    assert peek_results(storage, paths, "run2") is None and say_lines(None, 0) == 0
+    storage.write(results_uri(paths, "run2"), json.dumps({"lines": ["batch 0"]}).encode())
+    with caplog.at_level(logging.INFO, logger="deltaferry.spark.ingest.remote"):
+        said = say_lines(peek_results(storage, paths, "run2"), 0)
+        storage.write(results_uri(paths, "run2"),
+                      json.dumps({"lines": ["batch 0", "batch 1", "batch 2"]}).encode())
+        said = say_lines(peek_results(storage, paths, "run2"), said)
+        said = say_lines(peek_results(storage, paths, "run2"), said)
+    assert said == 3
+    assert [r.getMessage() for r in caplog.records] == ["batch 0", "batch 1", "batch 2"]
+
+    storage.write(results_uri(paths, "killed"), b"{}")
+    assert remove_left_behind(storage, paths, "run2") == ["killed.json"]
+    assert peek_results(storage, paths, "killed") is None
+    assert peek_results(storage, paths, "run2") is not None  # its own: read_results' to delete

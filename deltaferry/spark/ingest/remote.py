@@ -12,9 +12,12 @@ import nothing of each other's), with:
   credentials the client gave its own session, never the server's environment);
 * the fence of the lock the client holds (`deltaferry.lock.Fence`), checked at every commit
   point of a batch as `ensure_held` checks a lock held in the same process;
-* after each batch, the run's report so far (`IngestReport.as_dict`) written to
-  ``<topic>/_state/connect/<run>.json`` (`results_uri`), or the failure's one line where the
-  batch failed; the client reads it once the query ended (`read_results`) and deletes it.
+* after each batch, the run's report so far (`IngestReport.as_dict`) and the batches' progress
+  lines written to ``<topic>/_state/connect/<run>.json`` (`results_uri`), or the failure's one
+  line where the batch failed; the client logs the new lines every `PROGRESS_POLL_S` while
+  its query runs (`peek_results`, `say_lines`), reads the file once the query ended
+  (`read_results`) and deletes it, and those a killed run left behind
+  (`remove_left_behind`).
 
 The worker imports deltaferry: the server's Python (PYSPARK_PYTHON of the server) must have
 the same deltaferry as the client and its requirements installed (docs/operating/cluster.md).
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often the client looks for the progress lines of its query's batches (seconds).
+PROGRESS_POLL_S = 2.0
+
 
 def results_uri(paths: TopicPaths, run_id: str) -> str:
     """Where the worker of run `run_id` writes the run's report after each batch."""
@@ -63,12 +69,13 @@ class RemoteBatches:
         self.run_id = run_id
         self.fence = fence
         self._writer: Any = None
-        #: The batches this worker wrote, in order.
+        #: The batches this worker wrote, in order, and their progress lines.
         self._written: list[int] = []
+        self._lines: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
         """What is pickled to the server: the plain data, never a writer."""
-        return {**self.__dict__, "_writer": None, "_written": []}
+        return {**self.__dict__, "_writer": None, "_written": [], "_lines": []}
 
     def writer(self, spark) -> Any:
         """The run's writer in this worker, made at the first batch."""
@@ -108,13 +115,33 @@ class RemoteBatches:
                             "client: %s", self.topic.name, batch_id, problem)
             raise
         self._written.append(batch_id)
+        if writer.said:
+            self._lines.append(writer.said)
         self.record(writer.storage(), writer)  # before Spark commits the batch
 
     def record(self, storage: Storage, writer: Any, failure: str | None = None) -> None:
         """Write the run's report so far (and `failure`, the one line of a failed batch)."""
         data = {"report": writer.report.as_dict(), "batches": self._written,
-                "rows": writer.rows, "failure": failure}
+                "rows": writer.rows, "lines": self._lines, "failure": failure}
         storage.write(results_uri(self.paths, self.run_id), json.dumps(data).encode())
+
+
+def peek_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | None:
+    """What the worker of run `run_id` recorded so far, the file left in place; None when it
+    recorded nothing yet or the file cannot be read now (the next look reads it again)."""
+    try:
+        return json.loads(storage.read(results_uri(paths, run_id)))
+    except Exception:  # not there yet, or a storage hiccup: progress lines only wait
+        return None
+
+
+def say_lines(data: dict | None, said: int) -> int:
+    """Log the progress lines of recorded `data` after the first `said`; how many were said
+    in all."""
+    lines = (data or {}).get("lines") or []
+    for line in lines[said:]:
+        log.info("%s", line)
+    return max(said, len(lines))
 
 
 def read_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | None:
@@ -130,6 +157,19 @@ def read_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | Non
     except Exception as exc:  # a small file left behind; the next run's results are their own
         log.warning("could not delete %s: %s", uri, exc)
     return data
+
+
+def remove_left_behind(storage: Storage, paths: TopicPaths, run_id: str) -> list[str]:
+    """Delete the results files of the topic's other runs (a killed run leaves its own: its
+    query, stopped by the server when a later run's started, has nobody to read it); the names
+    deleted. For a run that holds the topic's lock, once its own query ended: no other run's
+    query can write there any more."""
+    folder = join(paths.root, "_state", "connect")
+    gone = [name for name in storage.list(folder)
+            if name.endswith(".json") and name != f"{run_id}.json"]
+    for name in gone:
+        storage.delete(join(folder, name))
+    return gone
 
 
 #: The fields of the worker's report that its batches filled (`BatchWriter.write`); the rest

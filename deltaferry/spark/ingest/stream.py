@@ -78,6 +78,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Over Spark Connect, how many times a query is started when the server's foreachBatch
+#: worker did not connect back in time (`WORKER_LATE`: Spark waits 10 s for it, a fixed bound a
+#: busy server's Python, importing deltaferry, can miss); nothing was read before it.
+CONNECT_START_ATTEMPTS = 3
+WORKER_LATE = "Python worker failed to connect back"
 #: The fewest messages a byte-sized micro-batch holds (huge messages still make progress).
 MIN_BATCH = 100
 #: The size a micro-batch is sized by when no message could be measured (an empty topic, a
@@ -155,6 +160,9 @@ class BatchWriter:
         #: the topic, which sets `stop`.
         self.tally: Callable[[int, int, BatchKey], Alert | None] | None = None
         self.paused: Alert | None = None
+        #: The progress line of the last micro-batch written (logged; over Spark Connect the
+        #: server's worker passes it on to the client: `RemoteBatches`).
+        self.said: str | None = None
 
     def storage(self) -> Storage:
         """The topic's storage (its table and checkpoint), opened once for the query: the
@@ -307,13 +315,13 @@ class BatchWriter:
         for name, value in counts.items():
             setattr(self.report, name, getattr(self.report, name) + value)
         scheduled = self.count_jobs(batch_id, jobs.scheduled())
-        log.info(
-            "ingest %s batch %d: %d messages, %s, %d quarantined%s, %.1f s (%s); %s",
-            self.topic.name, batch_id, count, describe_counts(self.topic.mode, counts),
-            quarantined, describe_expectations(counts_of(self.topic, failed)),
-            time.monotonic() - started, describe_phases(batch.seconds),
-            describe_jobs(scheduled.jobs, scheduled.stages),
-        )
+        self.said = (
+            f"ingest {self.topic.name} batch {batch_id}: {count} messages, "
+            f"{describe_counts(self.topic.mode, counts)}, {quarantined} quarantined"
+            f"{describe_expectations(counts_of(self.topic, failed))}, "
+            f"{time.monotonic() - started:.1f} s ({describe_phases(batch.seconds)}); "
+            f"{describe_jobs(scheduled.jobs, scheduled.stages)}")
+        log.info("%s", self.said)
         if self.tally is not None:  # a stream's micro-batch counts toward pause_after
             alert = self.tally(count, bad, (app_id, batch_id))
             if alert is not None:  # the topic is paused: the stream stops after this batch
@@ -421,12 +429,19 @@ class IngestStream:
             return writer.start()
         from deltaferry.spark.session import rpc_problem
 
-        try:
-            return writer.start()
-        except Exception as exc:  # the server's, through pyspark: its worker did not start
-            raise DeltaferryError(
-                f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
-                f"{rpc_problem(exc)}; nothing was read") from None
+        for attempt in range(1, CONNECT_START_ATTEMPTS + 1):
+            try:
+                return writer.start()
+            except Exception as exc:  # the server's, through pyspark: its worker did not start
+                problem = rpc_problem(exc)
+            if WORKER_LATE not in problem or attempt == CONNECT_START_ATTEMPTS:
+                break
+            log.warning("ingest %s: the Spark Connect server's Python worker did not connect "
+                        "back in time (attempt %d of %d); starting the query again",
+                        self.topic.name, attempt, CONNECT_START_ATTEMPTS)
+        raise DeltaferryError(
+            f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
+            f"{problem}; nothing was read") from None
 
     def await_end(self, query) -> None:
         """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
@@ -436,15 +451,30 @@ class IngestStream:
         if self.remote is None:
             await_query(query, self.writer)
             return
-        from deltaferry.spark.ingest.remote import merge_results, read_results
+        from deltaferry.spark.ingest.remote import (
+            PROGRESS_POLL_S,
+            merge_results,
+            peek_results,
+            read_results,
+            say_lines,
+        )
         from deltaferry.spark.session import rpc_problem
 
+        storage = storage_for(self.paths.root)
         failed: Exception | None = None
-        try:
-            query.awaitTermination()
-        except Exception as exc:  # Spark's StreamingQueryException, or gRPC's
-            failed = exc
-        data = read_results(storage_for(self.paths.root), self.paths, self.remote.run_id)
+        said = 0
+        while True:  # the batches' lines as the worker records them, while the query runs
+            try:
+                if query.awaitTermination(PROGRESS_POLL_S):
+                    break
+            except Exception as exc:  # Spark's StreamingQueryException, or gRPC's
+                failed = exc
+                break
+            said = say_lines(peek_results(storage, self.paths, self.remote.run_id), said)
+        data = read_results(storage, self.paths, self.remote.run_id)
+        say_lines(data, said)
+        if failed is None:
+            self._remove_left_behind(storage)
         if data is not None:
             merge_results(self.report, data)
             self.writer.rows.update({int(k): int(v) for k, v in (data.get("rows") or {}).items()})
@@ -459,6 +489,22 @@ class IngestStream:
             f"ingest {self.topic.name}: its query on the Spark Connect server ended: "
             f"{rpc_problem(failed)}; the micro-batches it did not commit are read again by the "
             "next run") from None
+
+    def _remove_left_behind(self, storage: Storage) -> None:
+        """Over Spark Connect, once this run's query ended: the results files of killed runs
+        deleted, while this run still holds the topic's lock (a file that cannot be deleted
+        now is the next run's to delete)."""
+        from deltaferry.spark.ingest.remote import remove_left_behind
+
+        assert self.remote is not None
+        try:
+            ensure_held(self.paths.root, "removing the results files of killed runs")
+            for name in remove_left_behind(storage, self.paths, self.remote.run_id):
+                log.info("ingest %s: removed _state/connect/%s, left behind by a killed run",
+                         self.topic.name, name)
+        except Exception as exc:  # a lost lock, a storage error: the next run's to do
+            log.warning("ingest %s: the results files of killed runs stay for the next run: "
+                        "%s", self.topic.name, exc)
 
     def checkpoint(self):
         """The checkpoint's newest batch (deltaferry.state.CheckpointState)."""

@@ -48,6 +48,9 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 DEFAULT_PORT = 8080
 READY_DEADLINE_S = 240.0
 USER = "admin"
+#: The variable that defines the ``spark_default`` connection (Airflow's AIRFLOW_CONN_<ID>) of a
+#: local Airflow on the stack's Spark Connect server (`local_env(connect=True)`).
+SPARK_CONN_VAR = "AIRFLOW_CONN_SPARK_DEFAULT"
 #: The warehouse of the local Airflow on the local stack (the demo's).
 LOCAL_WAREHOUSE = REPO_ROOT / "warehouse" / "demo"
 
@@ -174,12 +177,13 @@ def ensure_pool(env: Mapping[str, str], say) -> int:
 
 
 def settings_digest(env: Mapping[str, str]) -> str:
-    """A digest of the deltaferry, AWS and Airflow settings the components were started with
-    (never the values themselves: some are secrets)."""
+    """A digest of the deltaferry, AWS and Airflow settings (connections defined in the
+    environment included) the components were started with (never the values themselves: some
+    are secrets)."""
     import hashlib
 
     wanted = sorted((k, v) for k, v in env.items()
-                    if k.startswith(("DELTAFERRY_", "AWS_", "AIRFLOW__")))
+                    if k.startswith(("DELTAFERRY_", "AWS_", "AIRFLOW__", "AIRFLOW_CONN_")))
     return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()
 
 
@@ -215,17 +219,33 @@ def healthy(document: Mapping) -> bool:
         (document.get(p) or {}).get("status") == "healthy" for p in parts)
 
 
-def local_env(base: Mapping[str, str] | None = None, catalog: bool = False) -> dict[str, str]:
+def local_env(base: Mapping[str, str] | None = None, catalog: bool = False,
+              connect: bool = False) -> dict[str, str]:
     """`base` (default os.environ), and when it names no Kafka brokers, the local stack's
     settings (`deltaferry stack up`, started if needed; with `catalog`, its Hive Metastore
     too, as `stack up --catalog`) with the demo's warehouse (``warehouse/demo``) unless
-    DELTAFERRY_WAREHOUSE is set."""
+    DELTAFERRY_WAREHOUSE is set. With `connect`, the stack's Spark Connect server too (`stack
+    up --connect`), as the ``spark_default`` connection of type ``spark_connect``
+    (AIRFLOW_CONN_SPARK_DEFAULT: the tasks run their steps on it); without it, the tasks never
+    run on the stack's server, even when the stack has one (its DELTAFERRY_SPARK_REMOTE is
+    left out). StackError with `connect` when `base` names brokers of its own."""
     env = dict(os.environ if base is None else base)
     if not env.get("DELTAFERRY_KAFKA_BOOTSTRAP"):
         from deltaferry_dev import stack
+        from deltaferry_dev.stack import connect as spark_connect
 
-        env.update(stack.up(catalog=catalog))
+        assignments = stack.up(catalog=catalog, connect=connect)
+        server = {name: assignments.pop(name) for name in (spark_connect.REMOTE_VAR,
+                                                           spark_connect.CA_VAR)
+                  if name in assignments}
+        env.update(assignments)
+        if connect:
+            env[SPARK_CONN_VAR] = json.dumps(spark_connect.airflow_connection(server))
         env.setdefault("DELTAFERRY_WAREHOUSE", str(LOCAL_WAREHOUSE))
+    elif connect:
+        raise StackError("--connect runs the tasks on the local stack's Spark Connect server, "
+                         "and DELTAFERRY_KAFKA_BOOTSTRAP says another stack is used: unset it, "
+                         "or define the spark_default connection (type spark_connect) yourself")
     return env
 
 

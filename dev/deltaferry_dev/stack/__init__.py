@@ -54,7 +54,8 @@ from deltaferry_dev.stack.process import (
     write_private,
 )
 
-__all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service"]
+__all__ = ["up", "down", "status", "resolve_stack_dir", "stop_service", "start_service",
+           "add_s3_identity"]
 
 #: Started in this order, stopped in the reverse order.
 SERVICES: tuple[Any, ...] = (kafka, s3, registry)
@@ -298,3 +299,13 @@ def start_service(name: str, stack_dir: Path | None = None) -> str:
                       "); starting it once more", file=sys.stderr)
     return (f"started {services[index].title} again (pid {services[index].process.pid}), "
             f"ready in {seconds:.1f} s")
+
+
+def add_s3_identity(buckets: list[str], stack_dir: Path | None = None) -> tuple[str, str]:
+    """A new S3 identity of the running stack allowed only `buckets` (existing ones: it cannot
+    create any): its access key id and secret, once the S3 server takes them
+    (`deltaferry_dev.stack.s3.add_identity`). It lasts until `stack down`."""
+    folder = resolve_stack_dir(stack_dir)
+    with _locked(folder):
+        _, services, index = _recorded(folder, s3.NAME)
+        return s3.add_identity(folder, services[index], buckets)

@@ -27,12 +27,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
 import ssl
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,6 +112,23 @@ def server_command(backend_port: int) -> list[str]:
 def remote_url(port: int, token: str) -> str:
     """The URL a client is given (DELTAFERRY_SPARK_REMOTE): TLS and the token."""
     return f"sc://{TLS_HOST}:{port}/;use_ssl=true;token={token}"
+
+
+def airflow_connection(assignments: Mapping[str, str]) -> dict:
+    """The stack's server (`assignments` of `stack up --connect`) as an Airflow connection of
+    the Spark provider's type ``spark_connect``, in its JSON form (AIRFLOW_CONN_<ID>, the REST
+    API): host and port of the TLS front, the token as password, extra ``use_ssl`` and
+    ``ca_bundle`` (the stack's CA). StackError when the assignments have no server."""
+    url = assignments.get(REMOTE_VAR, "")
+    if not url.startswith("sc://"):
+        raise StackError(f"the stack has no {TITLE}: `deltaferry stack up --connect` starts one")
+    address, *params = url[len("sc://"):].split(";")
+    host, port = address.rstrip("/").rsplit(":", 1)
+    settings = dict(p.split("=", 1) for p in params)
+    return {"conn_type": "spark_connect", "host": host, "port": int(port),
+            "password": settings["token"],
+            "extra": json.dumps({"use_ssl": settings.get("use_ssl") == "true",
+                                 "ca_bundle": assignments[CA_VAR]})}
 
 
 def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False):
@@ -248,9 +268,25 @@ def main(argv: list[str] | None = None) -> int:
     context.load_cert_chain(args.cert, args.key)
     context.set_alpn_protocols(["h2"])  # gRPC clients refuse a server without it
     env = dict(os.environ)
-    env[TOKEN_ENV] = Path(args.token_file).read_text().strip()
-    jvm = subprocess.Popen(server_command(args.backend), env=env, stdin=subprocess.DEVNULL)
+    token = Path(args.token_file).read_text().strip()
+    env[TOKEN_ENV] = token
+    jvm = subprocess.Popen(server_command(args.backend), env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert jvm.stdout is not None
+    threading.Thread(target=copy_redacted, args=(jvm.stdout, sys.stdout.buffer, token),
+                     daemon=True).start()
     return asyncio.run(_serve(args.listen, args.backend, context, jvm))
+
+
+def copy_redacted(source, sink, token: str) -> None:
+    """Copy the server's output (the JVM's and its Python workers') line by line to `sink`,
+    the token replaced: Spark 4.2's foreachBatch worker prints the URL it connects back to the
+    server with, the server's token in it ("Streaming ForeachBatch worker is starting with url
+    sc://...;token=...")."""
+    secret = token.encode()
+    for line in iter(source.readline, b""):
+        sink.write(line.replace(secret, b"***"))
+        sink.flush()
 
 
 if __name__ == "__main__":

@@ -105,6 +105,42 @@ def identity_config(access_key: str, secret_key: str) -> dict:
     }
 
 
+def add_identity(stack_dir: Path, service: Service, buckets: list[str],
+                 deadline_s: float = 30.0) -> tuple[str, str]:
+    """Add an identity allowed only `buckets` (read, write, list, tag: no bucket creation) to
+    the running server's identity file and have it read the file again (SIGHUP); its access
+    key id and secret, once the server takes them. As a second team's credentials on a shared
+    S3 service are: the stack's own identity may still do everything."""
+    import signal
+    import time
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from deltaferry.storage import S3Settings
+
+    config = identity_dir(stack_dir) / "s3.json"
+    current = json.loads(config.read_text())
+    access_key, secret_key = new_credentials()
+    current["identities"].append({
+        "name": f"scoped-{access_key.lower()}",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": [f"{action}:{bucket}" for bucket in buckets
+                    for action in ("Read", "Write", "List", "Tagging")]})
+    write_private(config, json.dumps(current, indent=2))
+    os.kill(service.process.pid, signal.SIGHUP)  # `weed` reads -s3.config again
+    client = S3Settings(service.assignments[ENDPOINT_VAR], access_key, secret_key).client()
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            client.list_objects_v2(Bucket=buckets[0], MaxKeys=1)
+            return access_key, secret_key
+        except (BotoCoreError, ClientError) as exc:
+            if time.monotonic() > deadline:
+                raise StackError(f"the {TITLE} did not take a new identity within "
+                                 f"{deadline_s:g} s: {exc}") from None
+            time.sleep(0.3)
+
+
 def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
                    host: str = HOST, tls_files: tuple[Path, Path] | None = None) -> list[str]:
     """The `weed server` command line (no secret on it: the identity is in `config`), with an
