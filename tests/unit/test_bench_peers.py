@@ -183,12 +183,17 @@ def test_dlt_stays_in_its_own_pinned_venv():
     assert "/.venv-dlt/" in (REPO / ".gitignore").read_text()
 
 
-def test_large_contenders_keep_dlt_and_refuse_unknown_names():
+def test_contenders_keep_dlt_and_refuse_unknown_names():
     import argparse
 
     import pytest
 
-    assert bench_peers.contenders_list("warm-dv") == ("warm-dv", "dlt")
-    assert bench_peers.contenders_list("dlt,warm") == ("warm", "dlt")
+    large = bench_peers.contenders_list(bench_peers.LARGE_CONTENDERS)
+    assert large("warm-dv") == ("warm-dv", "dlt")
+    assert large("dlt,warm") == ("warm", "dlt")
     with pytest.raises(argparse.ArgumentTypeError, match="unknown: fast; known: warm"):
-        bench_peers.contenders_list("warm,fast")
+        large("warm,fast")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown: connect"):
+        large("connect")
+    main = bench_peers.contenders_list(bench_peers.CONTENDERS)
+    assert main("connect,warm") == ("warm", "connect", "dlt")
