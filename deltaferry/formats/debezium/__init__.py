@@ -205,20 +205,31 @@ def _is_document(text: str | None) -> bool:
     return after is not None and after.get("type") == "string"
 
 
-def connect_schemas(raw: DataFrame) -> tuple[dict | None, dict | None]:
-    """(row, key): the Connect schemas of the rows and of the keys of the change events in
-    `raw` that carry the schema wrapper, each merged over the events (None where no event,
-    or no key, carries one). A schema deltaferry cannot read is left out, said in the log."""
+def schemas_aggregate() -> Column:
+    """An aggregate over a batch's raw records: the distinct pairs (``v``, ``k``) of the
+    Connect schemas of a change event's value and key (`connect_schemas` reads them), of the
+    events that carry the schema wrapper; an empty array where none does."""
     from pyspark.sql import functions as F
 
+    value = F.get_json_object("raw_value", "$.schema")
+    key = F.get_json_object("kafka_key", "$.schema")
+    carries = F.col("raw_value").isNotNull() & (value.isNotNull() | key.isNotNull())
+    return F.collect_set(F.when(carries, F.struct(value.alias("v"), key.alias("k"))))
+
+
+def connect_schemas(raw: DataFrame, found: list | None = None
+                    ) -> tuple[dict | None, dict | None]:
+    """(row, key): the Connect schemas of the rows and of the keys of the change events in
+    `raw` that carry the schema wrapper, each merged over the events (None where no event,
+    or no key, carries one); `found`, `schemas_aggregate`'s value where the batch's first
+    action computed it, else one job over `raw` (a replay's). A schema deltaferry cannot read
+    is left out, said in the log."""
     from deltaferry.spark.jobs import one_job
 
-    with one_job(raw):  # a few distinct schemas: one job, not AQE's two
-        found = (raw.where(F.col("raw_value").isNotNull())
-                 .select(F.get_json_object("raw_value", "$.schema").alias("v"),
-                         F.get_json_object("kafka_key", "$.schema").alias("k"))
-                 .where(F.col("v").isNotNull() | F.col("k").isNotNull())
-                 .distinct().collect())
+    if found is None:
+        with one_job(raw):  # a few distinct schemas: one job, not AQE's two
+            row = raw.agg(schemas_aggregate()).first()
+        found = row[0] if row is not None else []
     values: list[dict] = []
     keys: list[dict] = []
     for row in found:
@@ -425,15 +436,23 @@ class DebeziumDecoder(JsonDecoder):
     first by offsets the infer step has not read, as for a JSON topic, whose
     decoder gives it the schema store and its raw columns)."""
 
+    #: The next batch's Connect schemas (`aggregated`); None until computed.
+    schemas: list | None = None
+
     def raw_columns(self, batch_df: DataFrame) -> Any:
         """The raw columns (a change event's row is parsed by `decode_events`, not once into
         a VARIANT as a JSON topic's value is)."""
         return with_raw_columns(batch_df)
 
     def aggregates(self) -> list:
-        """Nothing of the batch's first action: the schema grows from the rows of the
-        offsets inference has not read (`current_schema`)."""
-        return []
+        """What the batch's first action computes for this decoder (`read_stats`): the
+        events' Connect schemas (`schemas_aggregate`). The schema grows from the rows of the
+        offsets inference has not read (`current_schema`), not from a shape."""
+        return [schemas_aggregate()]
+
+    def aggregated(self, values: list) -> None:
+        """Take the values of `aggregates` for the next batch `decode`s."""
+        self.schemas = list(values[0] or [])
 
     def current_schema(self, raw: DataFrame, found: dict | None = None) -> SchemaVersion:
         """The cached schema, grown by the rows of the batch's offsets inference has not
@@ -457,7 +476,8 @@ class DebeziumDecoder(JsonDecoder):
         return version
 
     def decode(self, raw: DataFrame) -> Any:
-        row, key = connect_schemas(raw)
+        found, self.schemas = self.schemas, None
+        row, key = connect_schemas(raw, found)
         if row is not None:
             cached = self.store.latest()
             assert cached is not None  # checked when the decoder was made
