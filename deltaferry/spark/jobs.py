@@ -1,6 +1,7 @@
 """How many Spark jobs (and stages) a piece of driver work scheduled: `JobCounter`, read from
 the numbers Spark's DAGScheduler hands out, no SparkListener and no JVM class of our own; and
-the settings that keep a micro-batch's own work to fewer jobs (`one_job`, `one_task_write`).
+the settings that keep a micro-batch's own work to fewer jobs (`one_job`, `one_task_write`,
+`fixed_source`).
 
 Each job and each new stage takes the next number of its kind when it is submitted, before the
 action that submits it returns; so the difference of the numbers when a counter is made and
@@ -18,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deltaferry.spark.table import session_settings
+from deltaferry.spark.table import ONE_JOB, session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,12 +66,34 @@ class JobCounter:
 def one_job(frame: DataFrame):
     """A block whose actions on `frame` run as one Spark job each: a global aggregate of a
     batch's records (counts, the largest value) or a grouping into a few rows (the newest
-    offset of each Kafka partition). Adaptive query execution off and one shuffle partition
-    for them (in `frame`'s session, restored after): AQE runs the shuffle before the final
-    aggregation as a job of its own, and has nothing to adapt where the result is a few rows.
-    A persisted frame's own plan was made when it was persisted and keeps its settings."""
-    return session_settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false",
-                                                 "spark.sql.shuffle.partitions": "1"})
+    offset of each Kafka partition). `ONE_JOB`'s settings for them (in `frame`'s session,
+    restored after). A persisted frame's own plan was made when it was persisted and keeps
+    its settings."""
+    return one_job_session(frame.sparkSession)
+
+
+def one_job_session(spark: SparkSession):
+    """`one_job` for the work of session `spark` inside the block: Delta's own reads of a
+    table's state (a snapshot's state in one job instead of AQE's three: DESCRIBE DETAIL, the
+    transaction lookup of an idempotent append) and writes whose plan has no shuffle of its
+    own (an append of persisted rows)."""
+    return session_settings(spark, ONE_JOB)
+
+
+#: A block's MERGEs do not materialize their source first (Delta's
+#: ``merge.materializeSource``, by default a job that copies the source before MERGE's
+#: passes read it): for a source that reads the same rows on every pass (`fixed_source`).
+FIXED_SOURCE: dict[str, str | None] = {"spark.databricks.delta.merge.materializeSource": "none"}
+
+
+def fixed_source(spark: SparkSession):
+    """A block in which Delta's MERGEs read their source as it is, without copying it first
+    (`FIXED_SOURCE`): only for a source that gives the same rows on every read and holds no
+    persisted (cached) frame, which Delta refuses there: a cdc batch's classified changes,
+    checkpointed (`deltaferry.formats.debezium.changes.checkpointed_counts`). Delta copies a
+    source so that MERGE's two passes (the files it touches, then the rows it writes) cannot
+    see two different sources; a checkpoint's cannot differ."""
+    return session_settings(spark, FIXED_SOURCE)
 
 
 #: `one_task_write` applies to a batch of at most this many table rows.
@@ -78,11 +101,12 @@ ONE_TASK_WRITE_ROWS = 10_000
 
 
 def one_task_write(spark: SparkSession, rows: DataFrame, count: int, largest: int):
-    """A block in which the MERGE (or append) of a small batch's `count` table rows (each value
-    at most `largest` bytes) runs in fewer jobs: adaptive query execution off and one shuffle
-    partition, in `spark`'s session and `rows`'. A MERGE with AQE runs each shuffle as a job of
-    its own (12 jobs for 100 rows, 6 without); without AQE nothing coalesces its shuffle
-    partitions, so one partition keeps it writing one file, as AQE would. Only where the batch
+    """A block in which the MERGE (or append) of a small batch's table rows (at most `count`,
+    each value at most `largest` bytes) runs in fewer jobs: adaptive query execution off and
+    one shuffle partition, in `spark`'s session and `rows`'. A MERGE with AQE runs each
+    shuffle as a job of its own (12 jobs for 100 rows, 6 without); without AQE nothing
+    coalesces its shuffle partitions, so one partition keeps it writing one file, as AQE
+    would. Only where the batch
     is certainly broadcast into MERGE's joins (`count * largest` within half of
     spark.sql.autoBroadcastJoinThreshold, at most ONE_TASK_WRITE_ROWS rows): a join that
     shuffled the table would do it in one task. Elsewhere nothing changes."""
@@ -95,8 +119,7 @@ def one_task_write(spark: SparkSession, rows: DataFrame, count: int, largest: in
         limit = -1
     if count > ONE_TASK_WRITE_ROWS or limit <= 0 or count * max(largest, 1) * 2 > limit:
         return nullcontext()
-    settings: dict[str, str | None] = {"spark.sql.adaptive.enabled": "false",
-                                       "spark.sql.shuffle.partitions": "1"}
+    settings = ONE_JOB
     stack = ExitStack()
     for session in {id(spark): spark, id(rows.sparkSession): rows.sparkSession}.values():
         stack.enter_context(session_settings(session, settings))

@@ -23,6 +23,7 @@ from deltaferry.quarantine import (
     layout_problem,
 )
 from deltaferry.spark import table as delta_table
+from deltaferry.spark.jobs import one_job_session
 from deltaferry.spark.kafka_source import RAW_KEY
 
 if TYPE_CHECKING:
@@ -93,9 +94,12 @@ def append(bad: DataFrame, path: str, app_id: str, batch_id: int,
     ensure_held(path, f"the quarantine append to {path}")
     quarantine_app = f"{app_id}-quarantine"
     tag = delta_table.commit_tag(quarantine_app, batch_id, task)
-    (bad.write.format("delta").mode("append")
-     .option("txnAppId", quarantine_app).option("txnVersion", batch_id)
-     .option("userMetadata", tag).option("mergeSchema", "true").save(path))
+    # the transaction's lookup computes the quarantine's state: one job, not AQE's three
+    # (the rows' own plan has no shuffle: `one_job_session`)
+    with one_job_session(bad.sparkSession):
+        (bad.write.format("delta").mode("append")
+         .option("txnAppId", quarantine_app).option("txnVersion", batch_id)
+         .option("userMetadata", tag).option("mergeSchema", "true").save(path))
     try:
         info = delta_table.latest_commit_info(bad.sparkSession, path, storage)
     except Exception as exc:  # the quarantine's storage, or Delta's DeltaLog through py4j

@@ -110,8 +110,11 @@ def create_if_absent(spark: SparkSession, path: str, ddl: str,
 def table_detail(spark: SparkSession, path: str):
     """DESCRIBE DETAIL of the Delta table at `path` (one row: its properties, partition and
     clustering columns, size, protocol versions), in SQL: the same on a classic session and
-    over Spark Connect."""
-    detail = spark.sql(f"DESCRIBE DETAIL delta.{quote(path)}").first()
+    over Spark Connect. Its size needs the state of the table's newest version, computed in
+    one Spark job (`ONE_JOB`; AQE would make it three), which the table's next read
+    or MERGE then finds computed."""
+    with session_settings(spark, ONE_JOB):
+        detail = spark.sql(f"DESCRIBE DETAIL delta.{quote(path)}").first()
     assert detail is not None  # a table's detail is one row
     return detail
 
@@ -355,6 +358,13 @@ def commit_tag(app_id: str, version: int, task: TaskRun | None = None) -> str:
     tag = f"{app_id} batch {version} attempt {uuid.uuid4().hex[:12]}"
     return user_metadata(task, tag) or tag
 
+
+#: The session settings under which an aggregate into a few rows runs as one Spark job
+#: (`deltaferry.spark.jobs.one_job`), and so does Delta's computation of a table version's
+#: state: adaptive query execution off (it runs each shuffle as a job of its own, and has
+#: nothing to adapt where the result is a few rows) and one shuffle partition.
+ONE_JOB: dict[str, str | None] = {"spark.sql.adaptive.enabled": "false",
+                                  "spark.sql.shuffle.partitions": "1"}
 
 #: The session setting whose value every Delta commit without a userMetadata of its own takes.
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

@@ -22,21 +22,28 @@ pytestmark = pytest.mark.integration
 #: background (a log checkpoint) lands in whichever batch is running.
 #: The first backlog batch: decoded, one message quarantined, appended into the empty table
 #: (24 jobs when it was MERGEd, each aggregate in two jobs; 11 while each batch looked for
-#: offsets the infer step had not read).
-FIRST_BATCH_JOBS = 10 + 1
+#: offsets the infer step had not read; 10 while its rows were counted by a job of their own
+#: and the quarantine's state was computed in AQE's three jobs).
+FIRST_BATCH_JOBS = 7 + 1
 #: A later batch of the backlog: MERGEd into the table (21 before; 10 while each batch looked
-#: for offsets the infer step had not read).
-MERGE_BATCH_JOBS = 9 + 1
+#: for offsets the infer step had not read; 9 while its rows were counted by a job of their
+#: own).
+MERGE_BATCH_JOBS = 8 + 1
 #: A batch of the next run with fields the schema lacks (the schema is grown from them, new
 #: columns added), nested ones and array elements too, beside a value that clashes with the
 #: schema (whose shape is then taken again of the values that fit), and two messages
 #: quarantined (19 with one new column and no clash while its shape was inferred by Spark's
-#: JSON inference after a look for offsets the infer step had not read).
-GROWING_BATCH_JOBS = 17 + 1
+#: JSON inference after a look for offsets the infer step had not read; 17 while its rows were
+#: counted by a job of their own and the quarantine's state was computed in three jobs).
+GROWING_BATCH_JOBS = 14 + 1
 
-#: A cdc topic's first backlog batch (`test_jobs_per_cdc_micro_batch`), and a later run's.
-CDC_FIRST_BATCH_JOBS = 35 + 1
-CDC_BATCH_JOBS = 35 + 1
+#: A cdc topic's first backlog batch (`test_jobs_per_cdc_micro_batch`), and a later run's (35
+#: each while its rows were counted by a job of their own, its classified changes checkpointed,
+#: counted and looked at for deletes by a job each, each MERGE copied its checkpointed source,
+#: the quarantine's state was computed in three jobs and the events' Connect schemas were
+#: collected by a job of their own).
+CDC_FIRST_BATCH_JOBS = 26 + 1
+CDC_BATCH_JOBS = 29 + 1
 
 
 def messages(start: int, count: int, keys: int) -> list[tuple]:

@@ -51,6 +51,7 @@ from deltaferry.formats.json import CORRUPT
 from deltaferry.lock import ensure_held
 from deltaferry.paths import TopicPaths
 from deltaferry.spark import table as delta_table
+from deltaferry.spark.jobs import fixed_source, one_job
 from deltaferry.spark.kafka_source import HEADERS
 
 if TYPE_CHECKING:
@@ -98,6 +99,23 @@ def _keys_match(keys: tuple[str, ...], left: str, right: str) -> Column:
     q = delta_table.quote
     return reduce(lambda a, b: a & b, [
         F.col(f"{left}.{q(k)}").eqNullSafe(F.col(f"{right}.{q(k)}")) for k in keys])
+
+
+def checkpointed_counts(classified: DataFrame, *extra: Column):
+    """The row of counts of `classified` (a cdc batch's changes with `__stale`, checkpointed
+    lazily: ``localCheckpoint(eager=False)``): ``stale``, the stale changes, and the aggregates
+    `extra`, by the action that writes the checkpoint: one job (`one_job`), not a job for the
+    checkpoint and one for each count.
+
+    Checkpointed because Delta's MERGE recaches plans that read its table, which would
+    classify the changes just applied as stale before the remembered deletes are merged: the
+    classification is fixed by this first action, before anything is written."""
+    from pyspark.sql import functions as F
+
+    with one_job(classified):
+        counted = classified.agg(F.count_if(F.col("__stale")).alias("stale"), *extra).first()
+    assert counted is not None  # a global aggregate is one row
+    return counted
 
 
 class ChangeWriter:
@@ -246,14 +264,16 @@ class ChangeWriter:
         if not self.keys:
             return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
         tag = tag or delta_table.commit_tag(app_id, version)
-        # materialised: Delta's MERGE recaches plans that read its table, which would classify
-        # the changes just applied as stale before the remembered deletes are merged
-        classified = self.classify(spark, rows).localCheckpoint()
+        classified = self.classify(spark, rows).localCheckpoint(eager=False)
         try:
-            stale = classified.where(F.col("__stale")).count()
+            counted = checkpointed_counts(classified, F.count_if(
+                ~F.col("__stale") & F.col(delta_table.DELETED)).alias("deletes"))
+            stale = counted["stale"]
             fresh = classified.where(~F.col("__stale")).drop("__stale")
-            remember = self.ensure_deletes_table(spark, fresh)  # not inside the transaction
-            with delta_table.idempotent_writes(spark, app_id, version, tag):
+            # not inside the transaction
+            remember = self.ensure_deletes_table(spark, fresh, counted["deletes"] > 0)
+            with delta_table.idempotent_writes(spark, app_id, version, tag), \
+                    fixed_source(spark):  # checkpointed: not copied again by each MERGE
                 counts = delta_table.upsert(spark, self.paths.table, fresh, self.keys,
                                             newer=newer_sql())
                 if remember:
@@ -303,10 +323,12 @@ class ChangeWriter:
                              & ~F.expr(newer_sql("s", alias)))
         return joined.select("s.*", F.coalesce(stale, F.lit(False)).alias("__stale"))
 
-    def ensure_deletes_table(self, spark: SparkSession, fresh: DataFrame) -> bool:
+    def ensure_deletes_table(self, spark: SparkSession, fresh: DataFrame,
+                             deletes: bool | None = None) -> bool:
         """Whether the remembered deletes are to be merged with `fresh` (the changes to apply):
-        their table exists, or is created now because `fresh` holds a delete. Created before the
-        batch's transaction: a creation carrying its id would make Delta skip the MERGE."""
+        their table exists, or is created now because `fresh` holds a delete (`deletes`, where
+        the caller counted them; else one job looks). Created before the batch's transaction:
+        a creation carrying its id would make Delta skip the MERGE."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructField, StructType, TimestampType
@@ -317,7 +339,9 @@ class ChangeWriter:
             # batch's transaction either: that write would carry its id)
             delta_table.add_new_columns(spark, path, fresh.select(POSITION).schema)
             return True
-        if fresh.where(F.col(delta_table.DELETED)).isEmpty():
+        if deletes is None:
+            deletes = not fresh.where(F.col(delta_table.DELETED)).isEmpty()
+        if not deletes:
             return False
         types = {f.name: f for f in fresh.schema.fields}
         columns = StructType([*[types[k] for k in self.keys],
@@ -447,11 +471,9 @@ class HistoryWriter(ChangeWriter):
             return {"inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
         tag = tag or delta_table.commit_tag(app_id, version)
         q = delta_table.quote
-        # materialised: Delta's MERGE recaches plans that read its table, which would classify
-        # the changes just applied as stale before the remembered deletes are merged
-        classified = self.classify(spark, rows).localCheckpoint()
+        classified = self.classify(spark, rows).localCheckpoint(eager=False)
         try:
-            stale = classified.where(F.col("__stale")).count()
+            stale = checkpointed_counts(classified)["stale"]
             fresh = self.versions(classified.where(~F.col("__stale")).drop("__stale"))
             key = [F.col(q(k)) for k in self.keys]
             order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
@@ -467,7 +489,8 @@ class HistoryWriter(ChangeWriter):
             latest = (fresh.groupBy(*key)
                       .agg(F.max_by(record, F.expr(position_sql())).alias("r")).select("r.*"))
             remember = self.ensure_deletes_table(spark, latest)  # not inside the transaction
-            with delta_table.idempotent_writes(spark, app_id, version, tag):
+            with delta_table.idempotent_writes(spark, app_id, version, tag), \
+                    fixed_source(spark):  # checkpointed: not copied again by each MERGE
                 counts = self.merge_versions(spark, source, columns)
                 if remember:
                     self.remember_deletes(spark, latest)

@@ -60,7 +60,7 @@ from deltaferry.spark.ingest.rows import (
     parse_within,
     read_stats,
 )
-from deltaferry.spark.jobs import JobCounter, Scheduled, one_job, one_task_write
+from deltaferry.spark.jobs import JobCounter, Scheduled, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.spark.session import is_connect
 from deltaferry.state import BatchKey, TopicState, read_checkpoint, record_discarded
@@ -256,10 +256,11 @@ class BatchWriter:
             schema_version = self.decoder.schema_version
             self.report.schema_version = schema_version
             with batch(self.table.rows_phase):
-                rows = self.table.rows(one_task_if_small(parsed, count)).persist()
-                cached.append(rows)
-                with one_job(rows):
-                    row_count = rows.count()
+                # not persisted, nor counted by a job of their own: computed from the persisted
+                # records by the write (Delta's MERGE copies its source first, in one job); no
+                # more rows than usable records, all the write needs to know of them
+                rows = self.table.rows(one_task_if_small(parsed, count))
+                row_bound = count - unusable
             with batch("schema evolution"):
                 grow_table(self.spark, self.paths.table, rows)
                 if not self.laid_out:  # once a run: the entry's partition_by or cluster_by
@@ -279,7 +280,7 @@ class BatchWriter:
             tag = delta_table.commit_tag(app_id, batch_id, self.task)
             write_phase = self.table.write_phase
             # a CDC writer's joins read the table, so not for it: see `one_task_write`
-            small = (one_task_write(self.spark, rows, row_count, largest)
+            small = (one_task_write(self.spark, rows, row_bound, largest)
                      if isinstance(self.table, LatestPerKey) else nullcontext())
             with batch(write_phase), small:
                 counts = self.table.apply(self.spark, rows, app_id, batch_id, tag=tag)
