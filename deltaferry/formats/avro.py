@@ -201,20 +201,28 @@ def _kind(schema, names: dict[str, dict]):
     return schema
 
 
-def type_text(schema, names: dict[str, dict]) -> str:
-    """An Avro type as reasons name it: ``long``, ``array<string>``, ``map<long>``, ``record
-    order``, ``union<null, long>``."""
-    schema = _kind(schema, names)
+def avro_type_name(schema, names: dict[str, dict] | None = None) -> str:
+    """A short name of an Avro type, as the schema page and quarantine reasons spell it:
+    ``long``, ``record Payment``, ``array<string>``, ``map<string,long>``, ``null|string``,
+    ``bytes (decimal)``; a reference to a named type in `names` (`_named`) by its
+    definition."""
+    if names and isinstance(schema, str) and schema in names:
+        schema = names[schema]
     if isinstance(schema, list):
-        return f"union<{', '.join(type_text(b, names) for b in schema)}>"
+        return "|".join(avro_type_name(s, names) for s in schema)
     if isinstance(schema, str):
         return schema
     kind = schema.get("type")
     if kind == "array":
-        return f"array<{type_text(schema['items'], names)}>"
+        return f"array<{avro_type_name(schema.get('items'), names)}>"
     if kind == "map":
-        return f"map<{type_text(schema['values'], names)}>"
-    return f"{kind} {schema.get('name', '')}".strip()
+        return f"map<string,{avro_type_name(schema.get('values'), names)}>"
+    if kind in ("record", "enum", "fixed"):
+        return f"{kind} {schema.get('name', '')}".strip()
+    if isinstance(kind, (dict, list)):
+        return avro_type_name(kind, names)
+    logical = schema.get("logicalType")
+    return f"{kind} ({logical})" if logical else str(kind)
 
 
 def unresolved_fields(writer, reader, prefix: str = "",
@@ -231,7 +239,7 @@ def unresolved_fields(writer, reader, prefix: str = "",
     here = prefix.removesuffix(".")
 
     def misfit() -> list[tuple[str, str, str]]:
-        return [(here, type_text(w, wnames), type_text(r, rnames))]
+        return [(here, avro_type_name(w, wnames), avro_type_name(r, rnames))]
 
     if isinstance(w, list):
         if all(not unresolved_fields(b, r, prefix, (wnames, rnames)) for b in w):
@@ -262,7 +270,7 @@ def unresolved_fields(writer, reader, prefix: str = "",
                           if n in fields), None)
             if match is None:
                 if "default" not in f:
-                    found.append((path, "missing", type_text(f["type"], rnames)))
+                    found.append((path, "missing", avro_type_name(f["type"], rnames)))
                 continue
             found += unresolved_fields(match["type"], f["type"], f"{path}.", (wnames, rnames))
         return found

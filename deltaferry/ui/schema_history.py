@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from deltaferry.config import TopicConfig
+from deltaferry.formats.avro import avro_type_name
 from deltaferry.schema.merge import child_path, describe, kind_of, merge_schemas, type_name
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 
@@ -129,26 +130,6 @@ def spark_tree(datatype, depth: int = 0) -> list[Field]:
             lines.append(Field(depth, "{}", type_name(value)))
             lines.extend(spark_tree(value, depth + 1))
     return lines
-
-
-def avro_type_name(schema) -> str:
-    """A short name of an Avro type: ``long``, ``record Payment``, ``array<string>``,
-    ``null|string``."""
-    if isinstance(schema, list):
-        return "|".join(avro_type_name(s) for s in schema)
-    if isinstance(schema, str):
-        return schema
-    kind = schema.get("type")
-    if kind == "array":
-        return f"array<{avro_type_name(schema.get('items'))}>"
-    if kind == "map":
-        return f"map<string,{avro_type_name(schema.get('values'))}>"
-    if kind in ("record", "enum", "fixed"):
-        return f"{kind} {schema.get('name', '')}".strip()
-    if isinstance(kind, (dict, list)):
-        return avro_type_name(kind)
-    logical = schema.get("logicalType")
-    return f"{kind} ({logical})" if logical else str(kind)
 
 
 def _avro_children(schema) -> list:

@@ -140,15 +140,15 @@ def changed(**types) -> dict:
     (ORDER, []),
     (changed(price="long"), [("price", "long", "int")]),
     (changed(price="string"), [("price", "string", "int")]),
-    (changed(id="int", price=["null", "int"]), [("price", "union<null, int>", "int")]),
+    (changed(id="int", price=["null", "int"]), [("price", "null|int", "int")]),
     (changed(tags={"type": "array", "items": "string"}), [("tags[]", "string", "long")]),
     (changed(attrs={"type": "map", "values": {"type": "record", "name": "attr", "fields": [
         {"name": "v", "type": "string"}]}}), [("attrs{}.v", "string", "double")]),
     (changed(note="string"), []),
-    (changed(note="long"), [("note", "long", "union<null, string>")]),
+    (changed(note="long"), [("note", "long", "null|string")]),
     ({**ORDER, "fields": ORDER["fields"][:1]},
      [("price", "missing", "int"), ("tags", "missing", "array<long>"),
-      ("attrs", "missing", "map<record attr>")]),
+      ("attrs", "missing", "map<string,record attr>")]),
 ])
 def test_a_writer_field_avro_cannot_resolve_is_named_with_both_types(writer, expected):
     from deltaferry.formats.avro import unresolved_fields
