@@ -106,6 +106,25 @@ def committed_offsets(storage: Storage, checkpoint: str, topic: str) -> dict[int
     return parse_offset_log(text.decode("utf-8"), topic)
 
 
+def remove_interrupted_first_batch(storage: Storage, checkpoint: str) -> list[str]:
+    """When the streaming checkpoint has no batch planned yet (no ``offsets/<n>``): the files a
+    query killed while writing its first batch's offset log left in ``offsets/`` and
+    ``commits/`` (Spark's hidden temp files, ``.0.<uuid>.tmp`` and their ``.crc``) deleted;
+    their names (``offsets/.0.<uuid>.tmp``). Spark ignores such files beside a planned batch,
+    but refuses to start a checkpoint without one that holds any file ("should be empty on
+    batch 0"), which would keep the topic from ever being read again. Nothing else is
+    touched: a name that is not hidden is not Spark's temp file."""
+    if any(n.isdigit() for n in storage.list(join(checkpoint, "offsets"))):
+        return []
+    removed = []
+    for folder in ("offsets", "commits"):
+        for name in storage.list(join(checkpoint, folder)):
+            if name.startswith("."):
+                storage.delete(join(checkpoint, folder, name))
+                removed.append(f"{folder}/{name}")
+    return removed
+
+
 # --- the tables --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -217,3 +217,32 @@ def test_a_cdc_topic_killed_between_the_delta_commit_and_the_checkpoint(
     remembered = {r["id"]: r["__source_lsn"]
                   for r in spark.read.format("delta").load(ctx.paths.deletes).collect()}
     assert remembered == {k: 5000 + 10 * k for k in range(4, 41, 8)}
+
+
+def test_a_run_killed_while_it_planned_its_first_batch_does_not_lock_the_topic_out(
+        kafka_bootstrap, new_topic, tmp_path):
+    """Spark writes a batch's offset log as a hidden temp file renamed into place. A run
+    killed between the two (a warm driver's SIGKILL caught it there under load) leaves a
+    checkpoint with no batch but that file, which Spark 4 refuses to start from ("should be
+    empty on batch 0") at every later run. `deltaferry run` removes it, says so, and reads
+    the topic from its start: every key lands once (read back by delta-rs)."""
+    from deltalake import DeltaTable
+
+    topic = new_topic("crash-first", partitions=1)
+    produce(kafka_bootstrap, topic, ((f"k{i % 30}", {"id": i}) for i in range(90)))
+    warehouse = tmp_path / "wh"
+    env = cli_env(tmp_path, topic, "", warehouse, kafka_bootstrap)
+    offsets = warehouse / topic / "_checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    temp = ".0.0b6a4d1e-93f2-4c55-8a1e-5d7c2f0e9b31.tmp"  # as Spark names it, cut off
+    (offsets / temp).write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":17')
+    (offsets / f".{temp}.crc").write_bytes(b"crc\x00")
+
+    done = subprocess.run([CLI, "run", topic], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"removed offsets/{temp} from the checkpoint" in done.stderr
+    assert temp not in os.listdir(offsets) and "0" in os.listdir(offsets)
+    rows = DeltaTable(str(warehouse / topic / "table")).to_pyarrow_table().to_pylist()
+    assert sorted((r["kafka_key"], r["id"]) for r in rows) == sorted(
+        (f"k{k}", 60 + k) for k in range(30))

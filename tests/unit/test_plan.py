@@ -14,6 +14,7 @@ from deltaferry.state import (
     last_vacuum,
     read_checkpoint,
     record_vacuum,
+    remove_interrupted_first_batch,
 )
 from deltaferry.storage import LocalStorage
 
@@ -66,6 +67,26 @@ def test_read_checkpoint_finds_the_latest_batch_and_whether_it_was_committed(tmp
     (cp / "commits" / "1").write_text("v1\n{}\n")
     assert read_checkpoint(LocalStorage(), str(cp), "orders").committed
     assert read_checkpoint(LocalStorage(), str(tmp_path / "none"), "orders") == CheckpointState()
+
+
+def test_only_what_a_killed_first_offset_write_left_is_removed(tmp_path):
+    """Spark writes offsets/0 as a hidden temp file renamed into place: a kill in between
+    leaves the temp file (and its checksum) in a checkpoint with no batch, which Spark refuses
+    to start from; a checkpoint with a batch, or a name that is not hidden, is left alone."""
+    cp = tmp_path / "cp"
+    (cp / "offsets").mkdir(parents=True)
+    temp = ".0.6f1c-4e2a.tmp"
+    (cp / "offsets" / temp).write_text("v1\n{\"batchWat")
+    (cp / "offsets" / f".{temp}.crc").write_text("crc")
+    (cp / "offsets" / "notes").write_text("a user's")
+    assert sorted(remove_interrupted_first_batch(LocalStorage(), str(cp))) == [
+        f"offsets/.{temp}.crc", f"offsets/{temp}"]
+    assert sorted(p.name for p in (cp / "offsets").iterdir()) == ["notes"]
+    assert remove_interrupted_first_batch(LocalStorage(), str(tmp_path / "none")) == []
+    (cp / "offsets" / "0").write_text('v1\n{}\n{"orders":{"0":4}}\n')
+    (cp / "offsets" / ".1.6f1c.tmp").write_text("v1")
+    assert remove_interrupted_first_batch(LocalStorage(), str(cp)) == []
+    assert (cp / "offsets" / ".1.6f1c.tmp").exists()
 
 
 def test_optimize_waits_for_enough_small_files_and_runs_when_unsure():

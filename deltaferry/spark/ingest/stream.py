@@ -63,7 +63,13 @@ from deltaferry.spark.ingest.rows import (
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_task_write
 from deltaferry.spark.kafka_source import kafka_options
 from deltaferry.spark.session import is_connect
-from deltaferry.state import BatchKey, TopicState, read_checkpoint, record_discarded
+from deltaferry.state import (
+    BatchKey,
+    TopicState,
+    read_checkpoint,
+    record_discarded,
+    remove_interrupted_first_batch,
+)
 from deltaferry.storage import Storage, join, storage_for
 
 if TYPE_CHECKING:
@@ -392,6 +398,11 @@ class IngestStream:
         checkpointed = state.checkpoint.offsets
         check_not_reset(current, checkpointed, settings.kafka_bootstrap, "streaming checkpoint",
                         paths.root)
+        if state.checkpoint.batch is None:  # a first batch's offset log cut off by a kill
+            for name in remove_interrupted_first_batch(storage_for(paths.checkpoint),
+                                                       paths.checkpoint):
+                log.warning("ingest %s: removed %s from the checkpoint, left by a run killed "
+                            "while it planned its first micro-batch", topic.name, name)
         self.report = IngestReport(topic.name, mode=topic.mode,
                                    expectations=counts_of(topic))
         decoder = decoder_for(spark, topic, store, paths.table)
