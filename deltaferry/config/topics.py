@@ -986,11 +986,12 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
 
 
 def _check_schema_mode(topic: TopicConfig, where: str) -> None:
-    """The schema modes a topic has (every one, but a cdc topic's row follows its source
-    table); ConfigError naming the entry."""
-    if topic.schema != SchemaMode.EVOLVE and topic.cdc:
+    """The schema modes a topic has (every one; a cdc topic's all but rescue, as its table
+    writers have no _rescued column); ConfigError naming the entry."""
+    if topic.schema == SchemaMode.RESCUE and topic.cdc:
         raise ConfigError(where, f"schema {topic.schema} is not supported with cdc {topic.cdc} "
-                          "(a change event's row follows its source table): leave schema out")
+                          "(a change event's row has no _rescued column): use freeze or "
+                          "discard_new_fields, or leave schema out")
 
 
 #: The types of the columns deltaferry adds (the payload's are known only from the messages).

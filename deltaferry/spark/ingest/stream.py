@@ -309,7 +309,8 @@ class BatchWriter:
         bad = failed[BAD_MESSAGES][0] if self.checker is not None else unusable
         self.report.bad_messages += bad
         add_counts(self.report.expectations, self.topic, failed)
-        discarded = getattr(self.decoder, "discarded", {})  # json, avro
+        discarded = {**getattr(self.decoder, "discarded", {}),  # json, avro
+                     **getattr(self.table, "discarded", {})}  # cdc
         for field_, count_ in discarded.items():
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
