@@ -751,14 +751,14 @@ class TopicConfig:
         "with a new field or a type that does not fit is quarantined; the table's schema "
         "stays) | discard_new_fields (the row lands without its new fields, counted per "
         "field) | rescue (the row lands; its new fields and values that do not fit go into "
-        "the _rescued column as JSON) (see Schema contracts)")
+        "the _rescued column as JSON; not for cdc topics) (see Schema contracts)")
     on_bad_messages: Annotated[str | PauseAfter, BeforeValidator(_on_bad_messages)] = option(
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written | "
         "{pause_after: {ratio: 0.2, messages: 1000}}: quarantined, and once that many "
-        "messages were read (over one run or more) with more than that share bad, the run "
-        "fails and the topic is paused until `deltaferry resume` or the UI's Resume (see "
-        "Schema contracts)",
+        "messages were read (counted per micro-batch, over one run or more) with more than "
+        "that share bad, the run fails after that micro-batch and the topic is paused until "
+        "`deltaferry resume` or the UI's Resume (see Schema contracts)",
         json_schema_extra={"shown": "quarantine, fail or {pause_after: {ratio, messages}}"})
     cluster_by: Annotated[tuple[str, ...] | None, BeforeValidator(_cluster_by)] = option(
         None, "lay the table out by these columns (Delta liquid clustering, kept by the "
