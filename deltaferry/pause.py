@@ -6,11 +6,11 @@ maintenance record: where the topic's other state lives (object storage, not Air
 database), so it survives restarts and every way of running the topic sees the same one.
 
 * ``bad_messages.json``: the messages read and the bad ones (their quarantine reason is not an
-  expectation's) since the count last started. Each ingest run that read messages adds its
-  figures (`judge`, under the topic's lock), and so does each micro-batch of a ``deltaferry
-  stream`` (`tally`: a stream that pauses its topic stops after that micro-batch); once
-  ``messages`` or more were read, their share of bad ones is judged and the count starts
-  again.
+  expectation's) since the count last started. Each micro-batch of an ingest run or a
+  ``deltaferry stream`` adds its figures as it is written, once (`tally`, under the topic's
+  lock: a run or a stream that pauses its topic stops after that micro-batch; over Spark
+  Connect a run adds its own once it ended, `judge`); once ``messages`` or more were read,
+  their share of bad ones is judged and the count starts again.
 * ``paused.json``: written when that share was above ``ratio`` (`Paused`): the run that
   crossed it fails with an alert saying why (``pause_after``, action fail: sent to the topic's
   ``notify`` targets as every alert). While the file exists, every run that reads the topic
@@ -146,30 +146,55 @@ def resume(storage: Storage, root: str) -> Paused | None:
 
 
 def judge(ctx: TopicContext, report: Any, now: float | None = None) -> Any:
-    """After an ingest step of a topic with ``pause_after``: add the run's messages read and
-    bad messages (`report`'s, an IngestReport) to the topic's count (`tally`), and when that
-    pauses the topic add the ``pause_after`` alert (action fail) to the report's alerts.
-    `report` as it is otherwise (a skipped step, nothing read, no pause_after)."""
+    """After an ingest step of a topic with ``pause_after``: the ``pause_after`` alert (action
+    fail) added to the report's alerts when the run paused the topic. An ingest run counts
+    each micro-batch as it is written (`tally`, deltaferry.spark.ingest.stream: the run stops
+    after the one that pauses the topic, and says so in `report`'s ``bad_counted``); a run
+    that did not (over Spark Connect) has its messages read and bad messages (`report`'s, an
+    IngestReport) added to the count here, once it ended. `report` as it is otherwise (a
+    skipped step, nothing read, no pause_after)."""
     from deltaferry.alerts import KEY
 
-    alert = tally(ctx, int(getattr(report, "messages_read", 0) or 0),
-                  int(getattr(report, "bad_messages", 0) or 0), now)
+    counted_as = getattr(report, "bad_counted", "")
+    if counted_as == PAUSED_BY_BATCH:
+        found = paused_state(storage_for(ctx.paths.root), ctx.paths.root)
+        alert = pause_alert(found) if found is not None else None
+    elif counted_as:
+        alert = None
+    else:
+        alert = tally(ctx, int(getattr(report, "messages_read", 0) or 0),
+                      int(getattr(report, "bad_messages", 0) or 0), now)
     if alert is not None:
         report.alerts = [*getattr(report, KEY, []), alert.as_dict()]
     return report
 
 
-def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None,
-          batch: BatchKey | None = None) -> Alert | None:
-    """Add `read` messages, `bad` of them bad, to the count of the topic of `ctx` (an ingest
-    run's, `judge`; each micro-batch of a stream's, deltaferry.spark.ingest.stream, once per
-    micro-batch `batch`: one written again after a crash is not counted again,
-    `deltaferry.state.counted`); once the count holds ``messages`` or more, judge their share
-    and start the count again, and above ``ratio`` pause the topic (`paused.json`): the
-    ``pause_after`` alert (action fail), logged. None otherwise (nothing read, no
-    pause_after, a share not above the ratio, a micro-batch counted before)."""
+#: An IngestReport's ``bad_counted`` when its micro-batches were counted as each was written
+#: (`COUNTED_BY_BATCH`), and when one of them paused the topic (`PAUSED_BY_BATCH`).
+COUNTED_BY_BATCH = "counted"
+PAUSED_BY_BATCH = "paused"
+
+
+def pause_alert(paused: Paused) -> Alert:
+    """The ``pause_after`` alert (action fail) of the count that paused a topic."""
     from deltaferry.alerts import Alert
 
+    return Alert(paused.topic, ALERT, paused.share, paused.ratio, "fail",
+                 f"{paused.bad} of the {paused.read} message(s) read were bad; the topic is "
+                 f"paused until someone resumes it: deltaferry resume {paused.topic}, or Resume "
+                 "on the topics page")
+
+
+def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None,
+          batch: BatchKey | None = None) -> Alert | None:
+    """Add `read` messages, `bad` of them bad, to the count of the topic of `ctx` (each
+    micro-batch of an ingest run or a stream, deltaferry.spark.ingest.stream, once per
+    micro-batch `batch`: one written again after a crash is not counted again,
+    `deltaferry.state.counted`; a run over Spark Connect's whole, by `judge`); once the
+    count holds ``messages`` or more, judge their share and start the count again, and above
+    ``ratio`` pause the topic (`paused.json`): the
+    ``pause_after`` alert (action fail), logged. None otherwise (nothing read, no
+    pause_after, a share not above the ratio, a micro-batch counted before)."""
     threshold = ctx.topic.pause_after
     if threshold is None or read == 0:
         return None
@@ -199,9 +224,6 @@ def tally(ctx: TopicContext, read: int, bad: int, now: float | None = None,
     if paused.share <= threshold.ratio:
         return None
     storage.write(_path(root, PAUSED_FILE), json.dumps(asdict(paused), indent=2).encode("utf-8"))
-    alert = Alert(ctx.topic.name, ALERT, paused.share, threshold.ratio, "fail",
-                  f"{bad} of the {read} message(s) read were bad; the topic is paused until "
-                  f"someone resumes it: deltaferry resume {ctx.topic.name}, or Resume on the "
-                  "topics page")
+    alert = pause_alert(paused)
     log.warning("%s", alert.line())
     return alert

@@ -234,11 +234,14 @@ def describe_value(row: Mapping) -> str:
 def contract_reasons() -> tuple[str, ...]:
     """How the reasons of values that broke a topic's schema contract start (a new field under
     ``schema: freeze``, a field of another type, a value the schema hints refuse; an avro
-    record whose writer has a field the table lacks under freeze)."""
+    record whose writer has a field the table lacks under freeze; a cdc change whose row has
+    columns the table lacks under freeze)."""
     from deltaferry.formats.contract import REASON_NEW_FIELDS
+    from deltaferry.formats.debezium import REASON_NEW_COLUMNS
     from deltaferry.formats.json import CONTRACT_REASONS
 
-    return (*CONTRACT_REASONS, REASON_NEW_FIELDS.split("{", 1)[0])
+    return (*CONTRACT_REASONS, REASON_NEW_FIELDS.split("{", 1)[0],
+            REASON_NEW_COLUMNS.split("{", 1)[0])
 
 
 @dataclass(frozen=True)

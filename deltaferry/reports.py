@@ -243,6 +243,11 @@ class IngestReport(Report):
     #: The topic's thresholds this run crossed (`deltaferry.alerts.Alert.as_dict`), set after
     #: the step by `deltaferry.alerts.checked`.
     alerts: list[dict] = field(default_factory=list)
+    #: ``on_bad_messages: pause_after``: "counted" when each micro-batch's messages were
+    #: counted toward it as the batch was written, "paused" when one of them paused the topic
+    #: (the run stopped after it); "" when the run's are counted once it ended
+    #: (`deltaferry.pause.judge`).
+    bad_counted: str = ""
     #: What registering the table in the topic's catalog did, one line (`deltaferry.catalog`;
     #: '' without a catalog).
     catalog: str = ""

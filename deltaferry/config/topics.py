@@ -751,14 +751,14 @@ class TopicConfig:
         "with a new field or a type that does not fit is quarantined; the table's schema "
         "stays) | discard_new_fields (the row lands without its new fields, counted per "
         "field) | rescue (the row lands; its new fields and values that do not fit go into "
-        "the _rescued column as JSON) (see Schema contracts)")
+        "the _rescued column as JSON; not for cdc topics) (see Schema contracts)")
     on_bad_messages: Annotated[str | PauseAfter, BeforeValidator(_on_bad_messages)] = option(
         "quarantine", "quarantine: a message ingest cannot use goes to the quarantine table | "
         "fail: the run stops at the first one, nothing of its micro-batch written | "
         "{pause_after: {ratio: 0.2, messages: 1000}}: quarantined, and once that many "
-        "messages were read (over one run or more) with more than that share bad, the run "
-        "fails and the topic is paused until `deltaferry resume` or the UI's Resume (see "
-        "Schema contracts)",
+        "messages were read (counted per micro-batch, over one run or more) with more than "
+        "that share bad, the run fails after that micro-batch and the topic is paused until "
+        "`deltaferry resume` or the UI's Resume (see Schema contracts)",
         json_schema_extra={"shown": "quarantine, fail or {pause_after: {ratio, messages}}"})
     cluster_by: Annotated[tuple[str, ...] | None, BeforeValidator(_cluster_by)] = option(
         None, "lay the table out by these columns (Delta liquid clustering, kept by the "
@@ -986,11 +986,12 @@ def _check_combinations(topic: TopicConfig, where: str) -> None:
 
 
 def _check_schema_mode(topic: TopicConfig, where: str) -> None:
-    """The schema modes a topic has (every one, but a cdc topic's row follows its source
-    table); ConfigError naming the entry."""
-    if topic.schema != SchemaMode.EVOLVE and topic.cdc:
+    """The schema modes a topic has (every one; a cdc topic's all but rescue, as its table
+    writers have no _rescued column); ConfigError naming the entry."""
+    if topic.schema == SchemaMode.RESCUE and topic.cdc:
         raise ConfigError(where, f"schema {topic.schema} is not supported with cdc {topic.cdc} "
-                          "(a change event's row follows its source table): leave schema out")
+                          "(a change event's row has no _rescued column): use freeze or "
+                          "discard_new_fields, or leave schema out")
 
 
 #: The types of the columns deltaferry adds (the payload's are known only from the messages).

@@ -24,6 +24,7 @@ import json
 import logging
 import operator
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -51,7 +52,7 @@ from deltaferry.schema.merge import kind_of
 from deltaferry.spark.kafka_source import RAW_KEY, with_raw_columns
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from deltaferry.context import TopicContext
@@ -242,8 +243,13 @@ def unresolved_fields(writer, reader, prefix: str = "",
         return [(here, avro_type_name(w, wnames), avro_type_name(r, rnames))]
 
     if isinstance(w, list):
-        if all(not unresolved_fields(b, r, prefix, (wnames, rnames)) for b in w):
+        failing = [b for b in w if unresolved_fields(b, r, prefix, (wnames, rnames))]
+        if not failing:
             return []
+        record = _kind(failing[0], wnames)
+        if len(failing) == 1 and isinstance(record, dict) and record.get("type") == "record":
+            # an optional record (null|record): the fields inside it that do not resolve
+            return unresolved_fields(record, r, prefix, (wnames, rnames))
         return misfit()
     if isinstance(r, list):
         tries = [unresolved_fields(w, b, prefix, (wnames, rnames)) for b in r]
@@ -287,6 +293,67 @@ def unresolved_text(writer, reader) -> str:
         f"field `{path}` is {w} there, {r} in the reader schema" if path else
         f"it is {w} there, {r} in the reader schema"
         for path, w, r in unresolved_fields(writer, reader))
+
+
+def misfit_fields(writer, reader) -> list[tuple[str, str, str]] | None:
+    """Where `writer`'s data cannot be read as `reader`'s only because a field has another
+    type (`unresolved_fields`: path, writer's type, reader's type), each a field reached
+    through records alone: what ``schema: rescue`` keeps in ``_rescued`` (`read_as_writer`).
+    [] where the schemas resolve; None where something else does not (a reader field the
+    writer lacks without a default, a misfit inside an array's elements or a map's values,
+    or of the record itself): such a writer's records stay quarantined."""
+    found = unresolved_fields(writer, reader)
+    if any(not path or w == "missing" or "[]" in path or "{}" in path
+           for path, w, _ in found):
+        return None
+    return found
+
+
+def read_as_writer(reader, writer, paths: list[str]):
+    """`reader` (a record schema) with the field at each of `paths` (`misfit_fields`' paths)
+    typed as `writer` types it (its default dropped: the writer has the field), so `writer`'s
+    data resolves into it; the rest as `reader` has it. None where a path cannot be followed
+    so (a record reached by a reference to its name, or in a union of several records) or
+    the writer's type names a type the reader defines otherwise."""
+    import copy
+
+    import fastavro
+
+    wnames, rnames = _named(writer, {}), _named(reader, {})
+    adjusted = copy.deepcopy(reader)
+    for path in paths:
+        w, r = writer, adjusted
+        steps = path.split(".")
+        for n, step in enumerate(steps):
+            records = [b for b in _branches(_kind(w, wnames)) if isinstance(b, dict)
+                       and b.get("type") == "record"]
+            targets = [b for b in _branches(r) if isinstance(b, dict)
+                       and b.get("type") == "record"]
+            if len(records) != 1 or len(targets) != 1:
+                return None
+            field = next((f for f in targets[0]["fields"] if f["name"] == step), None)
+            if field is None:
+                return None
+            names = [field["name"], *field.get("aliases", [])]
+            match = next((f for f in records[0]["fields"] if f["name"] in names), None)
+            if match is None:
+                return None
+            if n == len(steps) - 1:
+                own = match["type"]
+                own = wnames.get(own, own) if isinstance(own, str) else own
+                if any(name in rnames and rnames[name] != definition
+                       for name, definition in _named(own, {}).items()):
+                    return None
+                field["type"] = own
+                field.pop("default", None)
+            elif isinstance(field["type"], str):  # a record by its name: defined elsewhere
+                return None
+            w, r = match["type"], field["type"]
+    try:  # a name the writer's type refers to that the reader does not define, say
+        fastavro.parse_schema(adjusted)
+    except Exception:  # fastavro's SchemaParseError, or a KeyError of a malformed schema
+        return None
+    return adjusted
 
 
 def restricted(schema, columns):
@@ -385,10 +452,13 @@ def looks_undecodable(decoded, writer, reader):
             if shared else F.lit(False))
 
 
-def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
+def decode_wire(writers: dict[int, dict | None], reader, prefix: str = "",
+                fitted: Mapping[int, tuple[dict, Callable[[Column], Column]]] | None = None):
     """(decoded, problem): columns decoding `<prefix>body` with the writer schema of its
     `<prefix>schema_id`, resolved into `reader` (a typed null if no writer is known), and why a
-    record cannot be used (framing, unknown id, body), or null."""
+    record cannot be used (framing, unknown id, body), or null. A writer of `fitted` (by
+    schema id: ``schema: rescue``'s misfits, `AvroDecoder.rescue`) is resolved into its own
+    reader schema instead, its decoded value made one of `reader`'s by the function given."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -400,14 +470,18 @@ def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
     for schema_id, writer in sorted(writers.items()):
         if writer is None:
             continue
-        if detail := unresolved_text(writer, reader):  # the field at fault, where known
+        own = (fitted or {}).get(schema_id)
+        read_as = reader if own is None else own[0]
+        if detail := unresolved_text(writer, read_as):  # the field at fault, where known
             reason = F.when(sid == schema_id, F.lit(
                 f"{REASON_UNDECODABLE.format(id=schema_id)}: {detail}")).otherwise(reason)
         decoded = from_avro(body, json.dumps(writer),
-                            {"mode": "PERMISSIVE", "avroSchema": reader_json})
+                            {"mode": "PERMISSIVE", "avroSchema": json.dumps(read_as)})
+        bad = looks_undecodable(decoded, writer, read_as)
+        if own is not None:
+            decoded = own[1](decoded)
         data = (F.when(sid == schema_id, decoded) if data is None
                 else data.when(sid == schema_id, decoded))
-        bad = looks_undecodable(decoded, writer, reader)
         legit = all_null_encoding(writer)
         bad = bad if legit is None else bad & (body != F.lit(legit))
         undecodable = F.when(sid == schema_id, bad).otherwise(undecodable)
@@ -423,13 +497,16 @@ def decode_wire(writers: dict[int, dict | None], reader, prefix: str = ""):
     return data, problem
 
 
-def decode(raw: DataFrame, writers: dict[int, dict | None], reader: dict) -> DataFrame:
-    """Decode `body` of each record with its writer schema, resolved into `reader`, into a
-    `data` struct; `problem` says why a record cannot be used (framing, unknown id, body)."""
+def decode(raw: DataFrame, writers: dict[int, dict | None], reader: dict,
+           fitted: Mapping[int, tuple[dict, Callable[[Column], Column]]] | None = None
+           ) -> DataFrame:
+    """Decode `body` of each record with its writer schema, resolved into `reader` (or, for a
+    writer of `fitted`, as `decode_wire` says), into a `data` struct; `problem` says why a
+    record cannot be used (framing, unknown id, body)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    data, problem = decode_wire(writers, reader)
+    data, problem = decode_wire(writers, reader, fitted=fitted)
     if not [w for w in writers.values() if w is not None]:
         data = F.lit(None).cast(StructType())
     return raw.withColumn("data", data).withColumn("problem", problem)
@@ -544,7 +621,9 @@ class AvroDecoder:
     never grows; a record whose writer schema has such fields is quarantined with their paths
     and the writer's subject version (freeze), or lands without them, counted per field in
     `discarded` (discard_new_fields), or with what it holds there in RESCUED as JSON text,
-    counted per path in `rescued` (rescue: `rescue`)."""
+    counted per path in `rescued` (rescue: `rescue`). Under rescue a writer field of a type
+    Avro cannot resolve into the reader's lands in RESCUED too (`misfits`); under every other
+    mode its record is quarantined naming it and both types (`unresolved_text`)."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store=None,
                  table: str | None = None):
@@ -610,12 +689,36 @@ class AvroDecoder:
         `reader` (the table's fields: `projected`), the fields their writer has beyond it
         (`new`, by schema id) in RESCUED (`rescued_json`), counted per path in `rescued`;
         a record whose new field has a type JSON text cannot give back is quarantined
-        (REASON_UNFAITHFUL)."""
+        (REASON_UNFAITHFUL). A writer whose field has a type Avro cannot resolve into the
+        reader schema's (`misfits`: a `long` where the column is a `string`) is decoded as
+        it wrote that field: its value goes into RESCUED too, the column null."""
         from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
 
+        from deltaferry.formats.contract import nulled, rescued_json
         from deltaferry.schema.merge import new_fields
 
-        decoded = decode(raw, writers, self.reader.schema)
+        fitted: dict[int, tuple[dict, Callable[[Column], Column]]] = {}
+        misfit_text = None
+        misfits = self.misfits(writers)
+        whole = decoded_type(raw, self.reader.schema) if misfits else None
+
+        def fit(own, at: set[str]) -> Callable[[Column], Column]:
+            return lambda value: nulled(value, own, whole, at)
+
+        for schema_id, (adjusted, paths) in sorted(misfits.items()):
+            fitted[schema_id] = (adjusted, fit(decoded_type(raw, adjusted), set(paths)))
+            held = rescued_json(
+                from_avro(F.col("body"), json.dumps(writers[schema_id]),
+                          {"mode": "PERMISSIVE", "avroSchema": json.dumps(adjusted)}),
+                [(path, tuple(path.split("."))) for path in paths], lambda _: F.lit(True))
+            test = F.col("schema_id") == schema_id
+            misfit_text = F.when(test, held) if misfit_text is None \
+                else misfit_text.when(test, held)
+            log.info("ingest %s: schema rescue: %s's field(s) of another type than the reader "
+                     "schema's go to %s: %s", self.topic.name, self.writer_named(schema_id),
+                     RESCUED, ", ".join(paths))
+        decoded = decode(raw, writers, self.reader.schema, fitted)
         wide = decoded.schema["data"].dataType.jsonValue()
         narrow = decoded_type(raw, reader)
         if not isinstance(wide, dict) or not isinstance(narrow, dict) or kind_of(wide) != \
@@ -645,12 +748,31 @@ class AvroDecoder:
                     schema_id))
                 test = F.col("schema_id") == schema_id
                 problem = F.when(test, text) if problem is None else problem.when(test, text)
-        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem)
+        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem,
+                                            misfit_text)
         if self.rescued:
             log.info("ingest %s: schema rescue: kept in %s, fields not in the table: %s",
                      self.topic.name, RESCUED, ", ".join(f"{f} ({n} message(s))"
                                                          for f, n in sorted(self.rescued.items())))
         return decoded
+
+    def misfits(self, writers: dict[int, dict | None]) -> dict[int, tuple[dict, list[str]]]:
+        """By schema id, the writers whose fields Avro cannot resolve into the reader schema
+        only because of their type, each with the reader schema it resolves into instead
+        (`read_as_writer`) and those fields' paths (`misfit_fields`)."""
+        found: dict[int, tuple[dict, list[str]]] = {}
+        reader = self.reader.schema
+        if not is_record(reader):
+            return found
+        for schema_id, writer in writers.items():
+            places = misfit_fields(writer, reader) if writer is not None else None
+            if not places:
+                continue
+            paths = [path for path, _, _ in places]
+            adjusted = read_as_writer(reader, writer, paths)
+            if adjusted is not None:
+                found[schema_id] = (adjusted, paths)
+        return found
 
     def contract(self) -> dict:
         """The reader schema without the fields the table's columns lack (as it is while the

@@ -112,6 +112,36 @@ def projected(value: Column, wide, narrow) -> Column:
     return value
 
 
+def nulled(value: Column, own, wide, paths: set[str], prefix: str = "") -> Column:
+    """`value`, of Spark type `own` (JSON form), read as `wide`: the same type but for the
+    fields at `paths` (reached through structs: ``name``, ``customer.tier``), which `own`
+    types otherwise; those are null (their values go to ``_rescued``: `rescued_json`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    if own == wide:
+        return value
+    if kind_of(wide) != "struct" or kind_of(own) != "struct":
+        return F.lit(None).cast(_parse_datatype_json_value(wide))
+    types = {f["name"]: f["type"] for f in own["fields"]}
+    return F.when(value.isNotNull(), F.struct(*[
+        (F.lit(None).cast(_parse_datatype_json_value(f["type"]))
+         if f"{prefix}{f['name']}" in paths or f["name"] not in types
+         else nulled(value.getField(f["name"]), types[f["name"]], f["type"], paths,
+                     f"{prefix}{f['name']}.")).alias(f["name"])
+        for f in wide["fields"]]))
+
+
+def joined_json(first: Column, second: Column) -> Column:
+    """Two JSON objects' texts (either null) as one holding the keys of both (which differ);
+    null when both are null."""
+    from pyspark.sql import functions as F
+
+    both = F.concat(first.substr(F.lit(1), F.length(first) - 1), F.lit(","),
+                    second.substr(F.lit(2), F.length(second)))
+    return F.when(first.isNull(), second).when(second.isNull(), first).otherwise(both)
+
+
 def rescued_json(data: Column, news: list[tuple[str, tuple[str, ...]]],
                  has: Callable[[str], Column]) -> Column:
     """The ``_rescued`` text of a record decoded into `data`: a JSON object of each new path
@@ -127,15 +157,19 @@ def rescued_json(data: Column, news: list[tuple[str, tuple[str, ...]]],
 
 
 def rescue_into(decoded: DataFrame, wide, narrow, kept: list[tuple[str, tuple[str, ...]]],
-                has: Callable, problem: Column | None) -> tuple[DataFrame, dict[str, int]]:
+                has: Callable, problem: Column | None, misfits: Column | None = None
+                ) -> tuple[DataFrame, dict[str, int]]:
     """`decoded`'s ``data`` as the table's columns (`projected` from the `wide` type onto
-    `narrow`) with the `kept` new fields' values in ``_rescued`` (`rescued_json`), and
+    `narrow`) with the `kept` new fields' values in ``_rescued`` (`rescued_json`), beside
+    `misfits` (the JSON text of the values whose type did not fit their column, or None), and
     `problem` (the reason of values that cannot be rescued faithfully, or None) taken into its
     ``problem`` where that is still null; and the paths rescued with their counts."""
     from pyspark.sql import functions as F
 
-    data = projected(F.col("data"), wide, narrow).withField(
-        RESCUED, rescued_json(F.col("data"), kept, has))
+    text = rescued_json(F.col("data"), kept, has)
+    if misfits is not None:
+        text = joined_json(text, misfits)
+    data = projected(F.col("data"), wide, narrow).withField(RESCUED, text)
     decoded = decoded.withColumn("data", data)
     if problem is not None:
         decoded = decoded.withColumn("problem", F.coalesce(F.col("problem"), problem))

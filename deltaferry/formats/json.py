@@ -251,7 +251,9 @@ def infer_schema(
         )
     version, changed, changes = commit_schema(store, inferred, offsets.end(),
                                               topic.json.schema_hints,
-                                              grow=topic.schema == SchemaMode.EVOLVE)
+                                              # a cdc topic's contract is its table's
+                                              grow=topic.schema == SchemaMode.EVOLVE
+                                              or bool(topic.cdc))
     report = InferReport(topic.name, version.version, changed, scanned, full, changes,
                          time.monotonic() - started)
     log.info(report.summary())

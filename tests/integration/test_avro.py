@@ -207,20 +207,31 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     at = dt.datetime(2026, 11, 23, 12, 30, 45, 123456, tzinfo=dt.UTC)
     original = {"color": "red", "paid": Decimal("12.30"), "at": at, "blob": b"\x00\x01\xff",
                 "day": dt.date(2026, 11, 23), "buyer": {"tier": "gold"}}
+    # and a writer (registered without compatibility checks, under another subject) whose
+    # fields Avro cannot resolve into the columns' types: `name` a long, `tags` a string
+    misfit = {"type": "record", "name": v5["name"], "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "long"},
+        {"name": "tags", "type": "string"}]}
+    misfit_id = client.register_schema(f"{topic}-other-value",
+                                       Schema(json.dumps(misfit), "AVRO"))
     produce(kafka_bootstrap, topic, [
         ("k11", wire(v5_id, v5, {"id": 11, "name": "k", **original})),
         ("k12", wire(v4.schema_id, json.loads(v4.schema.schema_str),
-                     {"id": 12, "name": "l", "color": "blue"}))])
+                     {"id": 12, "name": "l", "color": "blue"})),
+        ("k14", wire(misfit_id, misfit, {"id": 14, "name": 5, "tags": "x"}))])
     rescuing = TopicContext(TopicConfig(name=topic, format="avro", schema="rescue"),
                             ctx.settings, paths, ctx.store)
     [report] = run_step("ingest", rescuing, spark)
     assert report.quarantined == 0
     assert report.rescued_fields == {"color": 2, "paid": 1, "at": 1, "blob": 1, "day": 1,
-                                     "buyer": 1}
+                                     "buyer": 1, "name": 1, "tags": 1}
     table = spark.read.format("delta").load(paths.table)
     assert table.columns == [*columns, "_rescued"]
     rows = {r["kafka_key"]: r for r in table.collect()}
     assert (rows["k11"]["name"], rows["k12"]["name"], rows["k10"]["_rescued"]) == ("k", "l", None)
+    # the misfits' columns null, their values in _rescued as the writer wrote them
+    assert (rows["k14"]["id"], rows["k14"]["name"], rows["k14"]["tags"]) == (14, None, None)
+    assert rows["k14"]["_rescued"] == '{"name":5,"tags":"x"}'
     assert json.loads(rows["k11"]["_rescued"]) == {
         "color": "red", "paid": 12.30, "at": "2026-11-23T12:30:45.123456Z", "blob": "AAH/",
         "day": "2026-11-23", "buyer": {"tier": "gold"}}
@@ -239,7 +250,9 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     assert promoted == {"k11": expected, "k12": {**dict.fromkeys(original), "color": "blue"},
                         "k13": expected}
     assert (rows["k11"]["_rescued"], rows["k12"]["_rescued"]) == (None, None)
+    assert rows["k14"]["_rescued"] == '{"name":5,"tags":"x"}'  # misfits are not promoted
     read = assert_readers_agree(spark, paths.table)
+    assert {r["kafka_key"]: r["_rescued"] for r in read}["k14"] == '{"name":5,"tags":"x"}'
     assert {r["kafka_key"]: r["paid"] for r in read if r["paid"] is not None} == {
         "k11": Decimal("12.30"), "k13": Decimal("12.30")}
 

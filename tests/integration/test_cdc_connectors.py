@@ -702,6 +702,60 @@ def test_a_column_added_mid_stream_arrives_as_a_new_column(
                                  "string"), reason
 
 
+def test_freeze_and_discard_new_fields_hold_a_cdc_table_to_its_columns(
+        spark, kafka_bootstrap, new_topic, tmp_path):
+    """``schema: freeze``, then ``discard_new_fields``, on a cdc topic (without the schema
+    wrapper: its rows typed by inference): a column added to the source table never reaches
+    the table; under freeze a change with a value in it is quarantined naming the column (one
+    whose value is null lands), under discard_new_fields it lands without it, counted."""
+    from dataclasses import replace
+
+    def ev(op, key, pos, ts, version):
+        return mysql_event(op, key, 9, pos, 0, ts, after=customer(key, version),
+                           before=customer(key, version - 1) if op == "u" else None)
+
+    topic = new_topic("mysql.inventory.frozen", partitions=1)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium", schema="freeze")
+    produce(kafka_bootstrap, topic, messages([ev("c", 1, 100, T, 0), ev("c", 2, 200, T, 0)],
+                                             False))
+    assert land(ctx, spark).inserted == 2                      # the first run makes the table
+    columns = spark.read.format("delta").load(ctx.paths.table).columns
+    produce(kafka_bootstrap, topic, [
+        with_phone(ev("u", 1, 300, T + S, 1), False, "555-0101"),
+        with_phone(ev("c", 3, 400, T + S, 0), False, None),
+        *messages([ev("u", 2, 500, T + S, 1)], False)])
+    report = land(ctx, spark)
+    assert (report.inserted, report.updated, report.quarantined) == (1, 1, 1), report.summary()
+    assert spark.read.format("delta").load(ctx.paths.table).columns == columns
+    (reason,) = [r["reason"] for r in
+                 spark.read.format("delta").load(ctx.paths.quarantine).collect()]
+    assert reason == "row has column(s) not in the table (schema: freeze): phone"
+    assert table_state(spark, ctx.paths.table)[1]["email"] == customer(1).email
+
+    # discard_new_fields: the new column left out; created_at (inferred: a long) holding a
+    # double widens no column: 1.5 is quarantined, the batch's other values land as longs
+    ctx = replace(ctx, topic=replace(ctx.topic, schema="discard_new_fields"))
+    widening = json.loads(messages([ev("u", 3, 700, T + 2 * S, 1)], False)[0][1])
+    widening["after"]["created_at"] = 1.5
+    produce(kafka_bootstrap, topic, [
+        with_phone(ev("u", 1, 600, T + 2 * S, 2), False, "555-0102"),
+        (messages([ev("u", 3, 700, T + 2 * S, 1)], False)[0][0], json.dumps(widening))])
+    report = land(ctx, spark)
+    assert (report.updated, report.quarantined, report.discarded_fields) == \
+        (1, 1, {"phone": 1}), report.summary()
+    rows = assert_readers_agree(spark, ctx.paths.table)
+    assert sorted(r["id"] for r in rows) == [1, 2, 3]
+    assert all("phone" not in r for r in rows)
+    assert {r["id"]: r["email"] for r in rows}[1] == customer(1, 2).email
+    assert dict(spark.read.format("delta").load(ctx.paths.table).dtypes)["created_at"] == \
+        "bigint"
+    reasons = sorted(r["reason"] for r in
+                     spark.read.format("delta").load(ctx.paths.quarantine).collect())
+    assert reasons[0] == ("column created_at: its type changed from bigint to double, and its "
+                          "value would widen the table's column (schema: discard_new_fields); "
+                          "not cast")
+
+
 def test_the_demos_mysql_topic_lands_as_the_demo_prints_it(
         spark, kafka_bootstrap, new_topic, tmp_path):
     """`make demo`'s MySQL topic (its events as the demo produces them, its topics.yaml

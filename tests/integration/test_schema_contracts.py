@@ -30,7 +30,7 @@ from deltaferry.pause import COUNT_FILE, paused_state
 from deltaferry.pipeline import run_step
 from deltaferry.schema.store import MODES_FILE
 from deltaferry.spark.expectations import BadMessageError
-from deltaferry.state import discarded_record, read_checkpoint
+from deltaferry.state import committed_offsets, discarded_record, read_checkpoint
 from deltaferry.storage import join, storage_for
 
 from .readers import assert_readers_agree
@@ -317,10 +317,12 @@ def test_on_bad_messages_fail_stops_the_run_at_the_first_bad_message(
 
 def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
         spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, capsys):
-    """`deltaferry run` (in this process, so Spark is the session's): the run that takes the
-    share of bad messages above the ratio lands its batch, fails with the alert's one line and
-    pauses the topic; `deltaferry run` in a process of its own is then refused before any
-    Spark, until `deltaferry resume`. (The count over several runs: tests/unit/test_pause.py.)
+    """`deltaferry run` (in this process, so Spark is the session's) of a backlog in several
+    micro-batches: each is counted as it is written, and the one that takes the share of bad
+    messages above the ratio lands, then the run stops (the backlog's last batch is not
+    written), fails with the alert's one line and pauses the topic; `deltaferry run` in a
+    process of its own is then refused before any Spark, until `deltaferry resume`; the run
+    after it writes the rest. (The count over several runs: tests/unit/test_pause.py.)
     Then `deltaferry stream` (in this process too): its micro-batches count as runs do, and
     the one that takes the share above the ratio stops it with the alert's line."""
     from deltaferry.cli import main
@@ -328,7 +330,8 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     topic = new_topic("contract-pause", partitions=1)
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    on_bad_messages: {{pause_after: "
-                      "{ratio: 0.1, messages: 5}}\n    trigger_interval: 1 second\n")
+                      "{ratio: 0.1, messages: 5}}\n    trigger_interval: 1 second\n"
+                      "    max_offsets_per_trigger: 2\n")
     env = {"DELTAFERRY_TOPICS": str(topics), "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"),
            "DELTAFERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}
     for name, value in env.items():
@@ -340,23 +343,27 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
         return subprocess.run([cli, *args], capture_output=True, text=True, timeout=120,
                               env={**os.environ, **env})
 
-    produce(kafka_bootstrap, topic, FIRST + SECOND)  # amount inferred as string: 1 bad (JSON)
+    # amount inferred as string: 1 bad (JSON, offset 5); batches of 2: after the third, 1 of
+    # 6 read is bad (judged at 5 or more): 0.1667 > 0.1, the fourth (offset 6) is not written
+    produce(kafka_bootstrap, topic, FIRST + SECOND)
     assert main(["run", topic, "--steps", "infer,ingest"]) == 3
     out, err = capsys.readouterr()
-    line = (f"alert pause_after on topic '{topic}': 0.1429 > 0.1 (1 of the 7 message(s) read "
+    line = (f"alert pause_after on topic '{topic}': 0.1667 > 0.1 (1 of the 6 message(s) read "
             f"were bad; the topic is paused until someone resumes it: deltaferry resume {topic}, "
             "or Resume on the topics page); action fail")
     assert line in out.splitlines()
     assert err.strip().splitlines()[-1] == f"deltaferry: error: {line}"
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
-    assert sorted(rows(spark, ctx)) == ["a", "b", "c", "d", "e", "g"]   # the batch landed
+    assert sorted(rows(spark, ctx)) == ["a", "b", "c", "d", "e"]   # up to the pausing batch
     assert reasons(ctx) == {5: "value is not valid JSON"}
+    assert committed_offsets(storage_for(ctx.paths.checkpoint), ctx.paths.checkpoint,
+                             topic) == {0: 6}
 
     refused = own_process("run", topic)
     assert refused.returncode == 3
     (said,) = refused.stderr.strip().splitlines()
     assert said.startswith(f"deltaferry: error: topic {topic} is paused since ")
-    assert said.endswith(": 1 of the 7 message(s) read were bad (0.1429 > on_bad_messages "
+    assert said.endswith(": 1 of the 6 message(s) read were bad (0.1667 > on_bad_messages "
                          "pause_after ratio 0.1); see its quarantine, fix the producer or the "
                          f"topic's options, then `deltaferry resume {topic}` (or Resume on the "
                          "topics page)")
@@ -364,17 +371,18 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     resumed = own_process("resume", topic)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith(f"topic {topic} resumed (paused since ")
-    assert main(["run", topic, "--steps", "infer,ingest"]) == 0     # not refused: nothing new
-    assert "ingest " + topic + ": skipped" in capsys.readouterr().out
+    assert main(["run", topic, "--steps", "infer,ingest"]) == 0     # the rest: offset 6
+    assert "g" in rows(spark, ctx)
+    count_file = Path(ctx.paths.root, "_state", COUNT_FILE)
+    assert json.loads(count_file.read_text())["read"] == 1          # a new count since resume
 
-    # a stream: a first micro-batch of 3 good messages is counted (too few to judge), a second
-    # of 1 good and 1 bad takes the count to 5, 1 bad: 0.2 > 0.1, the topic is paused and the
-    # stream stops after that batch, which landed
+    # a stream: a first micro-batch of 2 good messages is counted (3 read: too few to judge),
+    # a second of 1 good and 1 bad takes the count to 5, 1 bad: 0.2 > 0.1, the topic is paused
+    # and the stream stops after that batch, which landed
     def good(key: str) -> tuple:
         return (key, {"id": 30, "name": key, "amount": "1", "customer": {"tier": "gold"}})
 
-    count_file = Path(ctx.paths.root, "_state", COUNT_FILE)
-    produce(kafka_bootstrap, topic, [good("s1"), good("s2"), good("s3")])
+    produce(kafka_bootstrap, topic, [good("s1"), good("s2")])
 
     def second_batch() -> None:
         deadline = time.monotonic() + 300
@@ -403,7 +411,7 @@ def test_pause_after_fails_the_run_and_refuses_later_ones_until_resumed(
     assert err.strip().splitlines()[-1] == f"deltaferry: error: {line}"
     paused = paused_state(storage_for(ctx.paths.root), ctx.paths.root)
     assert (paused.read, paused.bad) == (5, 1)
-    assert {"s1", "s2", "s3", "s4"} <= set(rows(spark, ctx))
-    assert reasons(ctx)[11] == "value is not valid JSON"
+    assert {"s1", "s2", "s4"} <= set(rows(spark, ctx))
+    assert reasons(ctx)[10] == "value is not valid JSON"
     assert main(["stream", topic]) == 3                            # refused at its start
     assert f"deltaferry: error: topic {topic} is paused since " in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -184,3 +185,24 @@ def test_a_stream_micro_batch_is_counted_once_even_when_written_again(tmp_path):
     assert json.loads(count_file.read_text()) == {"batch": {"app": "app-1", "id": 1}}
     assert tally(ctx, 4, 4, NOW, batch=("app-2", 1)) is None            # a new checkpoint's
     assert (json.loads(count_file.read_text())["read"]) == 4
+
+
+def test_a_run_counted_per_micro_batch_is_not_counted_again_after_its_step(tmp_path):
+    """An ingest run whose micro-batches were counted as each was written (`bad_counted`)
+    adds nothing after its step; the one whose batch paused the topic gets the alert of the
+    paused state that batch wrote."""
+    from deltaferry.pause import tally
+
+    ctx = ctx_for(tmp_path)
+    count_file = tmp_path / TOPIC / "_state" / "bad_messages.json"
+    assert tally(ctx, 6, 1, NOW, batch=("app-1", 0)) is None
+    counted = replace(ingested(6, 1), bad_counted="counted")
+    assert judge(ctx, counted, NOW).alerts == []
+    assert json.loads(count_file.read_text())["read"] == 6              # not 12
+    assert tally(ctx, 4, 2, NOW, batch=("app-1", 1)) is not None        # 3 of 10: paused
+    report = judge(ctx, replace(ingested(10, 3), bad_counted="paused"), NOW)
+    (alert,) = failing([report])
+    assert alert.line() == (
+        "alert pause_after on topic 'orders': 0.3 > 0.2 (3 of the 10 message(s) read were "
+        "bad; the topic is paused until someone resumes it: deltaferry resume orders, or "
+        "Resume on the topics page); action fail")

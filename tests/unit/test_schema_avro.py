@@ -157,3 +157,35 @@ def test_a_writer_field_avro_cannot_resolve_is_named_with_both_types(writer, exp
     if not expected:  # what resolves is what fastavro (the Avro specification) reads
         record = {"id": 1, "price": 2, "tags": [3], "attrs": {"a": {"v": 4.0}}, "note": "x"}
         assert readable(writer, ORDER, record)["id"] == 1
+
+
+CUSTOMER = {"type": "record", "name": "order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": ["null", {"type": "record", "name": "customer", "fields": [
+        {"name": "tier", "type": "string"}, {"name": "since", "type": "int"}]}],
+     "default": None}]}
+
+
+def test_a_field_of_another_type_is_read_as_its_writer_wrote_it_for_rescue():
+    """``schema: rescue``: a writer whose fields are misfits reached through records resolves
+    into the reader schema with those fields typed as it types them (the rest as the reader
+    has it); a missing field or a misfit inside an array's elements does not (quarantined)."""
+    from deltaferry.formats.avro import misfit_fields, read_as_writer
+
+    writer = {**CUSTOMER, "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "customer", "type": ["null", {"type": "record", "name": "customer", "fields": [
+            {"name": "tier", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "since", "type": "int"}]}], "default": None}]}
+    places = misfit_fields(writer, CUSTOMER)
+    assert places == [("id", "string", "long"), ("customer.tier", "long", "string")]
+    adjusted = read_as_writer(CUSTOMER, writer, [p for p, _, _ in places])
+    assert adjusted["fields"][0] == {"name": "id", "type": "string"}
+    assert adjusted["fields"][1]["type"][1]["fields"][0] == {
+        "name": "tier", "type": {"type": "long", "logicalType": "timestamp-micros"}}
+    assert adjusted["fields"][1]["default"] is None and CUSTOMER["fields"][0]["type"] == "long"
+    record = {"id": "x", "customer": {"tier": 7, "since": 2020}}
+    assert readable(writer, adjusted, record) == readable(writer, writer, record)
+    assert misfit_fields(CUSTOMER, CUSTOMER) == []
+    assert misfit_fields(changed(tags={"type": "array", "items": "string"}), ORDER) is None
+    assert misfit_fields({**ORDER, "fields": ORDER["fields"][:1]}, ORDER) is None

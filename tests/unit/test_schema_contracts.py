@@ -56,11 +56,11 @@ def test_schema_and_on_bad_messages_default_to_todays_behaviour_and_come_from_de
     ({"on_bad_messages": {"pause_after": {"ratio": 0.2, "window": 5}}},
      "on_bad_messages: pause_after: unknown key(s) window (known: ratio, messages)"),
     ({"on_bad_messages": {"pause": 1}}, "on_bad_messages: a mapping here must be"),
-    ({"schema": "discard_new_fields", "cdc": "debezium"},
-     "schema discard_new_fields is not supported with cdc debezium (a change event's row "
-     "follows its source table): leave schema out"),
-    ({"schema": "freeze", "cdc": "debezium", "format": "avro"},
-     "schema freeze is not supported with cdc debezium"),
+    ({"schema": "rescue", "cdc": "debezium"},
+     "schema rescue is not supported with cdc debezium (a change event's row has no _rescued "
+     "column): use freeze or discard_new_fields, or leave schema out"),
+    ({"schema": "rescue", "cdc": "debezium", "format": "avro"},
+     "schema rescue is not supported with cdc debezium"),
 ])
 def test_a_bad_schema_option_is_the_entrys_own_error(entry, said):
     with pytest.raises(ConfigError) as raised:

@@ -101,6 +101,12 @@ REASON_ROW = "the event's row does not fit its schema (a field has another type)
 REASON_TYPE_CHANGE = ("column {column}: its type changed from {table} to {new}, which the "
                       "table's {table} column does not widen to; not cast (change the table's "
                       "column yourself, then replay)")
+#: ``schema: freeze`` (a "contract" reason): a change whose row has columns the table lacks.
+REASON_NEW_COLUMNS = "row has column(s) not in the table (schema: freeze): {columns}"
+#: ``schema: freeze`` or ``discard_new_fields``: a value of a column whose type changed to
+#: one the table's column would widen to, which that column's type does not hold.
+REASON_CONTRACT_TYPE = ("column {column}: its type changed from {table} to {new}, and its "
+                        "value would widen the table's column (schema: {mode}); not cast")
 REASON_KEY = ("key is not a JSON object of the primary key's fields ({fields}), with or "
               "without the schema wrapper")
 REASON_KEY_FIELD = "key field {field!r} is missing or null"

@@ -42,6 +42,8 @@ from deltaferry.formats.debezium import (
     KEY,
     LSN,
     OP,
+    REASON_CONTRACT_TYPE,
+    REASON_NEW_COLUMNS,
     REASON_TYPE_CHANGE,
     SOURCE_COLUMNS,
     TS_MS,
@@ -133,6 +135,9 @@ class ChangeWriter:
         self.keys: tuple[str, ...] = ()
         #: Events of the last batch older than an earlier event of their key in it.
         self.stale_in_batch = 0
+        #: ``schema: discard_new_fields``: the last batch's changes, per column left out of
+        #: their rows (`refit`).
+        self.discarded: dict[str, int] = {}
 
     def events(self, parsed: DataFrame) -> DataFrame:
         """The usable changes of `parsed` as table rows: Kafka's columns (`kafka_key` the
@@ -176,13 +181,24 @@ class ChangeWriter:
         where an int was, a decimal with fewer integer digits) quarantined with
         `REASON_TYPE_CHANGE` (the column, both types), never cast; the other changes' (null)
         values in that column typed as the table's. Deletes and tombstones write no values
-        and stay usable. A type the column widens to is left to `widen_columns`."""
+        and stay usable. A type the column widens to is left to `widen_columns`.
+
+        Under a schema contract (``schema: freeze`` or ``discard_new_fields``), once the table
+        has some of the row's columns (the first run makes it), its columns are the contract:
+        where the column would widen, a value its type holds lands cast to it (``2.0`` in a
+        bigint column), another is quarantined (`REASON_CONTRACT_TYPE`); and a
+        row's column the table lacks (its struct columns' fields are not compared) is, where
+        a change that makes a row holds a value in it, quarantined (freeze,
+        `REASON_NEW_COLUMNS`) or left out, counted per column in `discarded`
+        (discard_new_fields: one more Spark job, only in a batch with such a column)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
-        from pyspark.sql.types import StructType
+        from pyspark.sql.types import StructType, _parse_datatype_json_value
 
+        from deltaferry.config import SchemaMode
         from deltaferry.schema.rules import holds, widened_type
 
+        self.discarded = {}
         data_type = parsed.schema["data"].dataType
         if not isinstance(data_type, StructType) or \
                 not DeltaTable.isDeltaTable(spark, self.paths.table):
@@ -190,24 +206,62 @@ class ChangeWriter:
         headers = (HEADERS,) if self.topic.keep_headers else ()
         table = {f.name.lower(): f.dataType
                  for f in spark.read.format("delta").load(self.paths.table).schema.fields}
-        reasons, data = [], F.col("data")
+        mode = self.topic.schema
+        columns = {f.name: table_column(f.name, headers) for f in data_type.fields
+                   if f.name != CORRUPT}
+        held = mode != SchemaMode.EVOLVE and any(c.lower() in table for c in columns.values())
+        reasons, data, new = [], F.col("data"), []
         for field in data_type.fields:
             column = table_column(field.name, headers)
             current = table.get(column.lower())
-            new = field.dataType.jsonValue()
-            if current is None or holds(widened_type(current.jsonValue(), new), new):
+            if current is None:
+                if held and field.name in columns:
+                    new.append(field.name)
                 continue
-            text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
-                                             new=field.dataType.simpleString())
+            wanted = field.dataType.jsonValue()
+            widened = widened_type(current.jsonValue(), wanted)
+            if held and _parse_datatype_json_value(widened).simpleString() != \
+                    current.simpleString():  # a value the column's type holds lands, cast
+                value = F.col("data").getField(field.name)
+                cast = value.try_cast(current)
+                fits = value.isNull() | F.coalesce(cast.cast(field.dataType) == value,
+                                                   F.lit(False))
+                reasons.append(F.when(~fits, F.lit(REASON_CONTRACT_TYPE.format(
+                    column=column, table=current.simpleString(),
+                    new=field.dataType.simpleString(), mode=mode))))
+                data = data.withField(field.name, cast)
+                continue
+            if holds(widened, wanted):
+                continue
+            else:
+                text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
+                                                 new=field.dataType.simpleString())
             reasons.append(F.when(F.col("data").getField(field.name).isNotNull(), F.lit(text)))
             data = data.withField(field.name, F.lit(None).cast(current))
-        if not reasons:
-            return parsed
-        changed = F.coalesce(*reasons)
         usable = F.col("reason").isNull() & (F.col(OP) != "d")
-        return parsed.withColumns({
-            "reason": F.when(usable & changed.isNotNull(), changed).otherwise(F.col("reason")),
-            "data": F.when(F.col("data").isNotNull(), data)})
+        if new and mode == SchemaMode.FREEZE:
+            names = [F.when(F.col("data").getField(n).isNotNull(), F.lit(columns[n]))
+                     for n in new]
+            reasons.insert(0, F.when(F.concat_ws(", ", *names) != "", F.format_string(
+                REASON_NEW_COLUMNS.replace("{columns}", "%s"), F.concat_ws(", ", *names))))
+        elif new:  # discard_new_fields: counted where a change that lands holds a value
+            counts = parsed.where(usable & F.col("raw_value").isNotNull()).agg(*[
+                F.count(F.col("data").getField(n)).alias(n) for n in new]).first()
+            self.discarded = {columns[n]: int(counts[n]) for n in new
+                              if counts is not None and counts[n]}
+            if self.discarded:
+                log.warning("ingest %s: schema discard_new_fields: left out of the rows, "
+                            "columns not in the table: %s", self.topic.name, ", ".join(
+                                f"{c} ({n} message(s))" for c, n in sorted(self.discarded.items())))
+        if new:
+            data = data.dropFields(*new)
+        if not reasons and not new:
+            return parsed
+        if reasons:  # judged on the row as it came, before its columns are refitted
+            changed = F.coalesce(*reasons)
+            parsed = parsed.withColumn("reason", F.when(usable & changed.isNotNull(), changed)
+                                       .otherwise(F.col("reason")))
+        return parsed.withColumn("data", F.when(F.col("data").isNotNull(), data))
 
     def refuse_unknown(self, counted) -> None:
         """Fail the run (ConfigError naming ``sequence_by``) if `counted`'s ``unknown`` says an

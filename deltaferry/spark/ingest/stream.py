@@ -309,7 +309,8 @@ class BatchWriter:
         bad = failed[BAD_MESSAGES][0] if self.checker is not None else unusable
         self.report.bad_messages += bad
         add_counts(self.report.expectations, self.topic, failed)
-        discarded = getattr(self.decoder, "discarded", {})  # json, avro
+        discarded = {**getattr(self.decoder, "discarded", {}),  # json, avro
+                     **getattr(self.table, "discarded", {})}  # cdc
         for field_, count_ in discarded.items():
             self.report.discarded_fields[field_] = \
                 self.report.discarded_fields.get(field_, 0) + count_
@@ -561,18 +562,40 @@ def await_query(query, writer: BatchWriter, timeout: float | None = None) -> boo
 def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | None = None
                  ) -> IngestReport:
     """Run the availableNow streaming query for the topic of `ctx` until everything available
-    is in; its report. `state`: the run's snapshot of the topic (its watermarks)."""
+    is in; its report. `state`: the run's snapshot of the topic (its watermarks).
+
+    Under ``on_bad_messages: pause_after`` each written micro-batch adds its messages and bad
+    ones to the topic's count (`deltaferry.pause.tally`, once per micro-batch, as a stream's);
+    the one that pauses the topic ends the run: a batch Spark starts after it is refused
+    before it writes anything (the run after the resume reads it), and the report says so
+    (``bad_counted``: `deltaferry.pause.judge` adds the alert). Over Spark Connect the
+    batches run in the server's worker: the run's count is made once it ended (`judge`)."""
+    from deltaferry import pause
+
     topic = ctx.topic
     ingest = IngestStream(spark, ctx, state)
+    writer = ingest.writer
+    per_batch = topic.pause_after is not None and ingest.remote is None
+    if per_batch:
+        writer.stop = threading.Event()
+        writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad, batch=batch)
     query = ingest.start(availableNow=True)
     ingest.await_end(query)
+    if writer.refused is not None:
+        log.warning("ingest %s: stopped after the micro-batch whose bad messages paused the "
+                    "topic; batch %d was refused before writing anything (the run after "
+                    "`deltaferry resume %s` reads it)", topic.name, writer.refused, topic.name)
     progress = [batch_progress(p, topic.name) for p in query.recentProgress]
     if ingest.remote is not None:  # a Connect progress holds no rows: the worker's counts
         progress = remote_progress(progress, ingest.writer.rows)
     progress = [batch for batch in progress if batch["input_rows"] > 0]
     for batch in progress:
         log.info("ingest %s %s", topic.name, describe_progress(batch))
-    return ingest.finish(progress)
+    report = ingest.finish(progress)
+    if per_batch:
+        report.bad_counted = pause.PAUSED_BY_BATCH if writer.paused is not None \
+            else pause.COUNTED_BY_BATCH
+    return report
 
 
 def remote_progress(progress: list[dict], rows: dict[int, int]) -> list[dict]:
