@@ -58,7 +58,10 @@ def ensure_database(env: Mapping[str, str]) -> None:
     process migrated first for the same Airflow version (`Template`) instead, as `airflow db
     migrate` would have made them: the database names nothing of the home (its schema, log
     templates, the default pool); the configuration is made the home's (`Template.config_for`)
-    before any Airflow process starts, which would otherwise each write one of their own."""
+    before any Airflow process starts, which would otherwise each write one of their own. A
+    home whose database has the template's schema revision is migrated already (`airflow db
+    migrate` run by hand): its database is left as it is (an airflow.cfg made the same way if
+    it has none)."""
     import airflow  # only for its version; reading it does not load Airflow's settings
 
     home = Path(env["AIRFLOW_HOME"])
@@ -72,8 +75,10 @@ def ensure_database(env: Mapping[str, str]) -> None:
     template = _TEMPLATES.get(version) if sqlite else None
     if template is not None and not database.exists() and not config.exists():
         copy_database(template.database, database)
-        config.touch(mode=0o600)
-        config.write_text(template.config_for(home))
+    if template is not None and schema_revision(database) == template.revision:
+        if not config.exists():  # before the components, which would each write one
+            config.touch(mode=0o600)
+            config.write_text(template.config_for(home))
         mark.write_text(version + "\n")
         return
     if sqlite:
@@ -84,7 +89,7 @@ def ensure_database(env: Mapping[str, str]) -> None:
     if done.returncode != 0:
         raise DeltaferryError(f"`airflow db migrate` failed in {home}:\n{done.stderr[-3000:]}")
     mark.write_text(version + "\n")
-    if sqlite and version not in _TEMPLATES and config.is_file():
+    if sqlite and version not in _TEMPLATES and config.is_file() and schema_revision(database):
         _TEMPLATES[version] = Template.of(home)
 
 
@@ -96,6 +101,8 @@ class Template:
     home: Path
     database: Path
     config: Path
+    #: The database's schema revision (`schema_revision`).
+    revision: str
 
     #: The settings airflow.cfg holds secrets in, generated when Airflow writes the file.
     SECRETS = ("fernet_key", "secret_key", "jwt_secret")
@@ -109,10 +116,10 @@ class Template:
 
         folder = Path(tempfile.mkdtemp(prefix="deltaferry-airflow-db-"))
         atexit.register(shutil.rmtree, folder, True)
-        template = cls(home, folder / "airflow.db", folder / "airflow.cfg")
-        copy_database(home / "airflow.db", template.database)
-        shutil.copyfile(home / "airflow.cfg", template.config)
-        return template
+        database, config = folder / "airflow.db", folder / "airflow.cfg"
+        copy_database(home / "airflow.db", database)
+        shutil.copyfile(home / "airflow.cfg", config)
+        return cls(home, database, config, schema_revision(database) or "")
 
     def config_for(self, home: Path) -> str:
         """The template's airflow.cfg (Airflow's defaults) for `home`: its paths in `home`,
@@ -134,6 +141,24 @@ class Template:
 
 #: Airflow version -> the first home this process migrated for it, as a template.
 _TEMPLATES: dict[str, Template] = {}
+
+
+def schema_revision(database: Path) -> str | None:
+    """The schema revision (Alembic's) of the Airflow SQLite database `database`; None when it
+    has none (not there, empty, not migrated)."""
+    import sqlite3
+
+    if not database.is_file():
+        return None
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
 
 
 def copy_database(source: Path, target: Path) -> None:
