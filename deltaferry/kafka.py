@@ -24,6 +24,9 @@ _client_log = logging.getLogger("deltaferry.kafka.client")
 _client_log.setLevel(logging.CRITICAL)
 #: Metadata is asked for in slices this long, client errors looked at in between.
 _SLICE_S = 0.5
+#: How long the questions asked before Spark wait for a broker, at most (a run waits a topic's
+#: kafka_timeout_seconds when that is shorter: `deltaferry.state.TopicState.offsets`).
+WATERMARKS_TIMEOUT_S = 15.0
 #: How many of the broker's topics, and of the names closest to a missing one, its error names.
 _SHOWN_TOPICS = 10
 _CLOSEST_TOPICS = 3
@@ -161,7 +164,8 @@ def _metadata(consumer, topic: str | None, bootstrap: str, timeout: float, error
 
 
 def topic_offsets(
-    bootstrap: str, topic: str, options: dict[str, str] | None = None, timeout: float = 15.0
+    bootstrap: str, topic: str, options: dict[str, str] | None = None,
+    timeout: float = WATERMARKS_TIMEOUT_S,
 ) -> TopicOffsets:
     """The low/high watermarks of every partition of `topic`; KafkaError says what is wrong,
     TlsError what is wrong with a TLS connection (`deltaferry.tls.check_kafka`)."""

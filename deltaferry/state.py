@@ -298,12 +298,14 @@ class TopicState:
 
     @cached_property
     def offsets(self) -> TopicOffsets:
-        """The topic's watermarks (KafkaError for an unreachable broker or a missing topic)."""
-        from deltaferry.kafka import topic_offsets
+        """The topic's watermarks (KafkaError for a missing topic, or for a broker that does
+        not answer within the topic's kafka_timeout_seconds or `WATERMARKS_TIMEOUT_S`,
+        whichever is shorter)."""
+        from deltaferry.kafka import WATERMARKS_TIMEOUT_S, topic_offsets
 
-        settings = self.ctx.settings
-        return topic_offsets(settings.kafka_bootstrap, self.ctx.topic.name,
-                             settings.kafka_options)
+        settings, topic = self.ctx.settings, self.ctx.topic
+        return topic_offsets(settings.kafka_bootstrap, topic.name, settings.kafka_options,
+                             timeout=min(WATERMARKS_TIMEOUT_S, topic.kafka_timeout_seconds))
 
     @cached_property
     def checkpoint(self) -> CheckpointState:

@@ -691,7 +691,8 @@ class TopicConfig:
     kafka_timeout_seconds: Annotated[float, _check(
         lambda v: _is_number(v) and v >= 1, "must be a number of seconds >= 1", float)] = option(
         30.0, "a broker that stops answering while Spark reads fails the run after about this "
-        "long")
+        "long; one that does not answer before Spark starts, after this long or 15 s, whichever "
+        "is shorter")
     retries: Annotated[int, _check(
         lambda v: _is_int(v) and v >= 0, "must be a whole number >= 0")] = option(
         2, "Airflow retries of each task, with exponential back-off")

@@ -19,7 +19,8 @@ CLI = str(Path(sys.executable).parent / "deltaferry")
 
 def run_cli(args, tmp_path, **env):
     topics = tmp_path / "topics.yaml"
-    topics.write_text("topics:\n  - name: listed.topic\n  - name: 'bad name'\n")
+    topics.write_text("topics:\n  - name: listed.topic\n    kafka_timeout_seconds: 2\n"
+                      "  - name: 'bad name'\n")
     full_env = {**os.environ, "DELTAFERRY_TOPICS": str(topics),
                 "DELTAFERRY_WAREHOUSE": str(tmp_path / "wh"), **env}
     return subprocess.run([CLI, *args], capture_output=True, text=True, env=full_env, timeout=120)
@@ -81,7 +82,7 @@ def test_unreachable_broker_is_one_line(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("deltaferry: error: topic 'listed.topic' on 127.0.0.1:1: "), line
-    assert "broker not reachable" in line
+    assert "broker not reachable within 2 s" in line  # its kafka_timeout_seconds
 
 
 def test_bad_entry_and_unlisted_topic(tmp_path):

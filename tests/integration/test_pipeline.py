@@ -5,6 +5,7 @@ After every run the table must equal the latest valid value per key; a re-run ch
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -275,8 +276,11 @@ def test_clear_errors_for_missing_unreachable_and_empty(spark, kafka_bootstrap, 
         run_step("infer", context(empty, tmp_path, kafka_bootstrap), spark)
     with pytest.raises(KafkaError, match="does not exist"):
         run_step("infer", context("no.such.topic", tmp_path, kafka_bootstrap), spark)
-    with pytest.raises(KafkaError, match="not reachable"):
-        run_step("ingest", context(empty, tmp_path, "127.0.0.1:1"), spark)
+    began = time.monotonic()
+    with pytest.raises(KafkaError, match="not reachable within 2 s"):  # kafka_timeout_seconds
+        run_step("ingest", context(empty, tmp_path, "127.0.0.1:1", kafka_timeout_seconds=2),
+                 spark)
+    assert time.monotonic() - began < 10  # not the 15 s of a topic with the default
 
 
 def test_a_replayed_batch_is_not_applied_twice(spark, kafka_bootstrap, new_topic, tmp_path):
@@ -394,7 +398,6 @@ def test_a_table_mapped_by_an_earlier_version_is_said_with_its_remedy(spark, kaf
 
 def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Delete `topic` and create it again, empty, once the broker has forgotten the old one."""
-    import time
 
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -104,3 +104,59 @@ def test_local_env_gives_the_stacks_connect_server_as_spark_default_only_when_as
 
     with pytest.raises(StackError, match="DELTAFERRY_KAFKA_BOOTSTRAP"):
         services.local_env({"DELTAFERRY_KAFKA_BOOTSTRAP": "broker:9092"}, connect=True)
+
+
+def test_a_new_home_gets_a_copy_of_the_home_migrated_first(tmp_path, monkeypatch):
+    """`airflow db migrate` runs once per process and Airflow version: the next new home gets
+    a copy of the first's SQLite database (in write-ahead-log mode) and its airflow.cfg with
+    the home's own paths and secrets of its own; a home that has a database of its own is
+    migrated, not overwritten; one migrated by hand (the same schema revision) is left as it
+    is, given an airflow.cfg of its own."""
+    import sqlite3
+
+    from deltaferry_dev.airflow import home as airflow_home
+
+    migrate = ("import os, sqlite3, sys; home = os.environ['AIRFLOW_HOME']; "
+               "db = sqlite3.connect(home + '/airflow.db'); "
+               "db.execute('create table if not exists ran (home text)'); "
+               "db.execute('insert into ran values (?)', (home,)); db.commit(); "
+               "db.execute('create table if not exists alembic_version (version_num text)'); "
+               "db.execute(\"insert into alembic_version values ('head')\"); db.commit(); "
+               "open(home + '/airflow.cfg', 'w').write("
+               "f'[core]\\ndags_folder = {home}/dags\\nfernet_key = {os.urandom(8).hex()}\\n"
+               "[api_auth]\\njwt_secret = {os.urandom(8).hex()}\\n')")
+    monkeypatch.setattr(airflow_home, "airflow_command", lambda *a: [sys.executable, "-c",
+                                                                      migrate])
+    monkeypatch.setattr(airflow_home, "_TEMPLATES", {})
+    homes = [(tmp_path / name).resolve() for name in ("first", "second", "own", "by-hand")]
+    (homes[2]).mkdir()
+    sqlite3.connect(homes[2] / "airflow.db").close()  # a database of its own, not migrated
+    homes[3].mkdir()  # migrated by hand (the template's revision), no airflow.cfg yet
+    with sqlite3.connect(homes[3] / "airflow.db") as db:
+        db.execute("create table alembic_version (version_num text)")
+        db.execute("insert into alembic_version values ('head')")
+        db.execute("create table ran (home text)")
+    db.close()
+
+    def rows(home: Path) -> list[str]:
+        with sqlite3.connect(home / "airflow.db") as db:
+            return [home for (home,) in db.execute("select home from ran")]
+
+    def settings(home: Path) -> dict[str, str]:
+        lines = (home / "airflow.cfg").read_text().splitlines()
+        return dict(line.split(" = ") for line in lines if " = " in line)
+
+    for home in homes:
+        airflow_home.ensure_database(airflow_env(home))
+    assert rows(homes[0]) == rows(homes[1]) == [str(homes[0])]  # copied, not run
+    assert rows(homes[2]) == [str(homes[2])]
+    assert rows(homes[3]) == []  # left as it was: not migrated again
+    assert settings(homes[3])["dags_folder"] == f"{homes[3]}/dags"
+    with sqlite3.connect(homes[1] / "airflow.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    first, second = settings(homes[0]), settings(homes[1])
+    assert second["dags_folder"] == f"{homes[1]}/dags"
+    assert second["fernet_key"] != first["fernet_key"] and len(second["fernet_key"]) == 44
+    assert second["jwt_secret"] != first["jwt_secret"] and second["jwt_secret"]
+    assert (homes[1] / "airflow.cfg").stat().st_mode & 0o077 == 0
+    assert all((home / airflow_home.MIGRATED_MARK).is_file() for home in homes)
