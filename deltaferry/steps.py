@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, EmptyTopicError
 
 if TYPE_CHECKING:
@@ -59,10 +58,6 @@ class Step:
     parts: tuple[str, ...] = ()
     #: Whether it reads the topic's messages (then its Schema Registry is checked first).
     reads_topic: bool = False
-    #: Whether it runs on a Spark Connect server (DELTAFERRY_SPARK_REMOTE): not yet a
-    #: continuous stream (its stop between micro-batches watches the writer in the driver's
-    #: process).
-    over_connect: bool = True
     #: Whether it reads new messages, and so is refused while the topic is paused
     #: (deltaferry.pause; a replay of the quarantine and the maintenance steps are not).
     paused_refuses: bool = False
@@ -222,7 +217,6 @@ class Stream(Step):
 
     name: str = "stream"
     reads_topic: bool = True
-    over_connect: bool = False
     paused_refuses: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -299,12 +293,6 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
     from deltaferry.storage import check_warehouse
     from deltaferry.tls import check_kafka
 
-    if envvars.SPARK_REMOTE.value(env):
-        refused = [s.name for step in todo for s in step.singles() if not s.over_connect]
-        if refused:
-            raise ConfigError(envvars.SPARK_REMOTE.name, f"the {', '.join(refused)} step "
-                              "does not run over Spark Connect yet; unset it for that "
-                              "step")
     check_warehouse(ctx.settings.warehouse)
     if refuses(todo):
         refuse_if_paused(ctx, env)

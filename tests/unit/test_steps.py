@@ -99,19 +99,3 @@ def test_the_replay_job_is_a_step_of_the_jobs_not_of_the_command_lines_steps():
     assert replay_step("{}").which == QuarantineFilter()
     with pytest.raises(Exception, match="^replay param: replay: unknown condition"):
         replay_step('{"colour": 1}')
-
-
-def test_a_stream_is_refused_over_spark_connect_and_replay_and_ingest_are_not(tmp_path):
-    """With DELTAFERRY_SPARK_REMOTE a stream is refused before anything runs, with one line
-    naming the variable and the step; ingest, replay and maintenance are not."""
-    from deltaferry.errors import ConfigError
-
-    env = {"DELTAFERRY_SPARK_REMOTE": "sc://localhost:15002"}
-    ctx = context(tmp_path)
-    with pytest.raises(ConfigError) as refused:
-        steps.preflight(ctx, [steps.Stream()], env)
-    assert "DELTAFERRY_SPARK_REMOTE" in str(refused.value)
-    assert "the stream step" in str(refused.value)
-    assert steps.Replay().over_connect and steps.get("ingest").over_connect
-    steps.preflight(ctx, [steps.get("maintain")], env)  # a folder warehouse: nothing to say
-    steps.preflight(ctx, [steps.get("ingest")], {})
