@@ -73,7 +73,11 @@ def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage
         read_results,
         results_uri,
     )
-    from deltaferry.spark.session import connect_settings, s3_env_of_session
+    from deltaferry.spark.session import (
+        connect_settings,
+        registry_env_of_session,
+        s3_env_of_session,
+    )
     from deltaferry.storage import LocalStorage
 
     paths = TopicPaths.for_topic(str(tmp_path), "orders")
@@ -90,6 +94,20 @@ def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage
            "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "eu-west-3",
            "DELTAFERRY_S3_RETRIES": "4"}
     assert s3_env_of_session(Session(connect_settings(env=env))) == env
+    # the registry too, its CA bundle's text written to a file of the worker's own
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    registry = {"DELTAFERRY_SCHEMA_REGISTRY_URL": "https://registry:8081",
+                "DELTAFERRY_SCHEMA_REGISTRY_USER": "u",
+                "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD": "p",
+                "DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE": str(ca)}
+    given = registry_env_of_session(Session(connect_settings(env={**env, **registry})))
+    worker_ca = given.pop("DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE")
+    assert worker_ca != str(ca) and open(worker_ca).read() == ca.read_text()
+    assert os.stat(worker_ca).st_mode & 0o077 == 0
+    os.unlink(worker_ca)
+    assert given == {k: v for k, v in registry.items() if not k.endswith("CA_BUNDLE")}
+    assert registry_env_of_session(Session(connect_settings(env=env))) == {}
 
     storage = LocalStorage()
     worker = IngestReport("orders", inserted=3, quarantined=2, messages_read=999,

@@ -9,7 +9,9 @@ in the worker at its first batch (the class is given, as `make`: this module and
 import nothing of each other's), with:
 
 * the session's S3 settings as the worker's storage settings (`s3_env_of_session`: the
-  credentials the client gave its own session, never the server's environment);
+  credentials the client gave its own session, never the server's environment), and the
+  session's Schema Registry settings as the worker's (`registry_env_of_session`: avro and
+  protobuf topics read writer schemas there);
 * the fence of the lock the client holds (`deltaferry.lock.Fence`), checked at every commit
   point of a batch as `ensure_held` checks a lock held in the same process;
 * after each batch, the run's report so far (`IngestReport.as_dict`) and the batches' progress
@@ -104,11 +106,13 @@ class RemoteBatches:
             from deltaferry.reports import IngestReport
             from deltaferry.schema.store import SchemaStore
             from deltaferry.spark.expectations import counts_of
-            from deltaferry.spark.session import s3_env_of_session
+            from deltaferry.spark.session import registry_env_of_session, s3_env_of_session
             from deltaferry.storage import storage_for
 
-            # this worker is this query's alone: its storage is the session's, not the server's
+            # this worker is this query's alone: its storage and registry are the session's,
+            # not the server's
             os.environ.update(s3_env_of_session(spark))
+            os.environ.update(registry_env_of_session(spark))
             if self.fence is not None:
                 self.fence.install()
             topic, paths = self.topic, self.paths
