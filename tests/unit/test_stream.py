@@ -155,3 +155,19 @@ def test_a_connect_runs_progress_lines_are_said_once_and_killed_runs_files_remov
     assert remove_left_behind(storage, paths, "run2") == ["killed.json"]
     assert peek_results(storage, paths, "killed") is None
     assert peek_results(storage, paths, "run2") is not None  # its own: read_results' to delete
+
+
+def test_progress_lines_of_a_long_stream_are_said_once_from_the_newest_kept(caplog):
+    """The worker keeps only the newest lines of a stream (`KEPT_LINES`) with the count said in
+    all: the client logs each line it has not logged yet once, those no longer kept skipped."""
+    import logging
+
+    from deltaferry.spark.ingest.remote import say_lines
+
+    with caplog.at_level(logging.INFO, logger="deltaferry.spark.ingest.remote"):
+        assert say_lines({"lines": ["b1", "b2"], "said": 2}, 0) == 2
+        assert say_lines({"lines": ["b2", "b3", "b4"], "said": 4}, 2) == 4
+        assert say_lines({"lines": ["b7", "b8"], "said": 8}, 4) == 8  # b5, b6 gone: skipped
+        assert say_lines({"lines": ["b7", "b8"], "said": 8}, 8) == 8
+        assert say_lines(None, 8) == 8
+    assert [r.getMessage() for r in caplog.records] == ["b1", "b2", "b3", "b4", "b7", "b8"]
