@@ -224,7 +224,7 @@ def _replace_with_layout(spark: SparkSession, path: str, topic: TopicConfig, sch
     """Create the (empty) table at `path` again with the columns `schema`, the generated
     columns of `topic`'s partition_by, the layout `wanted` and the table `properties`: Delta's
     DeltaTable builder on a classic session; over Spark Connect (no Delta server plugin there)
-    the same CREATE OR REPLACE TABLE in SQL."""
+    the same REPLACE TABLE in SQL (CREATE OR REPLACE refuses another clustering)."""
     from deltaferry.spark.session import is_connect
 
     parts = [(p.name, *generated) for p in topic.partition_by or ()
@@ -238,7 +238,7 @@ def _replace_with_layout(spark: SparkSession, path: str, topic: TopicConfig, sch
                   if wanted.partitions else
                   f"CLUSTER BY ({', '.join(quote(c) for c in wanted.clustering)})")
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-        spark.sql(f"CREATE OR REPLACE TABLE delta.{quote(path)} ({', '.join(columns)}) "
+        spark.sql(f"REPLACE TABLE delta.{quote(path)} ({', '.join(columns)}) "
                   f"USING delta {layout}" + (f" TBLPROPERTIES ({props})" if props else ""))
         return
     from delta.tables import DeltaTable
