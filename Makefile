@@ -28,7 +28,7 @@ help:
 	@echo "make bench-cluster - the same backlog on local[2] and on the stack's two-worker Spark cluster (N=...)"
 	@echo "make bench-ui - time of each deltaferry page of the Airflow UI on the demo data"
 	@echo "make bench-peers - deltaferry vs the notebook port vs a dlt pipeline, same topic: backlog and +5 % (N=... REPEATS=... LARGE=1)"
-	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost"
+	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost (CONNECT=1: on the stack's Spark Connect server)"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
 setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built $(DEPS)/metastore/.resolved
@@ -144,7 +144,7 @@ bench-ui: setup
 	$(BIN)/python bench/bench_ui.py
 
 bench-fleet: setup
-	$(BIN)/python bench/bench_fleet.py $(if $(TOPICS),--topics $(TOPICS)) $(if $(N),--messages $(N))
+	$(BIN)/python bench/bench_fleet.py $(if $(TOPICS),--topics $(TOPICS)) $(if $(N),--messages $(N)) $(if $(CONNECT),--connect)
 
 # deltaferry, the notebook's port and a dlt pipeline (bench/dlt_pipeline.py, run by .venv-dlt's
 # Python) side by side on one topic, the tables verified equal; exits 1 when a goal is NOT MET.

@@ -6,7 +6,10 @@ at once against the pool's slots, the lowest memory available, the tasks that ne
 and the per-topic fixed cost broken down (medians: task start, planning, waiting for a driver,
 the driver's start or handoff with its checks and lock, the step's own work). Targets (24 x
 3,000 x ~1 KB on a 2-core machine): no retry, memory available >= 4 GB, wall time <= 300 s.
-Not a test: figures.
+Not a test: figures. With ``--connect`` (``make bench-fleet CONNECT=1``) the tasks run their
+steps on the stack's Spark Connect server (`services.local_env(connect=True)`, as `airflow up
+--connect`): no driver on the Airflow worker, each run a session of its own on the one server;
+the pool's slots then bound the server's concurrent queries.
 
     make bench-fleet              # or: .venv/bin/python bench/bench_fleet.py [--topics 24 ...]
 """
@@ -35,10 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=1000, help="message size")
     parser.add_argument("--slots", type=int, help="defaults: spark_slots (else derived)")
     parser.add_argument("--keep", action="store_true", help="leave the bench's Airflow running")
+    parser.add_argument("--connect", action="store_true",
+                        help="run the steps on the stack's Spark Connect server")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="deltaferry-bench-fleet-"))
     env = services.local_env({**os.environ, "DELTAFERRY_KAFKA_BOOTSTRAP": "",
-                              "DELTAFERRY_WAREHOUSE": str(folder / "warehouse")})
+                              "DELTAFERRY_WAREHOUSE": str(folder / "warehouse")},
+                             connect=args.connect)
     prefix = f"fleet{int(time.time()) % 100000}"
     topics_file, names = fleet.make_fleet(
         env["DELTAFERRY_KAFKA_BOOTSTRAP"], folder, args.topics, args.messages, args.bytes,
@@ -54,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet.dump(result, folder / "fleet.json")
     failed_runs = sorted(d for d, state in result.runs.items() if state != "success")
     print(f"\nfleet: {args.topics} topics x {args.messages} messages of ~{args.bytes} bytes, "
-          f"all due at once, pool of {slots} slot(s), {os.cpu_count()} cores")
+          f"all due at once, pool of {slots} slot(s), {os.cpu_count()} cores"
+          + (", steps on the stack's Spark Connect server" if args.connect else ""))
     rows = [
         ("wall time, unpause to last run's end", f"{result.seconds:.0f} s",
          f"<= {TARGET_SECONDS:.0f} s", result.seconds <= TARGET_SECONDS),

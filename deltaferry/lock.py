@@ -403,6 +403,18 @@ class Fence:
         if self._lost:
             raise LockLostError(self.topic, self.folder, self._taker, self.lease, before)
 
+    def abandoned(self) -> bool:
+        """Whether the holder is gone (one LIST and one read): another run took the lock
+        over, the holder released it, or it stopped renewing it for longer than its lease (a
+        killed process; the clocks of the holder's and this machine compared)."""
+        from deltaferry.storage import storage_for
+
+        lock = TopicLock(storage_for(self.folder), self.folder, self.topic, "fence",
+                         self.lease, self.heartbeat)
+        generation, holder = lock.newest()
+        return (generation != self.generation or holder is None or holder.released
+                or time.time() - holder.renewed_at > self.lease)
+
 
 def held_fence(path: str) -> Fence | None:
     """The fence of the lock this process holds over `path` (a topic's folder or a path

@@ -180,15 +180,43 @@ CONNECT_SESSION_CONF = {"fs.s3a.impl.disable.cache": "true"}
 CONNECT_PROBE_RETRIES = 3
 
 
+#: The Schema Registry's settings as a Spark Connect session's own settings, by the variable
+#: each stands for: what the ingest's foreachBatch worker on the server reads the registry with
+#: (`registry_env_of_session`). The CA bundle travels as its PEM text (`CONNECT_REGISTRY_CA`):
+#: the client's file is not on the server.
+CONNECT_REGISTRY_CONF = {"deltaferry.registry.url": envvars.SCHEMA_REGISTRY_URL,
+                         "deltaferry.registry.user": envvars.SCHEMA_REGISTRY_USER,
+                         "deltaferry.registry.password": envvars.SCHEMA_REGISTRY_PASSWORD}
+CONNECT_REGISTRY_CA = "deltaferry.registry.ca"
+
+
+def registry_session_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The registry settings of `env` a Spark Connect session is given (`CONNECT_REGISTRY_CONF`,
+    those set); ConfigError naming DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE if its file cannot be
+    read."""
+    conf = {key: value for key, var in CONNECT_REGISTRY_CONF.items()
+            if (value := var.raw(env))}
+    ca_file = envvars.SCHEMA_REGISTRY_CA_BUNDLE.value(env)
+    if ca_file:
+        try:
+            conf[CONNECT_REGISTRY_CA] = open(ca_file, encoding="ascii").read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(envvars.SCHEMA_REGISTRY_CA_BUNDLE.name,
+                              f"cannot read {ca_file}: {exc}") from None
+    return conf
+
+
 def connect_settings(conf: Mapping[str, str] | None = None,
                      env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark Connect session is given: the session time zone, the S3 settings
     of `env` with the credentials as the session's own Hadoop settings (``fs.s3a.*``: Spark
     hands a session's settings to the Hadoop configuration of every file system it opens; the
-    server's own stay untouched), DELTAFERRY_SPARK_CONF, then `conf`."""
+    server's own stay untouched), the Schema Registry's (`registry_session_conf`),
+    DELTAFERRY_SPARK_CONF, then `conf`."""
     s3 = s3a_hadoop_conf(S3Settings.from_env(env))
     return {"spark.sql.session.timeZone": COMMON_CONF["spark.sql.session.timeZone"],
-            **CONNECT_SESSION_CONF, **s3, **extra_spark_conf(env), **(conf or {})}
+            **CONNECT_SESSION_CONF, **s3, **registry_session_conf(env), **extra_spark_conf(env),
+            **(conf or {})}
 
 
 def s3_env_of_session(spark) -> dict[str, str]:
@@ -204,6 +232,24 @@ def s3_env_of_session(spark) -> dict[str, str]:
              "fs.s3a.retry.limit": envvars.S3_RETRIES.name}
     found = {name: spark.conf.get(key, None) for key, name in names.items()}
     return {name: value for name, value in found.items() if value}
+
+
+def registry_env_of_session(spark) -> dict[str, str]:
+    """The Schema Registry variables a Spark Connect session was given (`connect_settings`),
+    for code running on the server for that session (the ingest's foreachBatch worker): the
+    CA bundle's PEM text written to a file of this process's own (readable by its user
+    alone). Empty when the session was given none (the server's environment then decides)."""
+    import tempfile
+
+    found = {var.name: spark.conf.get(key, None) for key, var in CONNECT_REGISTRY_CONF.items()}
+    out = {name: value for name, value in found.items() if value}
+    ca = spark.conf.get(CONNECT_REGISTRY_CA, None)
+    if ca:
+        handle, path = tempfile.mkstemp(prefix="deltaferry-registry-ca-", suffix=".pem")
+        with os.fdopen(handle, "w", encoding="ascii") as file:
+            file.write(ca)
+        out[envvars.SCHEMA_REGISTRY_CA_BUNDLE.name] = path
+    return out
 
 
 def rpc_problem(exc: BaseException) -> str:

@@ -197,33 +197,16 @@ def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) ->
         ensure_held(path, f"clustering {path}")
         _alter_clustering(spark, path, topic.name, wanted.clustering)
     else:
-        from deltaferry.spark.session import is_connect
-
-        if is_connect(spark):
-            raise LayoutError(topic.name, f"{option}: a table is laid out by Delta's "
-                              "DeltaTable API, which Spark Connect does not offer; run the "
-                              "topic's first ingest without DELTAFERRY_SPARK_REMOTE")
-        from delta.tables import DeltaTable
-
         detail = table_detail(spark, path)
         generated = {p.name for p in topic.partition_by or () if p.transform} \
             | set(current.partitions)
         schema = StructType([f for f in spark.read.format("delta").load(path).schema.fields
                              if f.name in fields or f.name not in generated])
-        builder = DeltaTable.replace(spark).location(path).addColumns(schema)
-        for part in topic.partition_by or ():
-            expression = part.generated()
-            if expression is not None:
-                builder = builder.addColumn(part.name, expression[0],
-                                            generatedAlwaysAs=expression[1])
-        builder = (builder.partitionedBy(*wanted.partitions) if wanted.partitions
-                   else builder.clusterBy(*wanted.clustering))
-        for key, value in (detail["properties"] or {}).items():
-            if key in KEPT_ON_LAYOUT:
-                builder = builder.property(key, value)
+        properties = {key: value for key, value in (detail["properties"] or {}).items()
+                      if key in KEPT_ON_LAYOUT}
         ensure_held(path, f"laying out {path}")
         try:
-            builder.execute()
+            _replace_with_layout(spark, path, topic, schema, wanted, properties)
         except Exception as exc:  # Delta's AnalysisException: its first line is the reason
             raise LayoutError(topic.name, f"{option}: Delta refused to lay the table out: "
                               f"{first_line(exc)}") from None
@@ -234,6 +217,56 @@ def apply_layout(spark: SparkSession, path: str, topic: TopicConfig, columns) ->
 
 #: The table properties a table created again with its layout keeps (`apply_layout`).
 KEPT_ON_LAYOUT = ("delta.enableDeletionVectors", "delta.columnMapping.mode")
+
+
+def _replace_with_layout(spark: SparkSession, path: str, topic: TopicConfig, schema,
+                         wanted: Layout, properties: dict[str, str]) -> None:
+    """Create the (empty) table at `path` again with the columns `schema`, the generated
+    columns of `topic`'s partition_by, the layout `wanted` and the table `properties`: Delta's
+    DeltaTable builder on a classic session; over Spark Connect (no Delta server plugin there)
+    the same REPLACE TABLE in SQL (CREATE OR REPLACE refuses another clustering)."""
+    from deltaferry.spark.session import is_connect
+
+    parts = [(p.name, *generated) for p in topic.partition_by or ()
+             if (generated := p.generated()) is not None]
+    if is_connect(spark):
+        columns = [f"{quote(f.name)} {type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+                   for f in schema.fields]
+        columns += [f"{quote(name)} {kind} GENERATED ALWAYS AS ({expression})"
+                    for name, kind, expression in parts]
+        layout = (f"PARTITIONED BY ({', '.join(quote(c) for c in wanted.partitions)})"
+                  if wanted.partitions else
+                  f"CLUSTER BY ({', '.join(quote(c) for c in wanted.clustering)})")
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        spark.sql(f"REPLACE TABLE delta.{quote(path)} ({', '.join(columns)}) "
+                  f"USING delta {layout}" + (f" TBLPROPERTIES ({props})" if props else ""))
+        return
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.replace(spark).location(path).addColumns(schema)
+    for name, kind, expression in parts:
+        builder = builder.addColumn(name, kind, generatedAlwaysAs=expression)
+    builder = (builder.partitionedBy(*wanted.partitions) if wanted.partitions
+               else builder.clusterBy(*wanted.clustering))
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def type_ddl(kind) -> str:
+    """A Spark data type as SQL DDL, the names of nested fields backquoted (a JSON field's name
+    may hold spaces or dashes: `simpleString` leaves them bare)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(kind, StructType):
+        return "struct<" + ", ".join(
+            f"{quote(f.name)}: {type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+            for f in kind.fields) + ">"
+    if isinstance(kind, ArrayType):
+        return f"array<{type_ddl(kind.elementType)}>"
+    if isinstance(kind, MapType):
+        return f"map<{type_ddl(kind.keyType)}, {type_ddl(kind.valueType)}>"
+    return kind.simpleString()
 
 
 def _alter_clustering(spark: SparkSession, path: str, topic: str,

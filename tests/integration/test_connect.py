@@ -105,36 +105,49 @@ def test_sessions_on_one_server_keep_their_own_s3_credentials(connect_env):
     second.stop()
 
 
-def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_stream(connect_env, new_topic,
-                                                                       tmp_path):
+def test_cli_maintains_a_table_and_streams_a_topic_over_spark_connect(connect_env, new_topic,
+                                                                      tmp_path):
     """`deltaferry run --steps optimize,vacuum` with DELTAFERRY_SPARK_REMOTE compacts and
     vacuums the topic's table on the stack's server (delta-rs reads the OPTIMIZE in its
-    history and the rows unchanged in one file; the replaced files are gone from the bucket);
-    `deltaferry stream` is refused before anything runs, in one line naming the variable, and
-    no line of either run holds the token."""
+    history and the rows unchanged in one file; the replaced files are gone from the bucket).
+    `deltaferry stream` of a second topic (the core scenario, 100 messages a micro-batch) runs
+    on the server: it lands the messages sent before it started and those sent while it runs,
+    logs each micro-batch's progress line (the server's worker wrote them), and SIGTERM stops
+    it between micro-batches (exit 0, its lock released): the table holds the latest valid
+    value of every key, each batch's write once, the quarantine every bad message once, and
+    the stop request and results files are gone. No line of either run holds the token."""
+    import signal
     import subprocess
+    import time
 
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
+    from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
+    from deltaferry.state import committed_offsets
+    from deltaferry.storage import storage_for
 
     from .test_cli import CLI
+    from .test_crash import bad_values, messages
+    from .test_pipeline import expected_state
 
     env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
     warehouse = f"s3://{new_bucket(env)}/wh"
-    topic = new_topic("connect")
+    topic, streamed = new_topic("connect"), new_topic("connect-stream", partitions=3)
     table = delta_rs_uri(TopicPaths.for_topic(warehouse, topic).table)
     options = storage_options(table, env)
     for n in range(3):  # three small files: optimize_min_files is 2
         write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options)
     topics = tmp_path / "topics.yaml"
     topics.write_text(f"topics:\n  - name: {topic}\n    optimize_min_files: 2\n"
-                      "    vacuum_retention_hours: 0\n")
+                      "    vacuum_retention_hours: 0\n"
+                      f"  - name: {streamed}\n    max_offsets_per_trigger: 100\n"
+                      "    trigger_interval: 1 second\n")
     full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
-            "DELTAFERRY_WAREHOUSE": warehouse,
-            "DELTAFERRY_KAFKA_BOOTSTRAP": connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]}
+            "DELTAFERRY_WAREHOUSE": warehouse, "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
     done = subprocess.run([CLI, "run", topic, "--steps", "optimize,vacuum"], env=full,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -150,13 +163,50 @@ def test_cli_maintains_a_table_over_spark_connect_and_refuses_a_stream(connect_e
             and "/_delta_log/" not in o["Key"]]
     assert len(data) == 1, data
 
-    refused = subprocess.run([CLI, "stream", topic], env=full,
-                             capture_output=True, text=True, timeout=300)
-    assert refused.returncode != 0
-    lines = [line for line in refused.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
-    assert len(lines) == 1 and "stream step" in lines[0], refused.stderr
+    paths = TopicPaths.for_topic(warehouse, streamed)
+    sent = messages()[:200]  # 100 before the stream starts, 100 while it runs
+    produce(bootstrap, streamed, sent[:100])
+    stream = subprocess.Popen([CLI, "stream", streamed], env=full, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_batch(stream, full, paths.checkpoint, 0, "the stream")
+        produce(bootstrap, streamed, sent[100:])
+        checkpoint = storage_for(paths.checkpoint, full)
+        deadline = time.monotonic() + 600
+        while sum((committed_offsets(checkpoint, paths.checkpoint, streamed) or {}).values()
+                  ) < len(sent):  # every message committed: the stream then waits for more
+            assert stream.poll() is None, stream.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the stream never read every message"
+            time.sleep(0.5)
+        stream.send_signal(signal.SIGTERM)
+        out, err = stream.communicate(timeout=300)
+    finally:
+        if stream.poll() is None:
+            os.killpg(stream.pid, signal.SIGKILL)
+    assert stream.returncode == 0, err[-3000:]
+    assert "SIGTERM received: stopping after the current micro-batch" in err, err[-3000:]
+    assert f"stream {streamed}: stopping between micro-batches" in err, err[-3000:]
+    lines = [line for line in err.splitlines()
+             if f"ingest {streamed} batch " in line and " messages, " in line]
+    streamed_uri = delta_rs_uri(paths.table)
+    rows = DeltaTable(streamed_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows) and state == expected_state(sent)
+    history = DeltaTable(streamed_uri, storage_options=options).history()
+    tags = [c["userMetadata"].split(" attempt ")[0] for c in history
+            if " batch " in (c.get("userMetadata") or "")]
+    assert len(tags) == len(set(tags)) >= 2, tags  # 200 messages, at most 100 a batch
+    assert len(lines) == len(tags), err[-3000:]  # each batch written said once
+    bad = DeltaTable(delta_rs_uri(paths.quarantine),
+                     storage_options=options).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    bucket, prefix = paths.root[len("s3a://"):].split("/", 1)
+    left = S3Settings.from_env(env).client().list_objects_v2(
+        Bucket=bucket, Prefix=f"{prefix}/_state/connect/").get("Contents", [])
+    assert not left, [o["Key"] for o in left]
     token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
-    assert token not in done.stdout + done.stderr + refused.stdout + refused.stderr
+    assert token not in done.stdout + done.stderr + out + err
 
 
 def test_cli_replays_the_quarantine_over_spark_connect_exactly_once(connect_env, new_topic,
@@ -214,15 +264,26 @@ def test_cli_replays_the_quarantine_over_spark_connect_exactly_once(connect_env,
     assert not [r for r in [done, *replays] if token in r.stdout + r.stderr]
 
 
-def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
+def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
         connect_env, stack_dir, new_topic, tmp_path):
     """Two topics, each with a warehouse in a bucket of its own and S3 credentials allowed
     only that bucket (two identities of the stack's S3 server, each refused the other's
     bucket), run `deltaferry run` (infer, ingest) at the same time on the one Connect server:
-    both land every message, each bucket holds its own topic's files only (the server's
+    both land every message, each bucket holds its own topics' files only (the server's
     sessions, file systems and foreachBatch workers each used their run's credentials), and a
     run given one topic's credentials and the other's warehouse is refused in one line naming
-    that warehouse. No line of a run holds a secret."""
+    that warehouse. No line of a run holds a secret.
+
+    More topics follow on the same server, one run at a time, each path once: the second
+    topic's table is laid out by `cluster_by: [id]` and an append topic's by `partition_by:
+    [day(kafka_timestamp)]` (its generated column included) as their first batch finds them
+    empty (Delta's SQL: no DeltaTable API over Spark Connect); an avro topic's run is given
+    the Schema Registry over HTTPS with the stack's CA (the server's worker reads writer
+    schemas with the session's registry settings: the server's environment names none), and
+    the latest record of every key lands, the second schema version's field included. A
+    `cdc: debezium` topic's run is refused before anything runs, in one line naming
+    DELTAFERRY_SPARK_REMOTE and the topic (its writer needs Delta's DeltaTable API)."""
+    import json
     import subprocess
 
     from botocore.exceptions import ClientError
@@ -232,9 +293,12 @@ def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
     from deltaferry_dev import stack
+    from deltaferry_dev.debezium_events import messages as debezium_messages
 
+    from .test_cdc import first_run
     from .test_cli import CLI
     from .test_crash import messages
+    from .test_outages import avro_messages
     from .test_pipeline import expected_state
 
     env = remote_env(connect_env)
@@ -248,7 +312,15 @@ def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
     sent = messages()[:120]  # 120 keys, tombstones, bad messages
     topics = [new_topic("connect-s3a"), new_topic("connect-s3b")]
     topics_file = tmp_path / "topics.yaml"
-    topics_file.write_text("topics:\n" + "".join(f"  - name: {t}\n" for t in topics))
+    avro, cdc = new_topic("connect-avro"), new_topic("connect-cdc")
+    daily = new_topic("connect-daily")
+    topics_file.write_text(f"topics:\n  - name: {topics[0]}\n"
+                           f"  - name: {topics[1]}\n    cluster_by: [id]\n"
+                           f"  - name: {avro}\n    format: avro\n"
+                           f"  - name: {cdc}\n    cdc: debezium\n"
+                           f"  - name: {daily}\n    mode: append\n"
+                           "    partition_by: [day(kafka_timestamp)]\n")
+    avro_sent = avro_messages(bootstrap, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], avro)
 
     def run_env(bucket: str, identity: tuple[str, str]) -> dict[str, str]:
         return {**os.environ, **env, "AWS_ACCESS_KEY_ID": identity[0],
@@ -256,15 +328,26 @@ def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
                 "DELTAFERRY_WAREHOUSE": f"s3://{bucket}/wh",
                 "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
 
-    runs = []
-    for topic, bucket, identity in zip(topics, buckets, identities, strict=True):
+    registry = {  # over HTTPS, the stack's CA: the client's file, its text to the worker
+        "DELTAFERRY_SCHEMA_REGISTRY_URL": connect_env["DELTAFERRY_SCHEMA_REGISTRY_HTTPS_URL"],
+        "DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE": connect_env["DELTAFERRY_TLS_CA_FILE"]}
+    for topic in topics:
         produce(bootstrap, topic, sent)
-        runs.append(subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"],
-                                     env=run_env(bucket, identity), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True))
-    said = [run.communicate(timeout=900) for run in runs]
-    for run, (_, err) in zip(runs, said, strict=True):
-        assert run.returncode == 0, err[-3000:]
+    produce(bootstrap, cdc, debezium_messages(first_run(), True))
+    produce(bootstrap, daily, [(None, {"seq": n}) for n in range(20)])
+    # the two identities at once, then the formats one at a time: a busy 2-core server starts
+    # the foreachBatch worker of more queries at once late (it has 10 s to connect back)
+    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry)], [(daily, 1, {})]]
+    said = []
+    for wave in waves:
+        runs = [subprocess.Popen([CLI, "run", name, "--steps", "infer,ingest"],
+                                 env={**run_env(buckets[n], identities[n]), **extra},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for name, n, extra in wave]
+        ended = [run.communicate(timeout=900) for run in runs]
+        for run, (_, err) in zip(runs, ended, strict=True):
+            assert run.returncode == 0, err[-3000:]
+        said += ended
 
     admin = S3Settings.from_env(env).client()
     for topic, bucket in zip(topics, buckets, strict=True):
@@ -275,7 +358,43 @@ def test_two_topics_with_their_own_s3_credentials_ingest_at_once_on_one_server(
                  for r in rows}
         assert len(state) == len(rows) and state == expected_state(sent)
         listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
-        assert listed and {o["Key"].split("/")[1] for o in listed} == {topic}, bucket
+        assert listed and {o["Key"].split("/")[1] for o in listed} == (
+            {topic, avro} if bucket == buckets[0] else {topic, daily}), bucket
+        logged = [json.loads(line) for o in listed if o["Key"].endswith(".json")
+                  and f"/{topic}/table/_delta_log/" in o["Key"]
+                  for line in admin.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+                  .decode().splitlines()]
+        domains = [e["domainMetadata"] for e in logged if "domainMetadata" in e
+                   and e["domainMetadata"]["domain"] == "delta.clustering"]
+        if topic == topics[1]:  # clustered by id: Delta's clustering domain names it
+            assert domains and json.loads(domains[-1]["configuration"])[
+                "clusteringColumns"] == [["id"]], domains
+        else:
+            assert not domains, domains
+
+    table = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[0]}/wh", avro).table)
+    rows = DeltaTable(table, storage_options=storage_options(table, env)
+                      ).to_pyarrow_table().to_pylist()
+    assert {r["kafka_key"]: (r["id"], r["note"]) for r in rows} == {
+        key: (payload["id"], payload.get("note")) for key, payload in avro_sent}
+    assert len(rows) == 30 and any(r["note"] for r in rows)
+
+    def read(name: str) -> list[dict]:
+        uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[1]}/wh", name).table)
+        return DeltaTable(uri, storage_options=storage_options(uri, env)
+                          ).to_pyarrow_table().to_pylist()
+
+    assert sorted(r["seq"] for r in read(daily)) == list(range(20))
+    uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[1]}/wh", daily).table)
+    partitions = DeltaTable(uri, storage_options=storage_options(uri, env)
+                            ).metadata().partition_columns
+    assert partitions == ["kafka_timestamp_day"], partitions
+    cdc_run = subprocess.run([CLI, "run", cdc, "--steps", "infer,ingest"],
+                             env=run_env(buckets[1], identities[1]), capture_output=True,
+                             text=True, timeout=300)
+    assert cdc_run.returncode != 0 and "Traceback" not in cdc_run.stderr, cdc_run.stderr
+    [line] = [line for line in cdc_run.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
+    assert f"topic {cdc!r} is a cdc topic" in line, cdc_run.stderr
 
     refused = subprocess.run([CLI, "run", topics[1], "--steps", "ingest"],
                              env=run_env(buckets[1], identities[0]), capture_output=True,

@@ -440,3 +440,33 @@ def test_a_lock_a_run_left_held_is_released_when_its_driver_tidies(tmp_path):
     assert left.generation is None and release_leftovers() == []
     newest = max(p.name for p in (tmp_path / "orders" / "_lock").iterdir())
     assert json.loads((tmp_path / "orders" / "_lock" / newest).read_text())["released"]
+
+
+def test_a_fence_tells_a_holder_that_stopped_renewing_or_released_from_a_live_one(tmp_path):
+    """`Fence.abandoned` (a Spark Connect stream's worker stops when its client is gone): not
+    while the holder renews its lock; yes once it stopped renewing for longer than the lease
+    (a killed client), once it released the lock, and once another run took it over."""
+    root = tmp_path / "orders"
+    folder = root / "_lock"
+    held = lock(folder, heartbeat=0.05, lease=1)
+    held.acquire()
+    try:
+        fence = held_fence(str(root / "table"))
+        assert fence is not None and not fence.abandoned()
+        time.sleep(1.3)  # longer than the lease, the heartbeat renewing it
+        assert not fence.abandoned()
+    finally:
+        held.release()
+    assert fence.abandoned()  # released
+
+    generation = fence.generation + 1
+    write_generation(folder, generation, Holder("k", socket.gethostname(), 1, None,
+                                                "deltaferry stream orders", 1.0, 1.0))
+    stale = Fence(str(folder), "orders", generation, lease=1)
+    assert stale.abandoned()  # renewed last at 1970: its client was killed
+    write_generation(folder, generation, Holder("k", socket.gethostname(), 1, None,
+                                                "deltaferry stream orders", time.time(),
+                                                time.time()))
+    assert not stale.abandoned()
+    taken_over(folder, generation)
+    assert stale.abandoned()

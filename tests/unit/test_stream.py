@@ -73,7 +73,11 @@ def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage
         read_results,
         results_uri,
     )
-    from deltaferry.spark.session import connect_settings, s3_env_of_session
+    from deltaferry.spark.session import (
+        connect_settings,
+        registry_env_of_session,
+        s3_env_of_session,
+    )
     from deltaferry.storage import LocalStorage
 
     paths = TopicPaths.for_topic(str(tmp_path), "orders")
@@ -90,6 +94,20 @@ def test_the_connect_batch_function_is_plain_data_and_reads_the_sessions_storage
            "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "eu-west-3",
            "DELTAFERRY_S3_RETRIES": "4"}
     assert s3_env_of_session(Session(connect_settings(env=env))) == env
+    # the registry too, its CA bundle's text written to a file of the worker's own
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    registry = {"DELTAFERRY_SCHEMA_REGISTRY_URL": "https://registry:8081",
+                "DELTAFERRY_SCHEMA_REGISTRY_USER": "u",
+                "DELTAFERRY_SCHEMA_REGISTRY_PASSWORD": "p",
+                "DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE": str(ca)}
+    given = registry_env_of_session(Session(connect_settings(env={**env, **registry})))
+    worker_ca = given.pop("DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE")
+    assert worker_ca != str(ca) and open(worker_ca).read() == ca.read_text()
+    assert os.stat(worker_ca).st_mode & 0o077 == 0
+    os.unlink(worker_ca)
+    assert given == {k: v for k, v in registry.items() if not k.endswith("CA_BUNDLE")}
+    assert registry_env_of_session(Session(connect_settings(env=env))) == {}
 
     storage = LocalStorage()
     worker = IngestReport("orders", inserted=3, quarantined=2, messages_read=999,
@@ -137,3 +155,19 @@ def test_a_connect_runs_progress_lines_are_said_once_and_killed_runs_files_remov
     assert remove_left_behind(storage, paths, "run2") == ["killed.json"]
     assert peek_results(storage, paths, "killed") is None
     assert peek_results(storage, paths, "run2") is not None  # its own: read_results' to delete
+
+
+def test_progress_lines_of_a_long_stream_are_said_once_from_the_newest_kept(caplog):
+    """The worker keeps only the newest lines of a stream (`KEPT_LINES`) with the count said in
+    all: the client logs each line it has not logged yet once, those no longer kept skipped."""
+    import logging
+
+    from deltaferry.spark.ingest.remote import say_lines
+
+    with caplog.at_level(logging.INFO, logger="deltaferry.spark.ingest.remote"):
+        assert say_lines({"lines": ["b1", "b2"], "said": 2}, 0) == 2
+        assert say_lines({"lines": ["b2", "b3", "b4"], "said": 4}, 2) == 4
+        assert say_lines({"lines": ["b7", "b8"], "said": 8}, 4) == 8  # b5, b6 gone: skipped
+        assert say_lines({"lines": ["b7", "b8"], "said": 8}, 8) == 8
+        assert say_lines(None, 8) == 8
+    assert [r.getMessage() for r in caplog.records] == ["b1", "b2", "b3", "b4", "b7", "b8"]

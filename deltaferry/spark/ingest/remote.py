@@ -9,7 +9,9 @@ in the worker at its first batch (the class is given, as `make`: this module and
 import nothing of each other's), with:
 
 * the session's S3 settings as the worker's storage settings (`s3_env_of_session`: the
-  credentials the client gave its own session, never the server's environment);
+  credentials the client gave its own session, never the server's environment), and the
+  session's Schema Registry settings as the worker's (`registry_env_of_session`: avro and
+  protobuf topics read writer schemas there);
 * the fence of the lock the client holds (`deltaferry.lock.Fence`), checked at every commit
   point of a batch as `ensure_held` checks a lock held in the same process;
 * after each batch, the run's report so far (`IngestReport.as_dict`) and the batches' progress
@@ -18,6 +20,13 @@ import nothing of each other's), with:
   its query runs (`peek_results`, `say_lines`), reads the file once the query ended
   (`read_results`) and deletes it, and those a killed run left behind
   (`remove_left_behind`).
+
+A stream's query (`stream`: `deltaferry stream`) is asked to stop through storage: the client
+writes ``<run>.stop.json`` (`stop_uri`) and the worker refuses every batch that starts after it
+is there, or after the client stopped holding the lock (killed: `Fence.abandoned`), before it
+writes anything, as `BatchWriter` refuses one in a driver of its own; the refused batch is
+recorded (``refused``) and the query ends. A batch that pauses the topic (``pause_after``) is
+recorded (``paused``, its alert) and the worker refuses the next.
 
 The worker imports deltaferry: the server's Python (PYSPARK_PYTHON of the server) must have
 the same deltaferry as the client and its requirements installed (docs/operating/cluster.md).
@@ -28,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +57,8 @@ log = logging.getLogger(__name__)
 
 #: How often the client looks for the progress lines of its query's batches (seconds).
 PROGRESS_POLL_S = 2.0
+#: How many of the newest progress lines the results file keeps (a stream runs for days).
+KEPT_LINES = 100
 
 
 def results_uri(paths: TopicPaths, run_id: str) -> str:
@@ -54,12 +66,17 @@ def results_uri(paths: TopicPaths, run_id: str) -> str:
     return join(paths.root, "_state", "connect", f"{run_id}.json")
 
 
+def stop_uri(paths: TopicPaths, run_id: str) -> str:
+    """The file whose presence asks the worker of stream `run_id` to stop (see the module)."""
+    return join(paths.root, "_state", "connect", f"{run_id}.stop.json")
+
+
 class RemoteBatches:
     """The foreachBatch function of an ingest query on a Spark Connect server: the run's
     `BatchWriter`, made in the server's Python worker at the first batch (see the module)."""
 
     def __init__(self, ctx: TopicContext, run_id: str, fence: Fence | None,
-                 make: Callable[..., Any]):
+                 make: Callable[..., Any], stream: bool = False):
         #: The writer's class (`deltaferry.spark.ingest.stream.BatchWriter`, pickled by name).
         self.make = make
         self.topic: TopicConfig = ctx.topic
@@ -68,27 +85,34 @@ class RemoteBatches:
         self.task: TaskRun | None = ctx.task
         self.run_id = run_id
         self.fence = fence
+        #: Whether the query is a stream's (`deltaferry stream`): asked to stop by the client.
+        self.stream = stream
         self._writer: Any = None
-        #: The batches this worker wrote, in order, and their progress lines.
+        #: The batches this worker wrote, in order, and their progress lines (the newest
+        #: KEPT_LINES of them; `_said` in all).
         self._written: list[int] = []
         self._lines: list[str] = []
+        self._said = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """What is pickled to the server: the plain data, never a writer."""
-        return {**self.__dict__, "_writer": None, "_written": [], "_lines": []}
+        return {**self.__dict__, "_writer": None, "_written": [], "_lines": [], "_said": 0}
 
     def writer(self, spark) -> Any:
         """The run's writer in this worker, made at the first batch."""
         if self._writer is None:
+            from deltaferry.context import TopicContext
             from deltaferry.formats import decoder_for, key_decoder_for
             from deltaferry.reports import IngestReport
             from deltaferry.schema.store import SchemaStore
             from deltaferry.spark.expectations import counts_of
-            from deltaferry.spark.session import s3_env_of_session
+            from deltaferry.spark.session import registry_env_of_session, s3_env_of_session
             from deltaferry.storage import storage_for
 
-            # this worker is this query's alone: its storage is the session's, not the server's
+            # this worker is this query's alone: its storage and registry are the session's,
+            # not the server's
             os.environ.update(s3_env_of_session(spark))
+            os.environ.update(registry_env_of_session(spark))
             if self.fence is not None:
                 self.fence.install()
             topic, paths = self.topic, self.paths
@@ -98,13 +122,36 @@ class RemoteBatches:
                                      decoder_for(spark, topic, store, paths.table), report,
                                      key_decoder_for(spark, topic), settings=self.settings,
                                      task=self.task)
+            if self.stream:
+                from deltaferry import pause
+
+                ctx = TopicContext(topic, self.settings, paths, store, self.task)
+                self._writer.stop = threading.Event()
+                if topic.pause_after is not None:
+                    self._writer.tally = lambda read, bad, batch: pause.tally(
+                        ctx, read, bad, batch=batch)
         return self._writer
+
+    def stopping(self, storage: Storage) -> bool:
+        """Whether the client asked this stream to stop (`stop_uri`) or is gone (its lock
+        abandoned: a killed client's query stops instead of running on alone)."""
+        try:
+            storage.read(stop_uri(self.paths, self.run_id))
+            return True
+        except FileNotFoundError:
+            pass
+        return self.fence is not None and self.fence.abandoned()
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         writer = self.writer(batch_df.sparkSession)
+        if self.stream and not writer.stop.is_set() and self.stopping(writer.storage()):
+            writer.stop.set()
         try:
             writer(batch_df, batch_id)
         except Exception as exc:
+            if writer.refused == batch_id:  # the stream is stopping: nothing was written
+                self.record(writer.storage(), writer)
+                raise
             failure = writer.failure if writer.failure is not None else exc
             text = str(failure).strip()
             line = text.splitlines()[0] if text else type(failure).__name__
@@ -116,13 +163,16 @@ class RemoteBatches:
             raise
         self._written.append(batch_id)
         if writer.said:
-            self._lines.append(writer.said)
+            self._lines = [*self._lines, writer.said][-KEPT_LINES:]
+            self._said += 1
         self.record(writer.storage(), writer)  # before Spark commits the batch
 
     def record(self, storage: Storage, writer: Any, failure: str | None = None) -> None:
         """Write the run's report so far (and `failure`, the one line of a failed batch)."""
         data = {"report": writer.report.as_dict(), "batches": self._written,
-                "rows": writer.rows, "lines": self._lines, "failure": failure}
+                "rows": writer.rows, "lines": self._lines, "said": self._said,
+                "failure": failure, "refused": writer.refused,
+                "paused": writer.paused.as_dict() if writer.paused is not None else None}
         storage.write(results_uri(self.paths, self.run_id), json.dumps(data).encode())
 
 
@@ -136,12 +186,14 @@ def peek_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | Non
 
 
 def say_lines(data: dict | None, said: int) -> int:
-    """Log the progress lines of recorded `data` after the first `said`; how many were said
-    in all."""
+    """Log the progress lines of recorded `data` after the first `said` (those of them the
+    file still keeps); how many were said in all."""
     lines = (data or {}).get("lines") or []
-    for line in lines[said:]:
+    total = int((data or {}).get("said") or len(lines))
+    new = min(max(total - said, 0), len(lines))
+    for line in lines[len(lines) - new:]:
         log.info("%s", line)
-    return max(said, len(lines))
+    return max(said, total)
 
 
 def read_results(storage: Storage, paths: TopicPaths, run_id: str) -> dict | None:
@@ -165,8 +217,8 @@ def remove_left_behind(storage: Storage, paths: TopicPaths, run_id: str) -> list
     deleted. For a run that holds the topic's lock, once its own query ended: no other run's
     query can write there any more."""
     folder = join(paths.root, "_state", "connect")
-    gone = [name for name in storage.list(folder)
-            if name.endswith(".json") and name != f"{run_id}.json"]
+    gone = [name for name in storage.list(folder) if name.endswith(".json")
+            and name not in (f"{run_id}.json", f"{run_id}.stop.json")]
     for name in gone:
         storage.delete(join(folder, name))
     return gone

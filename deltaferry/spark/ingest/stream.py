@@ -456,14 +456,19 @@ class IngestStream:
             f"ingest {self.topic.name}: the Spark Connect server did not start its query: "
             f"{problem}; nothing was read") from None
 
-    def await_end(self, query) -> None:
+    def await_end(self, query, tick: Callable[[object, dict | None], None] | None = None
+                  ) -> dict | None:
         """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
         server's worker recorded are taken into the report, and a failure is raised in one
         line: the failed batch's own (a lost lock, a broker or S3 failure), else what the
-        server or the connection to it said (a server restarted under the run)."""
+        server or the connection to it said (a server restarted under the run); a batch the
+        worker refused because its stream is stopping ends the query cleanly. `tick` is called
+        with the query and what the worker recorded so far at each look (every
+        `PROGRESS_POLL_S`) while the query runs. Returns what the worker recorded (None on a
+        classic session, or when it recorded nothing)."""
         if self.remote is None:
             await_query(query, self.writer)
-            return
+            return None
         from deltaferry.spark.ingest.remote import (
             PROGRESS_POLL_S,
             merge_results,
@@ -483,16 +488,21 @@ class IngestStream:
             except Exception as exc:  # Spark's StreamingQueryException, or gRPC's
                 failed = exc
                 break
-            said = say_lines(peek_results(storage, self.paths, self.remote.run_id), said)
+            peeked = peek_results(storage, self.paths, self.remote.run_id)
+            said = say_lines(peeked, said)
+            if tick is not None:
+                tick(query, peeked)
         data = read_results(storage, self.paths, self.remote.run_id)
         say_lines(data, said)
+        if failed is not None and data is not None and data.get("refused") is not None:
+            failed = None  # a stream's batch refused after the stop request: a clean end
         if failed is None:
             self._remove_left_behind(storage)
         if data is not None:
             merge_results(self.report, data)
             self.writer.rows.update({int(k): int(v) for k, v in (data.get("rows") or {}).items()})
         if failed is None:
-            return
+            return data
         if data is not None and data.get("failure"):
             raise DeltaferryError(data["failure"]) from None
         failure = run_failure(self.topic, self.settings, str(failed))
@@ -631,6 +641,8 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     writer.stop = stop
     if topic.pause_after is not None:
         writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad, batch=batch)
+    if ingest.remote is not None:  # the server's worker refuses, pauses and counts
+        ingest.remote.stream = True
     interval = trigger_seconds(topic.trigger_interval)
     if stop.is_set():
         return ingest.finish([])
@@ -638,6 +650,8 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     log.info("stream %s: started, a micro-batch every %s when there are new messages; stop "
              "with SIGTERM or Ctrl-C (the current micro-batch ends first)", topic.name,
              topic.trigger_interval)
+    if ingest.remote is not None:
+        return _stream_remote(ingest, query, stop)
     progress = StreamProgress(topic.name)
     while not await_query(query, writer, poll if not stop.is_set() else min(poll, 0.05)):
         for batch in progress.add(query.recentProgress):
@@ -659,6 +673,61 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     if writer.paused is not None:
         log.warning("stream %s: stopped, its bad messages paused the topic", topic.name)
         report.alerts = [*report.alerts, writer.paused.as_dict()]
+    if not stop.is_set():
+        raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
+    return report
+
+
+def _stream_remote(ingest: IngestStream, query, stop: threading.Event) -> IngestReport:
+    """`stream_topic`'s query on a Spark Connect server, started, until `stop` is set: then
+    the worker is asked to refuse the batches that start from then on (`remote.stop_uri`) and
+    the query is stopped once the checkpoint's newest batch is committed (no batch is being
+    written: Spark writes a batch's offsets before it hands it to the worker). The batches'
+    progress lines are the worker's, logged as it records them; a batch that paused the topic
+    sets `stop`."""
+    from deltaferry.spark.ingest.remote import stop_uri
+
+    remote = ingest.remote
+    assert remote is not None
+    topic, paths = ingest.topic, ingest.paths
+    storage = storage_for(paths.root)
+    asked: list[bool] = []
+
+    def tick(query, recorded: dict | None) -> None:
+        if (recorded or {}).get("paused") and not stop.is_set():
+            stop.set()
+        if stop.is_set():
+            if not asked:
+                storage.write(stop_uri(paths, remote.run_id), b"{}")
+                asked.append(True)
+            if ingest.checkpoint().committed:
+                log.info("stream %s: stopping between micro-batches", topic.name)
+                query.stop()
+                return
+        try:  # taken over: end now, not when the next micro-batch refuses
+            ensure_held(paths.root, "the next micro-batch")
+        except LockLostError:
+            query.stop()
+            raise
+
+    try:
+        data = ingest.await_end(query, tick) or {}
+    finally:
+        try:
+            storage.delete(stop_uri(paths, remote.run_id))
+        except Exception:  # never written, or the storage failing: a small file left
+            pass
+    progress = remote_progress([batch_progress(p, topic.name) for p in query.recentProgress],
+                               ingest.writer.rows)
+    totals = StreamProgress(topic.name, progress)
+    if data.get("refused") is not None:
+        log.info("stream %s: batch %d was started after the stop request and refused before "
+                 "writing anything; the next run reads it", topic.name, data["refused"])
+    report = ingest.finish(list(totals.latest), totals)
+    if data.get("paused"):
+        stop.set()
+        log.warning("stream %s: stopped, its bad messages paused the topic", topic.name)
+        report.alerts = [*report.alerts, data["paused"]]
     if not stop.is_set():
         raise DeltaferryError(f"stream {topic.name}: the query ended without a stop request")
     return report
