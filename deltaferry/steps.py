@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deltaferry import env as envvars
 from deltaferry.errors import ConfigError, EmptyTopicError
 
 if TYPE_CHECKING:
@@ -62,9 +61,6 @@ class Step:
     #: Whether it reads new messages, and so is refused while the topic is paused
     #: (deltaferry.pause; a replay of the quarantine and the maintenance steps are not).
     paused_refuses: bool = False
-    #: Whether it writes rows into the table (ingest, stream, replay): a cdc topic's writer
-    #: needs Delta's DeltaTable API, so those are refused over Spark Connect.
-    writes_rows: bool = False
 
     @property
     def script(self) -> Path:
@@ -197,7 +193,6 @@ class Replay(Step):
     task_id: str = "ingest"
     script_name: str = "replay.py"
     reads_topic: bool = True
-    writes_rows: bool = True
     reason: str | None = None
     which: QuarantineFilter | None = None
 
@@ -223,7 +218,6 @@ class Stream(Step):
     name: str = "stream"
     reads_topic: bool = True
     paused_refuses: bool = True
-    writes_rows: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
 
     def skip(self, ctx: TopicContext, state: TopicState | None = None, reinfer: bool = False,
@@ -293,22 +287,12 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
     S3 endpoint or Schema Registry, a TLS certificate refused by either side) of running the
     steps `todo` before a JVM is started, each checked once: the brokers' TLS and the registry
     only when a step reads the topic; and refuse a paused topic's steps that read new messages
-    (deltaferry.pause), and a cdc topic's steps that write rows over Spark Connect
-    (DELTAFERRY_SPARK_REMOTE: its writer needs Delta's DeltaTable API, which a Connect server
-    does not offer). Raises DeltaferryError (TlsError for TLS, TopicPausedError, ConfigError
-    naming DELTAFERRY_SPARK_REMOTE)."""
+    (deltaferry.pause). Raises DeltaferryError (TlsError for TLS, TopicPausedError)."""
     from deltaferry.formats import check_topic_registry
     from deltaferry.pause import refuse_if_paused, refuses
     from deltaferry.storage import check_warehouse
     from deltaferry.tls import check_kafka
 
-    if ctx.topic.cdc and envvars.SPARK_REMOTE.value(env):
-        writing = [s.name for step in todo for s in step.singles() if s.writes_rows]
-        if writing:
-            raise ConfigError(envvars.SPARK_REMOTE.name, f"topic {ctx.topic.name!r} is a cdc "
-                              f"topic: its {', '.join(writing)} step writes through Delta's "
-                              "DeltaTable API, which Spark Connect does not offer yet; unset "
-                              "it for this topic")
     check_warehouse(ctx.settings.warehouse)
     if refuses(todo):
         refuse_if_paused(ctx, env)
@@ -319,8 +303,7 @@ def preflight(ctx: TopicContext, todo: list[Step], env: Mapping[str, str] | None
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Infer("infer", "infer_schema", "infer_schema.py", reads_topic=True, paused_refuses=True),
-    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, paused_refuses=True,
-           writes_rows=True),
+    Ingest("ingest", "ingest", "ingest.py", reads_topic=True, paused_refuses=True),
     Maintain("optimize", "optimize", "optimize.py"),
     Maintain("vacuum", "vacuum", "vacuum.py"),
     Step("maintain", "maintain", "maintain.py", parts=("optimize", "vacuum")),

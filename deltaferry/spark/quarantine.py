@@ -187,21 +187,6 @@ def _where(rows: DataFrame, replay_id: str) -> DataFrame:
 SAME_MESSAGE = "q.kafka_partition = s.kafka_partition AND q.kafka_offset = s.kafka_offset"
 
 
-def merge_sql(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str) -> list:
-    """``MERGE INTO`` the quarantine at `path` (as ``q``) `source` (as ``s``) ``ON`` `on` with
-    `clauses`, as SQL: the claim and the mark on a Spark Connect session (Delta's DeltaTable API
-    needs the JVM in this process); the statement's result rows."""
-    import uuid
-
-    view = f"deltaferry_replay_{uuid.uuid4().hex}"
-    source.createOrReplaceTempView(view)
-    try:
-        return spark.sql(f"MERGE INTO delta.{delta_table.quote(path)} AS q USING {view} AS s "
-                         f"ON {on} {clauses}").collect()
-    finally:
-        spark.catalog.dropTempView(view)
-
-
 def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> int:
     """Give the unclaimed quarantine rows of `parsed`'s usable records the id `replay_id`
     (commit 1); how many rows were claimed."""
@@ -215,8 +200,9 @@ def claim(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> 
     ensure_held(path, f"claiming quarantine rows in {path}")
     unclaimed = "q.replay_id IS NULL AND q.replayed_at IS NULL"
     if is_connect(spark):
-        result = merge_sql(spark, path, usable, f"{SAME_MESSAGE} AND {unclaimed}",
-                           "WHEN MATCHED THEN UPDATE SET replay_id = s.__replay_id")
+        result = delta_table.merge_statement(
+            spark, path, usable, f"{SAME_MESSAGE} AND {unclaimed}",
+            "WHEN MATCHED THEN UPDATE SET replay_id = s.__replay_id", alias="q")
         return delta_table.merge_counts(result)["updated"]
     from delta.tables import DeltaTable
 
@@ -240,9 +226,11 @@ def mark(spark: SparkSession, path: str, parsed: DataFrame, replay_id: str) -> N
     claimed = f"q.replay_id = '{replay_id}' AND q.replayed_at IS NULL"
     ensure_held(path, f"marking quarantine rows replayed in {path}")
     if is_connect(spark):
-        merge_sql(spark, path, usable, f"{SAME_MESSAGE} AND {claimed}",
-                  "WHEN MATCHED THEN UPDATE SET replayed_at = current_timestamp() "
-                  f"WHEN NOT MATCHED BY SOURCE AND {claimed} THEN UPDATE SET replay_id = NULL")
+        delta_table.merge_statement(
+            spark, path, usable, f"{SAME_MESSAGE} AND {claimed}",
+            "WHEN MATCHED THEN UPDATE SET replayed_at = current_timestamp() "
+            f"WHEN NOT MATCHED BY SOURCE AND {claimed} THEN UPDATE SET replay_id = NULL",
+            alias="q")
         return
     from delta.tables import DeltaTable
 

@@ -230,8 +230,7 @@ def _replace_with_layout(spark: SparkSession, path: str, topic: TopicConfig, sch
     parts = [(p.name, *generated) for p in topic.partition_by or ()
              if (generated := p.generated()) is not None]
     if is_connect(spark):
-        columns = [f"{quote(f.name)} {type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
-                   for f in schema.fields]
+        columns = [columns_ddl(schema)] if schema.fields else []
         columns += [f"{quote(name)} {kind} GENERATED ALWAYS AS ({expression})"
                     for name, kind, expression in parts]
         layout = (f"PARTITIONED BY ({', '.join(quote(c) for c in wanted.partitions)})"
@@ -267,6 +266,13 @@ def type_ddl(kind) -> str:
     if isinstance(kind, MapType):
         return f"map<{type_ddl(kind.keyType)}, {type_ddl(kind.valueType)}>"
     return kind.simpleString()
+
+
+def columns_ddl(schema) -> str:
+    """The fields of the StructType `schema` as a column list of SQL DDL (``a bigint, `b c`
+    string NOT NULL``), for CREATE TABLE."""
+    return ", ".join(f"{quote(f.name)} {type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+                     for f in schema.fields)
 
 
 def _alter_clustering(spark: SparkSession, path: str, topic: str,
@@ -597,6 +603,22 @@ def merge_sql(spark: SparkSession, path: str, source: DataFrame, keys: tuple[str
     finally:
         spark.catalog.dropTempView(view)
     return merge_counts(result)
+
+
+def merge_statement(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str,
+                    alias: str = "t") -> list:
+    """``MERGE INTO`` the Delta table at `path` (as `alias`) `source` (as ``s``, a temporary view
+    of its own) ``ON`` `on` with the SQL `clauses`: what Delta's DeltaTable merge builder
+    does, for a Spark Connect session (the builder needs the JVM in this process, and Delta
+    ships no Connect server plugin); the statement's result rows (`merge_counts`). The caller
+    holds the table's lock and, for a batch's write, runs it inside `idempotent_writes`."""
+    view = f"deltaferry_merge_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    try:
+        return spark.sql(f"MERGE INTO delta.{quote(path)} AS {alias} USING {view} AS s "
+                         f"ON {on} {clauses}").collect()
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 #: `key_filter` narrows MERGEs into tables of at least this size: below it, MERGE's joins cost

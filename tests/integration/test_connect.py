@@ -280,9 +280,11 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     empty (Delta's SQL: no DeltaTable API over Spark Connect); an avro topic's run is given
     the Schema Registry over HTTPS with the stack's CA (the server's worker reads writer
     schemas with the session's registry settings: the server's environment names none), and
-    the latest record of every key lands, the second schema version's field included. A
-    `cdc: debezium` topic's run is refused before anything runs, in one line naming
-    DELTAFERRY_SPARK_REMOTE and the topic (its writer needs Delta's DeltaTable API)."""
+    the latest record of every key lands, the second schema version's field included. Two
+    `cdc: debezium` topics (history current and scd2) land Debezium's events as a driver of
+    their own lands them (their MERGEs, the remembered deletes' table and its MERGE in Delta's
+    SQL): each live key's newest event, every version with its start and end, deleted keys
+    remembered."""
     import json
     import subprocess
 
@@ -293,9 +295,10 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
     from deltaferry_dev import stack
+    from deltaferry_dev.debezium_events import expected_rows
     from deltaferry_dev.debezium_events import messages as debezium_messages
 
-    from .test_cdc import first_run
+    from .test_cdc import at, expected_versions, first_run
     from .test_cli import CLI
     from .test_crash import messages
     from .test_outages import avro_messages
@@ -312,12 +315,13 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     sent = messages()[:120]  # 120 keys, tombstones, bad messages
     topics = [new_topic("connect-s3a"), new_topic("connect-s3b")]
     topics_file = tmp_path / "topics.yaml"
-    avro, cdc = new_topic("connect-avro"), new_topic("connect-cdc")
+    avro, cdc, scd2 = new_topic("connect-avro"), new_topic("connect-cdc"), new_topic("connect-scd2")
     daily = new_topic("connect-daily")
     topics_file.write_text(f"topics:\n  - name: {topics[0]}\n"
                            f"  - name: {topics[1]}\n    cluster_by: [id]\n"
                            f"  - name: {avro}\n    format: avro\n"
                            f"  - name: {cdc}\n    cdc: debezium\n"
+                           f"  - name: {scd2}\n    cdc: debezium\n    history: scd2\n"
                            f"  - name: {daily}\n    mode: append\n"
                            "    partition_by: [day(kafka_timestamp)]\n")
     avro_sent = avro_messages(bootstrap, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], avro)
@@ -333,11 +337,13 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
         "DELTAFERRY_SCHEMA_REGISTRY_CA_BUNDLE": connect_env["DELTAFERRY_TLS_CA_FILE"]}
     for topic in topics:
         produce(bootstrap, topic, sent)
-    produce(bootstrap, cdc, debezium_messages(first_run(), True))
+    for name in (cdc, scd2):
+        produce(bootstrap, name, debezium_messages(first_run(), True))
     produce(bootstrap, daily, [(None, {"seq": n}) for n in range(20)])
     # the two identities at once, then the formats one at a time: a busy 2-core server starts
     # the foreachBatch worker of more queries at once late (it has 10 s to connect back)
-    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry)], [(daily, 1, {})]]
+    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry)], [(daily, 1, {})],
+             [(cdc, 1, {})], [(scd2, 1, {})]]
     said = []
     for wave in waves:
         runs = [subprocess.Popen([CLI, "run", name, "--steps", "infer,ingest"],
@@ -359,7 +365,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
         assert len(state) == len(rows) and state == expected_state(sent)
         listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
         assert listed and {o["Key"].split("/")[1] for o in listed} == (
-            {topic, avro} if bucket == buckets[0] else {topic, daily}), bucket
+            {topic, avro} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
         logged = [json.loads(line) for o in listed if o["Key"].endswith(".json")
                   and f"/{topic}/table/_delta_log/" in o["Key"]
                   for line in admin.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
@@ -389,12 +395,20 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     partitions = DeltaTable(uri, storage_options=storage_options(uri, env)
                             ).metadata().partition_columns
     assert partitions == ["kafka_timestamp_day"], partitions
-    cdc_run = subprocess.run([CLI, "run", cdc, "--steps", "infer,ingest"],
-                             env=run_env(buckets[1], identities[1]), capture_output=True,
-                             text=True, timeout=300)
-    assert cdc_run.returncode != 0 and "Traceback" not in cdc_run.stderr, cdc_run.stderr
-    [line] = [line for line in cdc_run.stderr.splitlines() if "DELTAFERRY_SPARK_REMOTE" in line]
-    assert f"topic {cdc!r} is a cdc topic" in line, cdc_run.stderr
+    events = first_run()
+    assert {r["id"]: (r["__op"], r["__source_lsn"]) for r in read(cdc)} == {
+        key: (event.op, event.lsn) for key, event in expected_rows(events).items()}
+    versions = {(r["id"], r["__start_at"].replace(tzinfo=None),
+                 r["__end_at"] and r["__end_at"].replace(tzinfo=None)): r["__source_lsn"]
+                for r in read(scd2)}
+    assert versions == {(key, at(start), at(end)): event.lsn
+                        for key, kept in expected_versions(events).items()
+                        for start, end, event in kept}
+    for name in (cdc, scd2):  # 1002 deleted for good: remembered with its delete's position
+        uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[1]}/wh", name).deletes)
+        remembered = DeltaTable(uri, storage_options=storage_options(uri, env)
+                                ).to_pyarrow_table().to_pylist()
+        assert 1002 in {r["id"] for r in remembered}, (name, remembered)
 
     refused = subprocess.run([CLI, "run", topics[1], "--steps", "ingest"],
                              env=run_env(buckets[1], identities[0]), capture_output=True,

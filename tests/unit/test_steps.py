@@ -99,24 +99,3 @@ def test_the_replay_job_is_a_step_of_the_jobs_not_of_the_command_lines_steps():
     assert replay_step("{}").which == QuarantineFilter()
     with pytest.raises(Exception, match="^replay param: replay: unknown condition"):
         replay_step('{"colour": 1}')
-
-
-def test_a_cdc_topics_writing_steps_are_refused_over_spark_connect(tmp_path):
-    """With DELTAFERRY_SPARK_REMOTE a cdc topic's ingest, stream and replay are refused before
-    anything runs, in one line naming the variable, the topic and the step (its writer needs
-    Delta's DeltaTable API); its maintenance and another topic's ingest are not."""
-    from dataclasses import replace
-
-    from deltaferry.errors import ConfigError
-
-    env = {"DELTAFERRY_SPARK_REMOTE": "sc://localhost:15002"}
-    plain = context(tmp_path)
-    cdc = replace(plain, topic=TopicConfig("orders", cdc="debezium"))
-    for step in (steps.get("ingest"), steps.Stream(), steps.Replay()):
-        with pytest.raises(ConfigError) as refused:
-            steps.preflight(cdc, [step], env)
-        said = str(refused.value)
-        assert "DELTAFERRY_SPARK_REMOTE" in said and "'orders' is a cdc topic" in said
-        assert f"its {step.name} step" in said and "\n" not in said
-    steps.preflight(cdc, [steps.get("maintain")], env)  # a folder warehouse: nothing to say
-    steps.preflight(plain, [steps.get("ingest")], env)

@@ -191,7 +191,6 @@ class ChangeWriter:
         a change that makes a row holds a value in it, quarantined (freeze,
         `REASON_NEW_COLUMNS`) or left out, counted per column in `discarded`
         (discard_new_fields: one more Spark job, only in a batch with such a column)."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType, _parse_datatype_json_value
 
@@ -201,7 +200,7 @@ class ChangeWriter:
         self.discarded = {}
         data_type = parsed.schema["data"].dataType
         if not isinstance(data_type, StructType) or \
-                not DeltaTable.isDeltaTable(spark, self.paths.table):
+                not delta_table.is_delta_table(spark, self.paths.table):
             return parsed
         headers = (HEADERS,) if self.topic.keep_headers else ()
         table = {f.name.lower(): f.dataType
@@ -345,10 +344,9 @@ class ChangeWriter:
     def _remembered(self, spark: SparkSession) -> DataFrame | None:
         """The remembered deletes within the retention, or None while there is no such
         table."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        if not DeltaTable.isDeltaTable(spark, self.paths.deletes):
+        if not delta_table.is_delta_table(spark, self.paths.deletes):
             return None
         return (spark.read.format("delta").load(self.paths.deletes).alias("t")
                 .where(~F.expr(self.retention_sql())))
@@ -383,12 +381,11 @@ class ChangeWriter:
         their table exists, or is created now because `fresh` holds a delete (`deletes`, where
         the caller counted them; else one job looks). Created before the batch's transaction:
         a creation carrying its id would make Delta skip the MERGE."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructField, StructType, TimestampType
 
         path = self.paths.deletes
-        if DeltaTable.isDeltaTable(spark, path):
+        if delta_table.is_delta_table(spark, path):
             # one remembered before positions were kept gains their column (not inside the
             # batch's transaction either: that write would carry its id)
             delta_table.add_new_columns(spark, path, fresh.select(POSITION).schema)
@@ -402,23 +399,38 @@ class ChangeWriter:
                               *[types[c] for c in POSITION_COLUMNS],
                               StructField(DELETED_AT, TimestampType())])
         ensure_held(path, f"creating the table {path}")
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(columns).execute()
+        delta_table.create_if_absent(spark, path, delta_table.columns_ddl(columns), {})
         return True
 
     def remember_deletes(self, spark: SparkSession, fresh: DataFrame) -> None:
         """Remember the deletes of `fresh` (the applied changes) with their positions, forget
         the keys a newer change brought back, and drop what is older than the retention
         (whether or not `fresh` has an event of its key)."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
+
+        from deltaferry.spark.session import is_connect
 
         q, path, deleted = delta_table.quote, self.paths.deletes, delta_table.DELETED
         source = fresh.select(*[q(k) for k in self.keys], *[q(c) for c in POSITION_COLUMNS],
                               deleted, F.current_timestamp().alias(DELETED_AT))
-        kept: dict[str, str | Column] = {
-            q(c): F.col(f"s.{q(c)}") for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)}
+        names = [q(c) for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)]
+        kept: dict[str, str | Column] = {c: F.col(f"s.{c}") for c in names}
         newer = F.expr(newer_sql())
         ensure_held(path, f"the MERGE into {path}")
+        if is_connect(spark):  # the same clauses, in the same order, as SQL
+            was_deleted, retention = f"s.{q(deleted)}", self.retention_sql()
+            delta_table.merge_statement(
+                spark, path, source, delta_table.merge_condition(self.keys),
+                f"WHEN MATCHED AND {was_deleted} AND {newer_sql()} THEN UPDATE SET "
+                + ", ".join(f"t.{c} = s.{c}" for c in names)
+                + f" WHEN MATCHED AND NOT {was_deleted} AND {newer_sql()} THEN DELETE"
+                f" WHEN MATCHED AND {retention} THEN DELETE"
+                f" WHEN NOT MATCHED AND {was_deleted} THEN INSERT ({', '.join(names)}) VALUES ("
+                + ", ".join(f"s.{c}" for c in names) + ")"
+                f" WHEN NOT MATCHED BY SOURCE AND {retention} THEN DELETE")
+            return
+        from delta.tables import DeltaTable
+
         (DeltaTable.forPath(spark, path).alias("t")
          .merge(source.alias("s"), delta_table.merge_condition(self.keys))
          .whenMatchedUpdate(condition=F.col(f"s.{deleted}") & newer, set=kept)
@@ -559,18 +571,29 @@ class HistoryWriter(ChangeWriter):
         the close is of the version's own transaction (`CLOSE_TX`: a transaction split across
         batches makes one version); an ``insert`` row is a new version. Inserted/updated/
         deleted version counts (zeros if Delta skipped it)."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
+
+        from deltaferry.spark.session import is_connect
 
         q, path = delta_table.quote, self.paths.table
         condition = (f"{delta_table.merge_condition(self.keys)} AND t.{q(END_AT)} IS NULL "
                      f"AND s.{ACTION} = 'close'")
-        values: dict[str, str | Column] = {q(c): F.col(f"s.{q(c)}") for c in columns}
+        own_transaction = f"coalesce(t.{q(TRANSACTION)} = s.{CLOSE_TX}, false)"
         ensure_held(path, f"the MERGE into {path}")
+        if is_connect(spark):  # the same clauses, in the same order, as SQL
+            names = [q(c) for c in columns]
+            return delta_table.merge_counts(delta_table.merge_statement(
+                spark, path, source, condition,
+                f"WHEN MATCHED AND {own_transaction} THEN DELETE "
+                f"WHEN MATCHED THEN UPDATE SET t.{q(END_AT)} = s.{CLOSE_AT} "
+                f"WHEN NOT MATCHED AND s.{ACTION} = 'insert' THEN INSERT ({', '.join(names)}) "
+                "VALUES (" + ", ".join(f"s.{c}" for c in names) + ")"))
+        from delta.tables import DeltaTable
+
+        values: dict[str, str | Column] = {q(c): F.col(f"s.{q(c)}") for c in columns}
         result = (
             DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition=F.expr(
-                f"coalesce(t.{q(TRANSACTION)} = s.{CLOSE_TX}, false)"))
+            .whenMatchedDelete(condition=F.expr(own_transaction))
             .whenMatchedUpdate(set={q(END_AT): F.col(f"s.{CLOSE_AT}")})
             .whenNotMatchedInsert(condition=F.expr(f"s.{ACTION} = 'insert'"), values=values)
             .execute()
