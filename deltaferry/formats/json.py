@@ -425,10 +425,11 @@ def rescued_fields(schema: dict) -> list[tuple[str, tuple[str, ...], Column, Col
     return found
 
 
-def rescued(schema: dict, seen: dict | None) -> Column:
+def rescued(schema: dict, seen: dict | None, misfits: bool = True) -> Column:
     """``schema: rescue``: what of a value did not fit `schema`, as a JSON object of each
     field's path and value (``{"coupon":"SAVE","amount":"fifty"}``), null if everything did:
-    the fields not in `schema` (`seen` has them) and the misfits `rescued_fields` names."""
+    the fields not in `schema` (`seen` has them) and, with `misfits`, the misfits
+    `rescued_fields` names."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -436,7 +437,7 @@ def rescued(schema: dict, seen: dict | None) -> Column:
     corrupt = F.col(f"data.{CORRUPT}").isNotNull()  # only such a value has a misfit
     entries = [F.when(corrupt & misfit, F.concat(F.lit(json.dumps(path) + ":"),
                                                  F.to_json(value)))
-               for path, _, misfit, value in rescued_fields(schema)]
+               for path, _, misfit, value in (rescued_fields(schema) if misfits else [])]
     if seen is not None:
         wide = F.from_json("raw_value", StructType.fromJson(seen))
         for path, steps in new_fields(schema, seen):
@@ -448,6 +449,8 @@ def rescued(schema: dict, seen: dict | None) -> Column:
                     message, "$" + "".join(f"['{n}']" for n in steps), "variant"))
             entries.append(F.when(present(wide, steps),
                                   F.concat(F.lit(json.dumps(path) + ":"), value)))
+    if not entries:
+        return F.lit(None).cast("string")
     found = F.filter(F.array(*entries), lambda e: e.isNotNull())
     return F.when(F.size(found) > 0, F.concat(F.lit("{"), F.array_join(found, ","), F.lit("}")))
 
@@ -514,9 +517,25 @@ def typed_value(schema: dict, shape: str | None = None) -> Column:
     return F.when(use, F.struct(*columns)).otherwise(text)
 
 
+def may_misfit(schema: dict, shape: str | None, unshaped: int) -> bool:
+    """Whether a value of a batch may hold a field of another type than `schema`'s (a misfit
+    `misfit_reason` names), from what the batch's first job found: the union `shape` of the
+    values parsed into PARSED (None: none was) and the count `unshaped` of JSON objects not
+    parsed into one (the infer step read them, or they have no key: `JsonDecoder.aggregates`).
+    False only where every value is in `shape` and every field there reads exactly into its
+    column (`exact_fields`): cast from its VARIANT, no such value is a misfit. A field that
+    does not read exactly (a clash, a hinted timestamp, a map) is taken for a possible misfit
+    whether or not one is."""
+    if unshaped:
+        return True
+    return shape is not None and exact_fields(shape, schema) != \
+        {f["name"] for f in schema["fields"]}
+
+
 def parse_json(raw: DataFrame, schema: dict, version: int,
                hints: tuple[Hint, ...] = (), seen: dict | None = None,
-               mode: str = SchemaMode.EVOLVE, shape: str | None = None) -> DataFrame:
+               mode: str = SchemaMode.EVOLVE, shape: str | None = None,
+               misfits: bool = True) -> DataFrame:
     """Parse raw_value with `schema` into `data` (`typed_value`: from PARSED where `raw` has
     it, the union of whose shapes is `shape`, and the value reads exactly from it, else from
     the text); `problem` says why a value cannot be used
@@ -526,7 +545,10 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     fields not in `schema` (the rest of the value is read as if they were not there). The
     schema `mode` (a contract's) says what such a value is: not usable under freeze
     (REASON_NEW_FIELDS); under rescue, a value whose misfits are named (`first_misfit`) is
-    usable too, and `data` gets RESCUED (`rescued_data`)."""
+    usable too, and `data` gets RESCUED (`rescued_data`). Without `misfits` (`may_misfit`
+    says no value of the batch can be one) the expressions that name a misfit are left out of
+    the plan (an element-wise read of each array and map: planning them costs seconds a
+    batch), and a value that does not fit all the same gets REASON_SCHEMA."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -538,8 +560,9 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
     unfit = hint_problem(schema, hints)
     if unfit is not None:
         problem = problem.when(unfit.isNotNull(), F.concat(F.lit(REASON_HINTS), unfit))
-    misfit = misfit_reason(schema, version)
-    if mode == SchemaMode.RESCUE:  # a misfit named is rescued: the value is usable
+    misfit = (misfit_reason(schema, version) if misfits
+              else F.lit(REASON_SCHEMA.format(version=version)))
+    if mode == SchemaMode.RESCUE and misfits:  # a misfit named is rescued: the value is usable
         misfit = F.when(first_misfit(schema).isNull(), misfit)
     problem = problem.when(
         F.col("data").isNull() | F.col(f"data.{CORRUPT}").isNotNull() | ~is_object,
@@ -560,7 +583,9 @@ def parse_json(raw: DataFrame, schema: dict, version: int,
                 F.array_join(F.col(NEW_FIELDS), ", ")))
     parsed = parsed.withColumn("problem", problem)
     if mode == SchemaMode.RESCUE:
-        parsed = parsed.withColumn("data", rescued_data(schema, seen))
+        parsed = parsed.withColumn("data", rescued_data(schema, seen) if misfits
+                                   else F.col("data").withField(RESCUED,
+                                                                rescued(schema, seen, False)))
     return parsed
 
 
@@ -600,6 +625,14 @@ class JsonDecoder:
         self.rescued: dict[str, int] = {}
         #: The shape of the batch being decoded (`batch_shape`), as `shape` says it.
         self.values_shape: str | None = None
+        #: What `raw_columns` did not parse of the JSON objects it was given (at offsets the
+        #: infer step read, without a key), as a condition; None: it parses every one.
+        self.unparsed: Column | None = None
+        #: The count of such objects in the next batch (`aggregated`), then in the batch
+        #: being decoded (`batch_shape`): where there are some, a misfit is possible
+        #: (`may_misfit`).
+        self.unshaped: int | None = None
+        self.values_unshaped = 0
 
     @property
     def evolves(self) -> bool:
@@ -619,6 +652,7 @@ class JsonDecoder:
             wanted = is_uncovered(self.store.covered())
             if self.topic.by_kafka_key:
                 wanted = wanted & F.col("kafka_key").isNotNull()
+        self.unparsed = None if wanted is None else ~wanted
         return with_raw_columns(batch_df).withColumn(
             PARSED, parsed_value(self.topic.max_value_bytes, wanted))
 
@@ -628,14 +662,21 @@ class JsonDecoder:
         it is grown from them (as the infer step reads the values: the JSON objects, keyed
         where rows are identified by the key); under a contract, compared with them (every
         JSON object); either way it says which fields read exactly from PARSED
-        (`typed_value`)."""
+        (`typed_value`). Then the count of JSON objects not parsed (`unparsed`; none where
+        every object is): with the shape, whether the batch may hold a misfit
+        (`may_misfit`)."""
         from pyspark.sql import functions as F
 
-        return [shape(F.col(PARSED))]
+        found = [shape(F.col(PARSED))]
+        if self.unparsed is not None:
+            objects = F.ltrim(F.col("raw_value")).startswith("{")
+            found.append(F.count_if(F.coalesce(self.unparsed & objects, F.lit(False))))
+        return found
 
     def aggregated(self, values: list) -> None:
         """Take the values of `aggregates` for the next batch `decode`s."""
         self.shape = values[0] or ""
+        self.unshaped = int(values[1] or 0) if len(values) > 1 else 0
 
     def batch_shape(self, raw: DataFrame, cached: dict) -> dict:
         """The schema of `raw`'s values next to the `cached` one (`inferred_schema`), from
@@ -644,11 +685,14 @@ class JsonDecoder:
         from deltaferry.spark.jobs import one_job
 
         found, self.shape = self.shape, None
+        unshaped, self.unshaped = self.unshaped, None
         if found is None:
             with one_job(raw):
                 row = raw.agg(*self.aggregates()).first()
             found = row[0] if row is not None else None
+            unshaped = int(row[1] or 0) if row is not None and len(row) > 1 else 0
         self.values_shape = found or None
+        self.values_unshaped = unshaped or 0
         return inferred_schema(found or None, cached)
 
     def current_schema(self, raw: DataFrame, found: dict):
@@ -706,8 +750,9 @@ class JsonDecoder:
         self.schema_version = version.version
         seen = self.seen_schema(raw, version.schema, found)
         mode = self.topic.schema
+        misfits = may_misfit(version.schema, self.values_shape, self.values_unshaped)
         decoded = parse_json(raw, version.schema, version.version, self.topic.json.schema_hints,
-                             seen, mode, self.values_shape)
+                             seen, mode, self.values_shape, misfits)
         self.discarded = {}
         self.rescued = {}
         if mode == SchemaMode.RESCUE:

@@ -901,7 +901,14 @@ def warm_up(spark) -> float:
     failure is said and ignored (the first step then pays)."""
     from pyspark.sql import functions as F
 
-    from deltaferry.formats.json import PARSED, infer_from_records, parse_json, parsed_value, shape
+    from deltaferry.formats.json import (
+        PARSED,
+        infer_from_records,
+        may_misfit,
+        parse_json,
+        parsed_value,
+        shape,
+    )
     from deltaferry.spark import table as delta_table
     from deltaferry.spark.decoding import StringKeys, with_reason
     from deltaferry.spark.ingest.rows import apply_rows, grow_table, usable_rows
@@ -925,7 +932,8 @@ def warm_up(spark) -> float:
                 raw = with_raw_columns(kafka).withColumn(PARSED, parsed_value()).persist()
                 schema = infer_from_records(spark, raw)
                 [found] = raw.agg(shape(F.col(PARSED))).first() or [None]
-                parsed = with_reason(parse_json(raw, schema, 1, shape=found),
+                parsed = with_reason(parse_json(raw, schema, 1, shape=found,
+                                                misfits=may_misfit(schema, found, 0)),
                                      StringKeys()).persist()
                 parsed.agg(F.count(F.col("reason"))).first()
                 rows = usable_rows(parsed.coalesce(1), ("kafka_key",)).persist()

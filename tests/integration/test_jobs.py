@@ -6,10 +6,13 @@ schema in the batch's first job, and a new topic's schema is seeded from a sampl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from deltaferry.formats import json as json_format
 from deltaferry.kafka import produce
+from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
 
 from .readers import batch_commits
@@ -204,6 +207,76 @@ def test_typed_columns_from_the_variant_match_json_parsing(spark):
     parsed.unpersist()
 
 
+#: The schema of `test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one`'s topic.
+MISFIT_SCHEMA = {"type": "struct", "fields": [
+    {"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in (
+        ("amount", "long"),
+        ("items", {"type": "array", "containsNull": True, "elementType": {
+            "type": "struct", "fields": [
+                {"name": "qty", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "sku", "type": "string", "nullable": True, "metadata": {}}]}}),
+        ("name", "string"))]}
+REASON_FROZEN = "value has field(s) not in schema v1 (schema: freeze): coupon"
+#: What a plan holds where it names a misfit inside an array's elements (each element read
+#: again on its own: `json_format.misfit_at`).
+ELEMENT_REREAD = '{"v":'
+
+
+def test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one(spark, tmp_path):
+    """A JSON batch's decoding plans the expressions that name a misfit (a re-read of each
+    array's elements: seconds of planning a batch) only where the batch's shapes show a field
+    of another type than its column's, or hold values not parsed into a VARIANT
+    (`json_format.may_misfit`): a misfit the shapes show is quarantined with its path and both
+    types (evolve, freeze) or rescued (rescue); a batch whose every value fits, new fields
+    aside, plans none and lands the same."""
+    from pyspark.sql import functions as F
+
+    from deltaferry.config import TopicConfig
+    from deltaferry.schema.store import SchemaStore
+
+    fits = [{"amount": 1, "name": "a", "items": [{"sku": "x", "qty": 1}]},
+            {"amount": 2, "name": "b", "items": [], "coupon": "SAVE"}]
+    misfits = fits + [{"amount": "ten", "name": "c"},
+                      {"amount": 4, "items": [{"sku": "y", "qty": 1}, {"sku": "z", "qty": "two"}]}]
+
+    def decode(mode: str, values: list[dict]):
+        store = SchemaStore(str(tmp_path / mode / f"{len(values)}"))
+        json_format.commit_schema(store, MISFIT_SCHEMA, {})
+        decoder = json_format.JsonDecoder(spark, TopicConfig(name="t", schema=mode), store)
+        kafka = spark.createDataFrame(
+            [(f"k{i}".encode(), json.dumps(v).encode(), 0, i) for i, v in enumerate(values)],
+            "key binary, value binary, partition int, offset long"
+        ).withColumn("timestamp", F.current_timestamp())
+        raw = decoder.raw_columns(kafka)
+        decoder.aggregated(list(raw.agg(*decoder.aggregates()).first()))
+        decoded = decoder.decode(raw)
+        plan = decoded._jdf.queryExecution().analyzed().toString()
+        rows = decoded.select("kafka_offset", F.to_json(F.col("data").dropFields(
+            json_format.CORRUPT)).alias("data"), "problem")
+        return {r["kafka_offset"]: (json.loads(r["data"]), r["problem"])
+                for r in rows.collect()}, ELEMENT_REREAD in plan
+
+    for mode in ("evolve", "freeze", "rescue"):
+        found, planned = decode(mode, fits)
+        assert not planned, mode
+        # (to_json leaves null fields out)
+        assert found[0] == ({"amount": 1, "items": [{"qty": 1, "sku": "x"}], "name": "a"}, None)
+        assert (found[1][0]["amount"], found[1][0].get("_rescued")) == \
+            (2, '{"coupon":"SAVE"}' if mode == "rescue" else None)
+        assert found[1][1] == (REASON_FROZEN if mode == "freeze" else None)
+        found, planned = decode(mode, misfits)
+        assert planned, mode
+        said = (f"value does not fit schema v{2 if mode == 'evolve' else 1}: field {{}} is "
+                "string in the message, long in the schema")  # evolve: coupon added first
+        if mode == "rescue":
+            assert [found[2], found[3]] == [
+                ({"name": "c", "_rescued": '{"amount":"ten"}'}, None),
+                ({"amount": 4, "_rescued": '{"items":[{"qty":1,"sku":"y"},{"qty":"two","sku":"z"}]}'},
+                 None)]
+        else:
+            assert (found[2][1], found[3][1]) == (said.format("amount"), said.format("items[].qty"))
+
+
 def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("jobs", partitions=3)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=300)
@@ -237,6 +310,11 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     [again] = run_step("ingest", ctx, spark)
     [batch] = again.progress
     assert again.schema_version == 2 and again.quarantined == 2
+    # the clash, in the batch's shapes (no infer step ran), is named with both types
+    quarantined = open_table(ctx.paths.quarantine).to_pyarrow_table().to_pylist()
+    assert [r["reason"] for r in quarantined if r["kafka_key"] == clash[0]] == [
+        "value does not fit schema v2: field address is string in the message, struct in the "
+        "schema"]
     assert_table_is_latest_state(spark, ctx, first + [m for m in later if m is not clash])
     columns = spark.read.format("delta").load(ctx.paths.table).schema
     assert columns["address"].dataType.simpleString() == \

@@ -4,6 +4,7 @@ prints it, strings taken from a real session) read as the types Spark's JSON inf
 import pytest
 
 from deltaferry.errors import SchemaFormatError
+from deltaferry.formats.json import may_misfit
 from deltaferry.schema.variant import (
     exact_fields,
     inferred_schema,
@@ -102,3 +103,27 @@ def test_exact_fields_are_those_whose_every_shape_reads_exactly():
                         schema) == {"a", "d"}  # d: in no object
     assert exact_fields(None, schema) == {"a", "b", "c", "d"}
     assert exact_fields("OBJECT<>", schema) == {"a", "b", "c", "d"}
+
+
+@pytest.mark.parametrize("shape, unshaped, possible", [
+    # every field reads exactly, every object in the shape: no misfit can be, none is named
+    ("OBJECT<a: BIGINT, items: ARRAY<OBJECT<qty: INT, sku: STRING>>, c: OBJECT<x: BIGINT>>",
+     0, False),
+    ("OBJECT<a: BIGINT>", 0, False),  # fields no object holds
+    (None, 0, False),                 # no object parsed, none left unparsed
+    # a field of another type than its column's, at the top, in a struct, in an array's
+    # elements: a misfit, named
+    ("OBJECT<a: STRING>", 0, True),
+    ("OBJECT<c: OBJECT<x: DECIMAL(2,1)>>", 0, True),
+    ("OBJECT<items: ARRAY<OBJECT<qty: STRING>>>", 0, True),
+    ("OBJECT<items: ARRAY<VARIANT>>", 0, True),
+    ("OBJECT<c: STRING>", 0, True),
+    # objects left unparsed (read by the infer step): their shapes are not known
+    ("OBJECT<a: BIGINT>", 3, True),
+    (None, 1, True),
+])
+def test_a_misfit_is_possible_where_the_shape_or_unparsed_objects_say_so(shape, unshaped,
+                                                                        possible):
+    schema = struct(a="long", items=array(struct(qty="long", sku="string")),
+                    c=struct(x="long"))
+    assert may_misfit(schema, shape, unshaped) is possible
