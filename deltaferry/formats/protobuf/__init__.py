@@ -18,7 +18,9 @@ package with descriptors built at run time (deltaferry.formats.protobuf.wire). P
 
 Under a schema contract (``schema:`` freeze, discard_new_fields or rescue) step 3 stores only a
 first version: the stored schema is the contract, and what a writer has beyond it is handled
-per mode (`ProtobufDecoder`); a writer that would widen a column's type clashes.
+per mode (`ProtobufDecoder`); a writer that would widen a column's type clashes. Under rescue
+a clashing writer whose fields are only of another type (`misfits`) is decoded a second time,
+as it wrote them: its rows land with those columns null and their values in RESCUED.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ class ProtobufDecoder:
     version (freeze), or its values are decoded into the stored schema grown by them and read
     without them, counted per field in `discarded` (discard_new_fields), or with what they hold
     there in RESCUED as JSON (rescue, `deltaferry.formats.contract`), counted per path in
-    `rescued`."""
+    `rescued`; under rescue a writer field of another type than the stored schema's goes to
+    RESCUED too, its column null (`misfits`), under the other modes its writer clashes."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
