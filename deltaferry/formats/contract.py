@@ -21,9 +21,15 @@ are not strings) is never rendered: its record is quarantined (REASON_UNFAITHFUL
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from deltaferry.schema.merge import kind_of, type_name
+from deltaferry.schema.merge import (
+    child_path,
+    kind_of,
+    merge_schemas,
+    normalise_field,
+    type_name,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -130,6 +136,51 @@ def nulled(value: Column, own, wide, paths: set[str], prefix: str = "") -> Colum
          else nulled(value.getField(f["name"]), types[f["name"]], f["type"], paths,
                      f"{prefix}{f['name']}.")).alias(f["name"])
         for f in wide["fields"]]))
+
+
+def type_misfits(table: dict, writer: dict, path: str = "", steps: tuple[str, ...] = ()
+                 ) -> list[tuple[str, tuple[str, ...], Any]] | None:
+    """The fields of the struct type `writer` whose type does not fit their field of the
+    struct type `table` as it is (a type the merge would not take, or one that would widen
+    it: a contract holds its columns' types), each reached through structs alone: its path,
+    its steps (`new_fields`' steps) and the writer's type; what ``schema: rescue`` keeps in
+    ``_rescued`` of a writer typed by its schema (protobuf). None where such a field is inside
+    an array's elements or a map's values: that writer's values stay quarantined."""
+    known = {f["name"]: f["type"] for f in table["fields"]}
+    found: list[tuple[str, tuple[str, ...], Any]] = []
+    for f in writer["fields"]:
+        if f["name"] not in known:
+            continue
+        mine, theirs = known[f["name"]], f["type"]
+        here, at = child_path(path, f["name"]), (*steps, f["name"])
+        if kind_of(mine) == "struct" and kind_of(theirs) == "struct":
+            inner = type_misfits(mine, theirs, here, at)
+            if inner is None:
+                return None
+            found += inner
+            continue
+        merged = merge_schemas({"type": "struct", "fields": [normalise_field("f", mine)]},
+                               {"type": "struct", "fields": [normalise_field("f", theirs)]})
+        if not merged.conflicts and not merged.widened:
+            continue
+        if kind_of(mine) == kind_of(theirs) and kind_of(mine) in ("array", "map"):
+            return None
+        found.append((here, at, theirs))
+    return found
+
+
+def retyped(datatype: dict, types: dict[tuple[str, ...], Any]) -> dict:
+    """The struct type `datatype` with the field at each steps of `types` (field names,
+    reached through structs) typed as given there."""
+    fields = []
+    for f in datatype["fields"]:
+        inner = {steps[1:]: t for steps, t in types.items() if steps[0] == f["name"]}
+        if () in inner:
+            f = {**f, "type": inner[()]}
+        elif inner:
+            f = {**f, "type": retyped(f["type"], inner)}
+        fields.append(f)
+    return {**datatype, "fields": fields}
 
 
 def joined_json(first: Column, second: Column) -> Column:

@@ -215,15 +215,25 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         "k8", "value has field(s) not in the table (schema: freeze): geo.alt, lines[].mark, "
               f"gift, gifted (writer schema {name}-value version 4, id {schema_v4})")
     # discard_new_fields: they land without the new fields, counted per field
-    report, rows = contract("discard_new_fields", [("k10", v4(id="o10", **new))])
+    # (and v3's, whose quantity is a string, are quarantined naming it and both types)
+    report, rows = contract("discard_new_fields", [("k10", v4(id="o10", **new)),
+                                                   ("k13", v3(id="o13", quantity="few"))])
     assert report.discarded_fields == {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1}
+    assert (report.quarantined, quarantine_reasons(spark, ctx)[-1]) == (1, (
+        "k13", f"schema id {schema_v3} (shop.Order) clashes with the table's schema v2: "
+               "quantity (long vs string)"))
     assert (rows["k10"]["geo"], rows["k10"]["lines"]) == (
         {"lat": 1.0, "lon": 2.0, "label": ""}, [{"sku": "s9", "count": 1}])
     assert list(rows["k10"]) == columns
     # rescue: they land with each new field's path and value in _rescued, counted per path
-    report, rows = contract("rescue", [("k11", v4(id="o11", **new))])
+    # and a value of another type than its column (v3's quantity) lands, the column null
+    report, rows = contract("rescue", [("k11", v4(id="o11", **new)),
+                                       ("k13", v3(id="o13", quantity="many", customer="c"))])
     assert (report.quarantined, report.rescued_fields) == (
-        0, {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1})
+        0, {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1, "quantity": 1})
+    assert (rows["k13"]["id"], rows["k13"]["customer"], rows["k13"]["quantity"]) == (
+        "o13", "c", None)
+    assert rows["k13"]["_rescued"] == '{"quantity":"many"}'
     assert list(rows["k11"]) == [*columns, "_rescued"]
     assert rows["k11"]["_rescued"] == ('{"geo.alt":1.5,"lines[].mark":["AQI="],"gift":"bow",'
                                        '"gifted":"2026-11-24T08:00:00.654321Z"}')
@@ -243,7 +253,11 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     assert rows["k11"]["_rescued"] == '{"lines[].mark":["AQI="]}'
     assert rows["k12"]["lines"] == [{"sku": "s9", "count": 1, "mark": bytearray(b"\x01\x02")}]
     assert (rows["k10"]["gift"], rows["k10"]["_rescued"]) == (None, None)
-    assert len(assert_readers_agree(spark, ctx.paths.table)) == len(rows)
+    # a misfit's value stays rescued (its column has a type)
+    assert (rows["k13"]["quantity"], rows["k13"]["_rescued"]) == (None, '{"quantity":"many"}')
+    read = assert_readers_agree(spark, ctx.paths.table)
+    assert len(read) == len(rows)
+    assert {r["kafka_key"]: r["_rescued"] for r in read}["k13"] == '{"quantity":"many"}'
 
 
 def test_a_version_registered_after_the_run_started_lands_in_that_run(

@@ -309,3 +309,37 @@ def test_decoded_values_name_their_writer(v1):
     (plain,) = pb.decode_batch([good], {None: pb.MessagePlan(v1, "shop.Order")}, target,
                                framed=False)
     assert plain["writer"] == ""
+
+
+
+def test_rescue_finds_the_fields_of_another_type_reached_through_structs(v1):
+    """``schema: rescue``: a writer's fields whose type the table's does not take, or would
+    widen, are named with their steps and the writer's type, at any depth of structs; one
+    inside a repeated message's elements or a map's values is not (None: its values stay
+    quarantined)."""
+    from deltaferry.formats.contract import retyped, type_misfits
+
+    table = pb.spark_type(v1.message_named("shop.Order"))
+
+    def writer(*changes: tuple[str, str]):
+        text = ORDER_V1
+        for old, new in changes:
+            assert old in text
+            text = text.replace(old, new)
+        file = compile_proto({"shop/order.proto": text}, "shop/order.proto", "w")
+        return pb.spark_type(file.message_named("shop.Order"))
+
+    assert type_misfits(table, table) == []
+    assert type_misfits(table, writer(("int64 qty = 2;", "int32 qty = 2;"))) == []  # fits
+    misfit = writer(("int64 qty = 2;", "string qty = 2;"),
+                    ("optional int32 maybe = 9;", "optional int64 maybe = 9;"))
+    assert type_misfits(table, misfit) == [("qty", ("qty",), "string"),
+                                           ("maybe", ("maybe",), "long")]
+    # Geo is also the elements of the repeated `stops`
+    assert type_misfits(table, writer(("double lat = 1;", "string lat = 1;"))) is None
+    assert type_misfits(table, writer(("map<string, int32> attrs", "map<string, string> attrs"))
+                        ) is None
+    nested = retyped(table, {("geo", "lat"): "boolean"})
+    assert type_misfits(table, nested) == [("geo.lat", ("geo", "lat"), "boolean")]
+    assert type_misfits(nested, table) == [("geo.lat", ("geo", "lat"), "double")]
+    assert retyped(nested, {("geo", "lat"): "double"}) == table

@@ -18,7 +18,9 @@ package with descriptors built at run time (deltaferry.formats.protobuf.wire). P
 
 Under a schema contract (``schema:`` freeze, discard_new_fields or rescue) step 3 stores only a
 first version: the stored schema is the contract, and what a writer has beyond it is handled
-per mode (`ProtobufDecoder`); a writer that would widen a column's type clashes.
+per mode (`ProtobufDecoder`); a writer that would widen a column's type clashes. Under rescue
+a clashing writer whose fields are only of another type (`misfits`) is decoded a second time,
+as it wrote them: its rows land with those columns null and their values in RESCUED.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from deltaferry.formats.contract import (
     REASON_NEW_FIELDS,
     REASON_UNFAITHFUL,
     RESCUED,
+    nulled,
     projected,
     rescue_into,
+    rescued_json,
+    retyped,
     type_at_steps,
+    type_misfits,
     unfaithful,
 )
 from deltaferry.formats.protobuf.sources import Union, grow, infer_protobuf, schemas_for
@@ -45,7 +51,7 @@ from deltaferry.formats.protobuf.wire import (
     plan_label,
     spark_type,
 )
-from deltaferry.schema.merge import new_fields
+from deltaferry.schema.merge import new_fields, normalise
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.kafka_source import with_raw_columns
 
@@ -112,7 +118,8 @@ class ProtobufDecoder:
     version (freeze), or its values are decoded into the stored schema grown by them and read
     without them, counted per field in `discarded` (discard_new_fields), or with what they hold
     there in RESCUED as JSON (rescue, `deltaferry.formats.contract`), counted per path in
-    `rescued`."""
+    `rescued`; under rescue a writer field of another type than the stored schema's goes to
+    RESCUED too, its column null (`misfits`), under the other modes its writer clashes."""
 
     def __init__(self, spark: SparkSession, topic: TopicConfig, store: SchemaStore):
         self.spark = spark
@@ -137,27 +144,72 @@ class ProtobufDecoder:
     def raw_columns(self, batch_df: DataFrame) -> Any:
         return with_raw_columns(batch_df, value_as_text=False)
 
-    def plans(self, raw: DataFrame) -> tuple[dict, Union]:
+    def plans(self, raw: DataFrame) -> tuple[dict, Union, dict]:
         """A decoding plan for every writer of the batch (clashing ones with their reason, and
-        under freeze those with new fields) and the schemas they decode into: the stored one,
-        grown by them (`Union`)."""
+        under freeze those with new fields), the schemas they decode into: the stored one,
+        grown by them (`Union`), and the clashing writers' own plans, by plan key (under
+        rescue, `misfits` decodes those whose fields of another type it can rescue)."""
         plans = self.schemas.plans(frame_keys(raw) if self.framed else ())
         union = grow(self.store, plans, self.evolves)
         if union.changed:
             log.info("ingest %s: schema v%d stored (%s)", self.topic.name,
                      union.version.version, union.changes)
+        clashing = {key: plans[key] for key in union.clashes}
         for key, reason in union.clashes.items():
-            log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name, reason)
+            if self.topic.schema != SchemaMode.RESCUE:
+                log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name,
+                            reason)
             plans[key] = MessagePlan(None, None, plans[key].schema_id, reason)
         self.schema_version = union.version.version
-        return plans, union
+        return plans, union, clashing
+
+    def misfits(self, plans: dict, clashing: dict, wide: dict) -> tuple[dict, dict]:
+        """rescue: of the `clashing` writers (`plans`), those whose fields that clash are only
+        of another type than the stored schema's (`type_misfits`, reached through structs);
+        each by plan key with its own plan, the type it decodes into (`wide` grown by the
+        writer, those fields typed as the writer types them) and their paths and steps; and
+        `wide` grown by them. A writer whose misfit has a type JSON text cannot give back is
+        quarantined (REASON_UNFAITHFUL) and the others keep their clash reason in `plans`."""
+        from deltaferry.schema.merge import merge_schemas
+
+        found: dict[PlanKey, tuple[MessagePlan, list]] = {}
+        for key, plan in sorted(clashing.items(), key=lambda kv: str(kv[0])):
+            assert plan.file is not None and plan.message is not None  # it was merged
+            writer = spark_type(plan.file.message_named(plan.message))
+            places = type_misfits(wide, writer)
+            if not places:
+                log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name,
+                            plans[key].problem)
+                continue
+            bad = next(((path, kind) for path, _, t in places
+                        if (kind := unfaithful(t)) is not None), None)
+            if bad is not None:
+                plans[key] = MessagePlan(None, None, plan.schema_id, REASON_UNFAITHFUL.format(
+                    path=bad[0], type=bad[1], writer=self.schemas.writer_named(plan)))
+                log.warning("ingest %s: %s", self.topic.name, plans[key].problem)
+                continue
+            fit = retyped(writer, {steps: type_at_steps(wide, steps) for _, steps, _ in places})
+            merged = merge_schemas(wide, fit)
+            if merged.conflicts or merged.widened:  # a name clashing by its letter case, say
+                log.warning("ingest %s: %s; its messages go to quarantine", self.topic.name,
+                            plans[key].problem)
+                continue
+            wide = merged.schema
+            found[key] = (plan, places)
+            log.info("ingest %s: schema rescue: %s's field(s) of another type than schema "
+                     "v%d's go to %s: %s", self.topic.name, self.schemas.writer_named(plan),
+                     self.schema_version, RESCUED, ", ".join(p for p, _, _ in places))
+        return {key: (plan, retyped(wide, {steps: normalise(t) for _, steps, t in places}),
+                      places) for key, (plan, places) in found.items()}, wide
 
     def decode(self, raw: DataFrame) -> Any:
         from pyspark.sql import functions as F
 
-        plans, union = self.plans(raw)
+        plans, union, clashing = self.plans(raw)
         self.discarded, self.rescued = {}, {}
         narrow = union.version.schema
+        misfits, wide = self.misfits(plans, clashing, union.grown) \
+            if self.topic.schema == SchemaMode.RESCUE else ({}, union.grown)
         new = {} if self.evolves else {
             key: paths for key, plan in plans.items()
             if plan.problem is None and plan.file is not None and plan.message is not None
@@ -170,16 +222,44 @@ class ProtobufDecoder:
                                                   writer=self.schemas.writer_named(plan))
                 log.warning("ingest %s: %s", self.topic.name, reason)
                 plans[key] = MessagePlan(None, None, plan.schema_id, reason)
-        target = narrow if self.evolves or self.topic.schema == SchemaMode.FREEZE \
-            else union.grown
+        for key, (plan, _, _) in misfits.items():  # their new fields, as the others'
+            assert plan.file is not None and plan.message is not None
+            if paths := [p for p, _ in new_fields(
+                    narrow, spark_type(plan.file.message_named(plan.message)))]:
+                new[key] = paths
+        target = narrow if self.evolves or self.topic.schema == SchemaMode.FREEZE else wide
         decoded = (raw.withColumn("__protobuf", decode_column(plans, target, self.framed))
                    .withColumn("data", F.col("__protobuf.data"))
                    .withColumn("problem", F.col("__protobuf.problem")))
         if self.topic.schema == SchemaMode.DISCARD_NEW_FIELDS:
             decoded = self.discard(decoded, target, narrow, new)
         elif self.topic.schema == SchemaMode.RESCUE:
-            decoded = self.rescue(decoded, target, narrow, new, plans)
-        return decoded.drop("__protobuf")
+            decoded, misfit_text = self.misfits_decoded(decoded, target, misfits)
+            decoded = self.rescue(decoded, target, narrow, new, plans, misfit_text)
+        return decoded.drop("__protobuf", *(f"__misfit{n}" for n in range(len(misfits))))
+
+    def misfits_decoded(self, decoded: DataFrame, wide: dict, misfits: dict):
+        """rescue: `decoded` with the values of each writer of `misfits` (`misfits`) decoded
+        as it wrote them, read as `wide` with those fields null (`nulled`); and the JSON text
+        of what they held there (`rescued_json`), or None without such writers."""
+        from pyspark.sql import functions as F
+
+        text = None
+        for n, (key, (plan, own, places)) in enumerate(sorted(misfits.items(),
+                                                              key=lambda kv: str(kv[0]))):
+            column, test = f"__misfit{n}", F.col("__protobuf.writer") == plan_label(key)
+            decoded = decoded.withColumn(column, F.when(test, decode_column(
+                {key: plan}, own, self.framed)))
+            held = rescued_json(F.col(f"{column}.data"),
+                                [(path, steps) for path, steps, _ in places],
+                                lambda _: F.lit(True))
+            text = F.when(test, held) if text is None else text.when(test, held)
+            decoded = (decoded.withColumn("data", F.when(test, nulled(
+                F.col(f"{column}.data"), own, wide, {path for path, _, _ in places}))
+                .otherwise(F.col("data")))
+                .withColumn("problem", F.when(test, F.col(f"{column}.problem"))
+                            .otherwise(F.col("problem"))))
+        return decoded, text
 
     def discard(self, decoded: DataFrame, wide: dict, narrow: dict,
                 new: dict[PlanKey, list[str]]) -> DataFrame:
@@ -205,10 +285,11 @@ class ProtobufDecoder:
         return decoded
 
     def rescue(self, decoded: DataFrame, wide: dict, narrow: dict,
-               new: dict[PlanKey, list[str]], plans: dict) -> DataFrame:
+               new: dict[PlanKey, list[str]], plans: dict, misfit_text=None) -> DataFrame:
         """rescue: `decoded` read as `narrow`, with what its values hold at the fields of
-        `new` in RESCUED (`rescued_json`), counted per path in `rescued`; a value whose new
-        field has a type JSON text cannot give back is quarantined (REASON_UNFAITHFUL)."""
+        `new` in RESCUED (`rescued_json`), beside `misfit_text` (`misfits_decoded`), counted
+        per path in `rescued`; a value whose new field has a type JSON text cannot give back
+        is quarantined (REASON_UNFAITHFUL)."""
         from pyspark.sql import functions as F
 
         labels = {plan_label(key): (key, paths) for key, paths in new.items()}
@@ -232,7 +313,8 @@ class ProtobufDecoder:
                                                 writer=self.schemas.writer_named(plans[key]))
                 test = F.col("__protobuf.writer") == label
                 problem = F.when(test, text) if problem is None else problem.when(test, text)
-        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem)
+        decoded, self.rescued = rescue_into(decoded, wide, narrow, kept, has, problem,
+                                            misfit_text)
         if self.rescued:
             log.info("ingest %s: schema rescue: kept in %s, fields not in schema v%d: %s",
                      self.topic.name, RESCUED, self.schema_version,
