@@ -299,14 +299,18 @@ def misfit_fields(writer, reader) -> list[tuple[str, str, str]] | None:
     """Where `writer`'s data cannot be read as `reader`'s only because a field has another
     type (`unresolved_fields`: path, writer's type, reader's type), each a field reached
     through records alone: what ``schema: rescue`` keeps in ``_rescued`` (`read_as_writer`).
-    [] where the schemas resolve; None where something else does not (a reader field the
-    writer lacks without a default, a misfit inside an array's elements or a map's values,
-    or of the record itself): such a writer's records stay quarantined."""
+    A misfit inside an array's elements or a map's values is the whole array or map field
+    (its path, as JSON's rescue keeps it; the types the inner misfit's). [] where the schemas
+    resolve; None where something else does not (a reader field the writer lacks without a
+    default, or the record itself): such a writer's records stay quarantined."""
     found = unresolved_fields(writer, reader)
-    if any(not path or w == "missing" or "[]" in path or "{}" in path
-           for path, w, _ in found):
+    if any(not path or w == "missing" for path, w, _ in found):
         return None
-    return found
+    whole: dict[str, tuple[str, str, str]] = {}
+    for path, w, r in found:
+        field = path.split("[]", 1)[0].split("{}", 1)[0]
+        whole.setdefault(field, (field, w, r))
+    return list(whole.values())
 
 
 def read_as_writer(reader, writer, paths: list[str]):

@@ -144,8 +144,8 @@ def type_misfits(table: dict, writer: dict, path: str = "", steps: tuple[str, ..
     struct type `table` as it is (a type the merge would not take, or one that would widen
     it: a contract holds its columns' types), each reached through structs alone: its path,
     its steps (`new_fields`' steps) and the writer's type; what ``schema: rescue`` keeps in
-    ``_rescued`` of a writer typed by its schema (protobuf). None where such a field is inside
-    an array's elements or a map's values: that writer's values stay quarantined."""
+    ``_rescued`` of a writer typed by its schema (protobuf). A misfit inside an array's
+    elements or a map's values is the whole array or map field (as JSON's rescue keeps it)."""
     known = {f["name"]: f["type"] for f in table["fields"]}
     found: list[tuple[str, tuple[str, ...], Any]] = []
     for f in writer["fields"]:
@@ -163,8 +163,6 @@ def type_misfits(table: dict, writer: dict, path: str = "", steps: tuple[str, ..
                                {"type": "struct", "fields": [normalise_field("f", theirs)]})
         if not merged.conflicts and not merged.widened:
             continue
-        if kind_of(mine) == kind_of(theirs) and kind_of(mine) in ("array", "map"):
-            return None
         found.append((here, at, theirs))
     return found
 

@@ -214,17 +214,23 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
         {"name": "tags", "type": "string"}]}
     misfit_id = client.register_schema(f"{topic}-other-value",
                                        Schema(json.dumps(misfit), "AVRO"))
+    # and one whose misfit is inside an array's elements (`tags` of longs): the whole array
+    inner = {"type": "record", "name": v5["name"], "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+        {"name": "tags", "type": {"type": "array", "items": "long"}}]}
+    inner_id = client.register_schema(f"{topic}-third-value", Schema(json.dumps(inner), "AVRO"))
     produce(kafka_bootstrap, topic, [
         ("k11", wire(v5_id, v5, {"id": 11, "name": "k", **original})),
         ("k12", wire(v4.schema_id, json.loads(v4.schema.schema_str),
                      {"id": 12, "name": "l", "color": "blue"})),
-        ("k14", wire(misfit_id, misfit, {"id": 14, "name": 5, "tags": "x"}))])
+        ("k14", wire(misfit_id, misfit, {"id": 14, "name": 5, "tags": "x"})),
+        ("k15", wire(inner_id, inner, {"id": 15, "name": "o", "tags": [1, 2]}))])
     rescuing = TopicContext(TopicConfig(name=topic, format="avro", schema="rescue"),
                             ctx.settings, paths, ctx.store)
     [report] = run_step("ingest", rescuing, spark)
     assert report.quarantined == 0
     assert report.rescued_fields == {"color": 2, "paid": 1, "at": 1, "blob": 1, "day": 1,
-                                     "buyer": 1, "name": 1, "tags": 1}
+                                     "buyer": 1, "name": 1, "tags": 2}
     table = spark.read.format("delta").load(paths.table)
     assert table.columns == [*columns, "_rescued"]
     rows = {r["kafka_key"]: r for r in table.collect()}
@@ -232,6 +238,8 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     # the misfits' columns null, their values in _rescued as the writer wrote them
     assert (rows["k14"]["id"], rows["k14"]["name"], rows["k14"]["tags"]) == (14, None, None)
     assert rows["k14"]["_rescued"] == '{"name":5,"tags":"x"}'
+    assert (rows["k15"]["name"], rows["k15"]["tags"], rows["k15"]["_rescued"]) == (
+        "o", None, '{"tags":[1,2]}')
     assert json.loads(rows["k11"]["_rescued"]) == {
         "color": "red", "paid": 12.30, "at": "2026-11-23T12:30:45.123456Z", "blob": "AAH/",
         "day": "2026-11-23", "buyer": {"tier": "gold"}}
@@ -253,6 +261,7 @@ def test_avro_topic_mixing_writer_versions_lands_as_latest_state_per_key(
     assert rows["k14"]["_rescued"] == '{"name":5,"tags":"x"}'  # misfits are not promoted
     read = assert_readers_agree(spark, paths.table)
     assert {r["kafka_key"]: r["_rescued"] for r in read}["k14"] == '{"name":5,"tags":"x"}'
+    assert json.loads({r["kafka_key"]: r["_rescued"] for r in read}["k15"]) == {"tags": [1, 2]}
     assert {r["kafka_key"]: r["paid"] for r in read if r["paid"] is not None} == {
         "k11": Decimal("12.30"), "k13": Decimal("12.30")}
 

@@ -7,6 +7,7 @@ between two micro-batches of one run; plain bodies of a schemas/ file; a registr
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -34,6 +35,8 @@ V2 = (V1.replace("repeated Line lines = 10;", "repeated Line lines = 10;\n  stri
       .replace("double lon = 2;", "double lon = 2;\n  string label = 3;"))
 #: v3: a field whose type clashes with v1's.
 V3 = V1.replace("int64 quantity = 3;", "string quantity = 3;")
+#: v5: a field of a repeated message's elements whose type clashes with v1's.
+V5 = V1.replace("int32 count = 2;", "string count = 2;")
 #: v4: v2 and new fields the table lacks: top-level, in a nested message, in a repeated one.
 V4 = (V2.replace("string note = 11;", "string note = 11;\n  string gift = 12;\n"
                  "  google.protobuf.Timestamp gifted = 13;")
@@ -108,7 +111,7 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     monkeypatch.setenv("DELTAFERRY_SCHEMA_REGISTRY_URL", schema_registry_url)
     name = new_topic("proto", partitions=1)
     v1, v2 = Writer(V1, schema_registry_url, name), Writer(V2, schema_registry_url, name)
-    v3 = Writer(V3, schema_registry_url, name)
+    v3, v5 = Writer(V3, schema_registry_url, name), Writer(V5, schema_registry_url, name)
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     created = dt.datetime(2026, 11, 23, 12, 30, 45, 123456, tzinfo=dt.UTC)
     good_v1 = v1(id="o1", quantity=2**62 + 3, amount_cents=2**64 - 1, status=2,
@@ -226,11 +229,17 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
         {"lat": 1.0, "lon": 2.0, "label": ""}, [{"sku": "s9", "count": 1}])
     assert list(rows["k10"]) == columns
     # rescue: they land with each new field's path and value in _rescued, counted per path
-    # and a value of another type than its column (v3's quantity) lands, the column null
+    # and a value of another type than its column (v3's quantity) lands, the column null; one
+    # inside a repeated message's elements (v5's lines[].count) makes the whole field rescued
     report, rows = contract("rescue", [("k11", v4(id="o11", **new)),
-                                       ("k13", v3(id="o13", quantity="many", customer="c"))])
+                                       ("k13", v3(id="o13", quantity="many", customer="c")),
+                                       ("k14", v5(id="o14", lines=[{"sku": "s14",
+                                                                    "count": "two"}]))])
     assert (report.quarantined, report.rescued_fields) == (
-        0, {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1, "quantity": 1})
+        0, {"geo.alt": 1, "lines[].mark": 1, "gift": 1, "gifted": 1, "quantity": 1,
+            "lines": 1})
+    assert (rows["k14"]["id"], rows["k14"]["lines"], rows["k14"]["_rescued"]) == (
+        "o14", None, '{"lines":[{"sku":"s14","count":"two"}]}')
     assert (rows["k13"]["id"], rows["k13"]["customer"], rows["k13"]["quantity"]) == (
         "o13", "c", None)
     assert rows["k13"]["_rescued"] == '{"quantity":"many"}'
@@ -255,6 +264,8 @@ def test_protobuf_topic_with_two_writer_versions_lands_as_latest_state_per_key(
     assert (rows["k10"]["gift"], rows["k10"]["_rescued"]) == (None, None)
     # a misfit's value stays rescued (its column has a type)
     assert (rows["k13"]["quantity"], rows["k13"]["_rescued"]) == (None, '{"quantity":"many"}')
+    assert (rows["k14"]["lines"], json.loads(rows["k14"]["_rescued"])) == (
+        None, {"lines": [{"sku": "s14", "count": "two"}]})
     read = assert_readers_agree(spark, ctx.paths.table)
     assert len(read) == len(rows)
     assert {r["kafka_key"]: r["_rescued"] for r in read}["k13"] == '{"quantity":"many"}'

@@ -315,8 +315,8 @@ def test_decoded_values_name_their_writer(v1):
 def test_rescue_finds_the_fields_of_another_type_reached_through_structs(v1):
     """``schema: rescue``: a writer's fields whose type the table's does not take, or would
     widen, are named with their steps and the writer's type, at any depth of structs; one
-    inside a repeated message's elements or a map's values is not (None: its values stay
-    quarantined)."""
+    inside a repeated message's elements or a map's values makes the whole repeated field or
+    map the misfit (as JSON's rescue keeps it)."""
     from deltaferry.formats.contract import retyped, type_misfits
 
     table = pb.spark_type(v1.message_named("shop.Order"))
@@ -335,10 +335,13 @@ def test_rescue_finds_the_fields_of_another_type_reached_through_structs(v1):
                     ("optional int32 maybe = 9;", "optional int64 maybe = 9;"))
     assert type_misfits(table, misfit) == [("qty", ("qty",), "string"),
                                            ("maybe", ("maybe",), "long")]
-    # Geo is also the elements of the repeated `stops`
-    assert type_misfits(table, writer(("double lat = 1;", "string lat = 1;"))) is None
-    assert type_misfits(table, writer(("map<string, int32> attrs", "map<string, string> attrs"))
-                        ) is None
+    # Geo is also the elements of the repeated `stops`: the whole of it
+    lat = writer(("double lat = 1;", "string lat = 1;"))
+    assert [(p, s) for p, s, _ in type_misfits(table, lat)] == [
+        ("geo.lat", ("geo", "lat")), ("stops", ("stops",))]
+    attrs = writer(("map<string, int32> attrs", "map<string, string> attrs"))
+    assert type_misfits(table, attrs) == [
+        ("attrs", ("attrs",), next(f["type"] for f in attrs["fields"] if f["name"] == "attrs"))]
     nested = retyped(table, {("geo", "lat"): "boolean"})
     assert type_misfits(table, nested) == [("geo.lat", ("geo", "lat"), "boolean")]
     assert type_misfits(nested, table) == [("geo.lat", ("geo", "lat"), "double")]

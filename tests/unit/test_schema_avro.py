@@ -169,7 +169,8 @@ CUSTOMER = {"type": "record", "name": "order", "fields": [
 def test_a_field_of_another_type_is_read_as_its_writer_wrote_it_for_rescue():
     """``schema: rescue``: a writer whose fields are misfits reached through records resolves
     into the reader schema with those fields typed as it types them (the rest as the reader
-    has it); a missing field or a misfit inside an array's elements does not (quarantined)."""
+    has it); a misfit inside an array's elements makes the whole array the misfit; a missing
+    field does not resolve (quarantined)."""
     from deltaferry.formats.avro import misfit_fields, read_as_writer
 
     writer = {**CUSTOMER, "fields": [
@@ -187,5 +188,9 @@ def test_a_field_of_another_type_is_read_as_its_writer_wrote_it_for_rescue():
     record = {"id": "x", "customer": {"tier": 7, "since": 2020}}
     assert readable(writer, adjusted, record) == readable(writer, writer, record)
     assert misfit_fields(CUSTOMER, CUSTOMER) == []
-    assert misfit_fields(changed(tags={"type": "array", "items": "string"}), ORDER) is None
+    tags = changed(tags={"type": "array", "items": "string"})
+    [(path, _, _)] = misfit_fields(tags, ORDER)
+    assert path == "tags"
+    assert [f["type"] for f in read_as_writer(ORDER, tags, ["tags"])["fields"]
+            if f["name"] == "tags"] == [{"type": "array", "items": "string"}]
     assert misfit_fields({**ORDER, "fields": ORDER["fields"][:1]}, ORDER) is None
