@@ -139,7 +139,7 @@ def nulled(value: Column, own, wide, paths: set[str], prefix: str = "") -> Colum
 
 
 def type_misfits(table: dict, writer: dict, path: str = "", steps: tuple[str, ...] = ()
-                 ) -> list[tuple[str, tuple[str, ...], Any]] | None:
+                 ) -> list[tuple[str, tuple[str, ...], Any]]:
     """The fields of the struct type `writer` whose type does not fit their field of the
     struct type `table` as it is (a type the merge would not take, or one that would widen
     it: a contract holds its columns' types), each reached through structs alone: its path,
@@ -154,10 +154,7 @@ def type_misfits(table: dict, writer: dict, path: str = "", steps: tuple[str, ..
         mine, theirs = known[f["name"]], f["type"]
         here, at = child_path(path, f["name"]), (*steps, f["name"])
         if kind_of(mine) == "struct" and kind_of(theirs) == "struct":
-            inner = type_misfits(mine, theirs, here, at)
-            if inner is None:
-                return None
-            found += inner
+            found += type_misfits(mine, theirs, here, at)
             continue
         merged = merge_schemas({"type": "struct", "fields": [normalise_field("f", mine)]},
                                {"type": "struct", "fields": [normalise_field("f", theirs)]})

@@ -576,7 +576,6 @@ def merge_sql(spark: SparkSession, path: str, source: DataFrame, keys: tuple[str
     this process): the same MERGE clauses in the same order, `source` as a temporary view of
     its own, new columns by Delta's schema evolution (autoMerge, in the session for the
     statement). Run it inside `idempotent_writes`."""
-    view = f"deltaferry_merge_{uuid.uuid4().hex}"
     columns = [quote(c) for c in source.columns if c != DELETED]
     deleted = f"s.{quote(DELETED)}"
     newer_rows = f"({newer})" if newer else f"({NEWER})" if only_newer else None
@@ -587,22 +586,15 @@ def merge_sql(spark: SparkSession, path: str, source: DataFrame, keys: tuple[str
     delete_when = deleted if newer_rows is None else f"{deleted} AND {newer_rows}"
     update_when = (f"NOT {deleted} AND {newer_rows}" if newer and newer_rows is not None
                    else newer_rows)
-    statement = (
-        f"MERGE INTO delta.{quote(path)} AS t USING {view} AS s ON {condition} "
+    clauses = (
         f"WHEN MATCHED AND {delete_when} THEN DELETE "
         f"WHEN MATCHED{f' AND {update_when}' if update_when else ''} THEN UPDATE SET "
         + ", ".join(f"t.{c} = s.{c}" for c in columns)
         + f" WHEN NOT MATCHED AND NOT {deleted} THEN INSERT ({', '.join(columns)}) VALUES ("
         + ", ".join(f"s.{c}" for c in columns) + ")")
-    source.createOrReplaceTempView(view)
-    try:
-        ensure_held(path, f"the MERGE into {path}")
-        with session_settings(spark, {"spark.databricks.delta.schema.autoMerge.enabled":
-                                      "true"}):
-            result = spark.sql(statement).collect()
-    finally:
-        spark.catalog.dropTempView(view)
-    return merge_counts(result)
+    ensure_held(path, f"the MERGE into {path}")
+    with session_settings(spark, {"spark.databricks.delta.schema.autoMerge.enabled": "true"}):
+        return merge_counts(merge_statement(spark, path, source, condition, clauses))
 
 
 def merge_statement(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str,

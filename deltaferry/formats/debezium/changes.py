@@ -232,9 +232,8 @@ class ChangeWriter:
                 continue
             if holds(widened, wanted):
                 continue
-            else:
-                text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
-                                                 new=field.dataType.simpleString())
+            text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
+                                             new=field.dataType.simpleString())
             reasons.append(F.when(F.col("data").getField(field.name).isNotNull(), F.lit(text)))
             data = data.withField(field.name, F.lit(None).cast(current))
         usable = F.col("reason").isNull() & (F.col(OP) != "d")
@@ -414,8 +413,6 @@ class ChangeWriter:
         source = fresh.select(*[q(k) for k in self.keys], *[q(c) for c in POSITION_COLUMNS],
                               deleted, F.current_timestamp().alias(DELETED_AT))
         names = [q(c) for c in (*self.keys, *POSITION_COLUMNS, DELETED_AT)]
-        kept: dict[str, str | Column] = {c: F.col(f"s.{c}") for c in names}
-        newer = F.expr(newer_sql())
         ensure_held(path, f"the MERGE into {path}")
         if is_connect(spark):  # the same clauses, in the same order, as SQL
             was_deleted, retention = f"s.{q(deleted)}", self.retention_sql()
@@ -431,6 +428,8 @@ class ChangeWriter:
             return
         from delta.tables import DeltaTable
 
+        kept: dict[str, str | Column] = {c: F.col(f"s.{c}") for c in names}
+        newer = F.expr(newer_sql())
         (DeltaTable.forPath(spark, path).alias("t")
          .merge(source.alias("s"), delta_table.merge_condition(self.keys))
          .whenMatchedUpdate(condition=F.col(f"s.{deleted}") & newer, set=kept)

@@ -160,10 +160,10 @@ class BatchWriter:
         self.rows: dict[int, int] = {}
         #: Whether the table was given the entry's layout in this run (`apply_layout`).
         self.laid_out = False
-        #: A stream's count of bad messages (`deltaferry.pause.tally`), given each written
-        #: micro-batch's messages, bad ones and key (its query's app id and batch id: counted
-        #: once) (None: a run's, counted after its step); the alert of the batch that paused
-        #: the topic, which sets `stop`.
+        #: The topic's count of bad messages under pause_after (`deltaferry.pause.tally`, set
+        #: by `IngestStream`), given each written micro-batch's messages, bad ones and key (its
+        #: query's app id and batch id: counted once) (None: no pause_after); the alert of the
+        #: batch that paused the topic, which sets `stop`.
         self.tally: Callable[[int, int, BatchKey], Alert | None] | None = None
         self.paused: Alert | None = None
         #: The progress line of the last micro-batch written (logged; over Spark Connect the
@@ -330,7 +330,7 @@ class BatchWriter:
             f"{time.monotonic() - started:.1f} s ({describe_phases(batch.seconds)}); "
             f"{describe_jobs(scheduled.jobs, scheduled.stages)}")
         log.info("%s", self.said)
-        if self.tally is not None:  # a stream's micro-batch counts toward pause_after
+        if self.tally is not None:  # the micro-batch counts toward pause_after
             alert = self.tally(count, bad, (app_id, batch_id))
             if alert is not None:  # the topic is paused: the stream stops after this batch
                 self.paused = alert
@@ -416,6 +416,11 @@ class IngestStream:
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
+        if topic.pause_after is not None:  # each written micro-batch counts toward it once
+            from deltaferry import pause
+
+            self.writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad,
+                                                                     batch=batch)
         #: Over Spark Connect, the foreachBatch function the server runs instead of `writer`
         #: (`deltaferry.spark.ingest.remote`); None on a classic session.
         self.remote: RemoteBatches | None = None
@@ -586,9 +591,8 @@ def ingest_topic(spark: SparkSession, ctx: TopicContext, state: TopicState | Non
     ingest = IngestStream(spark, ctx, state)
     writer = ingest.writer
     per_batch = topic.pause_after is not None and ingest.remote is None
-    if per_batch:
+    if per_batch:  # the batch that pauses the topic stops the run (`BatchWriter.tally`)
         writer.stop = threading.Event()
-        writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad, batch=batch)
     query = ingest.start(availableNow=True)
     ingest.await_end(query)
     if writer.refused is not None:
@@ -633,14 +637,10 @@ def stream_topic(spark: SparkSession, ctx: TopicContext, stop: threading.Event,
     ones to the topic's count (`deltaferry.pause.tally`, as each run of `ingest_topic` adds
     its own); the batch that pauses the topic sets `stop`, and the report holds its
     ``pause_after`` alert (action fail)."""
-    from deltaferry import pause
-
     topic, paths = ctx.topic, ctx.paths
     ingest = IngestStream(spark, ctx, state)
     writer = ingest.writer
     writer.stop = stop
-    if topic.pause_after is not None:
-        writer.tally = lambda read, bad, batch: pause.tally(ctx, read, bad, batch=batch)
     if ingest.remote is not None:  # the server's worker refuses, pauses and counts
         ingest.remote.stream = True
     interval = trigger_seconds(topic.trigger_interval)
