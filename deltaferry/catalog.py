@@ -14,10 +14,11 @@ UIs and engines that list them.
 
 Registration runs when the table exists (after its first commit) and changes the entry only
 when it differs (the first registration, a schema change, a new comment, a moved table): one
-``get_table`` call per run otherwise. It goes through the Hive Metastore client that pyspark
-ships (Thrift, in the Spark driver), with a timeout, one connection attempt, no retries. A
-metastore that is down or does not answer fails the registration only: the data has landed,
-the run succeeds, its report and log say so in one line, and the next run registers the table.
+``get_table`` call per run otherwise. It speaks the metastore's Thrift API from this process,
+not from the Spark driver's JVM (so a step over Spark Connect registers too), with a timeout,
+one connection attempt per URI, no retries. A metastore that is down or does not answer fails
+the registration only: the data has landed, the run succeeds, its report and log say so in one
+line, and the next run registers the table.
 """
 
 from __future__ import annotations
@@ -40,8 +41,6 @@ SCHEMA_PART_CHARS = 4000
 SERDE = "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"
 INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileInputFormat"
 OUTPUT_FORMAT = "org.apache.hadoop.hive.ql.io.HiveSequenceFileOutputFormat"
-#: The Hive client's loggers: their connection failures are said once, by `register`.
-CLIENT_LOGGERS = ("org.apache.hadoop.hive.metastore", "hive.metastore")
 
 
 class CatalogError(Exception):
@@ -64,14 +63,14 @@ def register(spark: Any, ctx: TopicContext) -> str:
     """Register (or update) the topic's table in its catalog; one line saying what happened
     ('' when the topic has no catalog, the table has no commit yet, or the run is a debug
     run). Never raises for a catalog's failure: the line says it failed (and is logged as a
-    warning)."""
+    warning). `spark` (a session of its own or one over Spark Connect) only reads the
+    table's schema; the metastore is reached from this process."""
+    from deltaferry.spark.table import is_delta_table
+
     catalog = ctx.topic.catalog
     if catalog.type is None or ctx.paths.debug:
         return ""
-    from delta.tables import DeltaTable
-    from py4j.protocol import Py4JError
-
-    if not DeltaTable.isDeltaTable(spark, ctx.paths.table):
+    if not is_delta_table(spark, ctx.paths.table):
         return ""
     name = qualified_name(ctx)
     try:
@@ -79,12 +78,7 @@ def register(spark: Any, ctx: TopicContext) -> str:
         if not uri:
             raise CatalogError(f"{envvars.HIVE_METASTORE_URI.name} is not set")
         schema = spark.read.format("delta").load(ctx.paths.table).schema
-        done = HiveRegistration(spark, uri).sync(ctx, schema)
-    except Py4JError as exc:  # e.g. a Spark without pyspark's Hive client (spark-hive jars)
-        line = (f"catalog: {name} not registered in hive: this Spark has no Hive Metastore "
-                f"client ({str(exc).splitlines()[0][:200]}); the data landed")
-        log.warning("%s", line)
-        return line
+        done = HiveRegistration(uri).sync(ctx, schema)
     except CatalogError as exc:
         line = (f"catalog: {name} not registered in hive: {exc}; the data landed, the next "
                 "run registers it")
@@ -96,83 +90,96 @@ def register(spark: Any, ctx: TopicContext) -> str:
 
 
 class HiveRegistration:
-    """A Hive Metastore's Thrift client in the Spark driver's JVM (pyspark's Hive jars)."""
+    """A Hive Metastore's Thrift API (``thrift://host:port``, plain binary protocol, no SASL),
+    called from this process with the Python Thrift client of the metastore's IDL that
+    pymetastore ships: no JVM, so a step over Spark Connect registers as one with a driver of
+    its own does."""
 
-    def __init__(self, spark: Any, uri: str) -> None:
-        self.jvm = spark._jvm
+    def __init__(self, uri: str) -> None:
         self.uri = uri
-        self.api = self.jvm.org.apache.hadoop.hive.metastore.api
+        self.addresses: list[tuple[str, int]] = []
+        for one in (part.strip() for part in uri.split(",")):
+            host, _, port = one.removeprefix("thrift://").rpartition(":")
+            if not one.startswith("thrift://") or not host or not port.isdigit():
+                raise CatalogError(f"{envvars.HIVE_METASTORE_URI.name}: {one!r} is not "
+                                   "thrift://host:port")
+            self.addresses.append((host.strip("[]"), int(port)))
 
     def connect(self) -> Any:
-        """A client connected to the metastore: one attempt, the timeout of
+        """A client connected to the metastore: one attempt per URI, in turn, the timeout of
         DELTAFERRY_HIVE_METASTORE_TIMEOUT_SECONDS for the connection and each call."""
-        jvm = self.jvm
+        from pymetastore.hive_metastore import ThriftHiveMetastore
+        from thrift.protocol.TBinaryProtocol import TBinaryProtocol
+        from thrift.transport import TSocket, TTransport
+
         timeout = envvars.HIVE_METASTORE_TIMEOUT_SECONDS.value()
         try:
-            seconds = max(1, round(float(timeout)))
+            seconds = max(1.0, float(timeout))
         except ValueError:
             raise CatalogError(f"{envvars.HIVE_METASTORE_TIMEOUT_SECONDS.name}: {timeout!r} is "
                                "not a number of seconds") from None
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        for logger in CLIENT_LOGGERS:
-            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
-        conf = jvm.org.apache.hadoop.hive.conf.HiveConf()
-        for key, value in {
-            "hive.metastore.uris": self.uri,
-            "hive.metastore.connect.retries": "1",
-            "hive.metastore.failure.retries": "0",
-            "hive.metastore.client.socket.timeout": f"{seconds}s",
-            "hive.metastore.execute.setugi": "false",
-        }.items():
-            conf.set(key, value)
-        return self._call("connecting", lambda: jvm.org.apache.hadoop.hive.metastore
-                          .HiveMetaStoreClient(conf))
+        # Thrift's socket logs each refused connection as an error; `register` says it once
+        logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
+        failures = []
+        for host, port in self.addresses:
+            socket = TSocket.TSocket(host, port)
+            socket.setTimeout(seconds * 1000)
+            transport = TTransport.TBufferedTransport(socket)
+            try:
+                transport.open()
+            except Exception as exc:  # noqa: BLE001 - said below, in one line
+                failures.append(f"{host}:{port}: {one_line(getattr(exc, 'inner', None) or exc)}")
+                continue
+            client = ThriftHiveMetastore.Client(TBinaryProtocol(transport))
+            client.close = transport.close
+            return client
+        raise CatalogError(f"connecting: {'; '.join(failures)}")
 
     def _call(self, what: str, call: Any) -> Any:
         """`call()`; CatalogError saying `what` failed, in one line, if it raises."""
-        from py4j.protocol import Py4JError, Py4JJavaError
-
         try:
             return call()
-        except Py4JJavaError as exc:
-            raise CatalogError(f"{what}: {one_line(exc.java_exception)}") from None
-        except Py4JError as exc:
-            raise CatalogError(f"{what}: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:  # noqa: BLE001 - Thrift's, the socket's: said in one line
+            raise CatalogError(f"{what}: {one_line(exc)}") from None
 
     def sync(self, ctx: TopicContext, schema: Any) -> str:
         """Create or update the entry of `ctx`'s table (and its schema) to `schema`; what was
         done: 'registered', 'updated' or 'up to date'."""
+        from pymetastore.hive_metastore.ttypes import (
+            Database,
+            InvalidOperationException,
+            NoSuchObjectException,
+        )
+
         db, table = ctx.topic.catalog.schema, ctx.topic.catalog_table
         wanted = self.table(ctx, schema)
         client = self.connect()
         try:
-            if not self._call("reading the schema", lambda: _exists(
-                    lambda: client.getDatabase(db), self.api.NoSuchObjectException)):
-                database = self.api.Database()
-                database.setName(db)
-                database.setDescription("tables landed by deltaferry")
-                database.setParameters(self.jvm.java.util.HashMap())
-                self._call(f"creating schema {db}", lambda: client.createDatabase(database))
+            if self._call("reading the schema", lambda: _exists(
+                    lambda: client.get_database(db), NoSuchObjectException)) is None:
+                database = Database(name=db, description="tables landed by deltaferry",
+                                    parameters={})
+                self._call(f"creating schema {db}", lambda: client.create_database(database))
             current = self._call("reading the table", lambda: _exists(
-                lambda: client.getTable(db, table), self.api.NoSuchObjectException))
+                lambda: client.get_table(db, table), NoSuchObjectException))
             if current is None:
-                self._call("creating the table", lambda: client.createTable(wanted))
+                self._call("creating the table", lambda: client.create_table(wanted))
                 return "registered"
             if same_entry(current, wanted):
                 return "up to date"
             # the location the metastore gave the entry stays (it refuses an entry without one)
-            wanted.getSd().setLocation(current.getSd().getLocation())
+            wanted.sd.location = current.sd.location
             try:
-                self._call("updating the table", lambda: client.alter_table(db, table, wanted))
-            except CatalogError as exc:
-                if "InvalidOperationException" not in str(exc):
-                    raise
+                client.alter_table(db, table, wanted)
+            except InvalidOperationException:
                 # a metastore that refuses a column's type change (Hive's
                 # metastore.disallow.incompatible.col.type.changes: a widened type, a new
                 # nested field): the entry is made again; it is external, no data is dropped
-                self._call("replacing the table", lambda: client.dropTable(db, table, False,
-                                                                           True))
-                self._call("replacing the table", lambda: client.createTable(wanted))
+                self._call("replacing the table", lambda: _exists(
+                    lambda: client.drop_table(db, table, False), NoSuchObjectException))
+                self._call("replacing the table", lambda: client.create_table(wanted))
+            except Exception as exc:  # noqa: BLE001 - said in one line
+                raise CatalogError(f"updating the table: {one_line(exc)}") from None
             return "updated"
         finally:
             try:
@@ -182,23 +189,21 @@ class HiveRegistration:
 
     def table(self, ctx: TopicContext, schema: Any) -> Any:
         """The Thrift ``Table`` of the topic's Delta table, as Spark writes one."""
-        jvm, api = self.jvm, self.api
-        columns = jvm.java.util.ArrayList()
-        for field in schema.fields:
-            columns.add(api.FieldSchema(field.name, hive_type(field.dataType),
-                                        field.metadata.get("comment")))
-        serde = api.SerDeInfo()
-        serde.setSerializationLib(SERDE)
-        serde.setParameters(_java_map(jvm, {"path": ctx.paths.table,
-                                             "serialization.format": "1"}))
-        storage = api.StorageDescriptor()
-        storage.setCols(columns)
-        storage.setSerdeInfo(serde)
-        storage.setInputFormat(INPUT_FORMAT)
-        storage.setOutputFormat(OUTPUT_FORMAT)
-        storage.setBucketCols(jvm.java.util.ArrayList())
-        storage.setSortCols(jvm.java.util.ArrayList())
-        storage.setParameters(jvm.java.util.HashMap())
+        from pymetastore.hive_metastore.ttypes import (
+            FieldSchema,
+            SerDeInfo,
+            StorageDescriptor,
+            Table,
+        )
+
+        columns = [FieldSchema(name=field.name, type=hive_type(field.dataType),
+                               comment=field.metadata.get("comment"))
+                   for field in schema.fields]
+        serde = SerDeInfo(serializationLib=SERDE,
+                          parameters={"path": ctx.paths.table, "serialization.format": "1"})
+        storage = StorageDescriptor(cols=columns, serdeInfo=serde, inputFormat=INPUT_FORMAT,
+                                    outputFormat=OUTPUT_FORMAT, compressed=False, numBuckets=-1,
+                                    bucketCols=[], sortCols=[], parameters={})
         text = schema.json()
         parts = [text[i:i + SCHEMA_PART_CHARS] for i in range(0, len(text), SCHEMA_PART_CHARS)]
         properties = {"EXTERNAL": "TRUE", "comment": table_comment(ctx),
@@ -206,15 +211,9 @@ class HiveRegistration:
                       "spark.sql.sources.schema.numParts": str(len(parts)),
                       "deltaferry.topic": ctx.topic.name}
         properties.update({f"spark.sql.sources.schema.part.{i}": p for i, p in enumerate(parts)})
-        entry = api.Table()
-        entry.setDbName(ctx.topic.catalog.schema)
-        entry.setTableName(ctx.topic.catalog_table)
-        entry.setOwner("deltaferry")
-        entry.setTableType("EXTERNAL_TABLE")
-        entry.setSd(storage)
-        entry.setPartitionKeys(jvm.java.util.ArrayList())
-        entry.setParameters(_java_map(jvm, properties))
-        return entry
+        return Table(dbName=ctx.topic.catalog.schema, tableName=ctx.topic.catalog_table,
+                     owner="deltaferry", tableType="EXTERNAL_TABLE", sd=storage,
+                     partitionKeys=[], parameters=properties)
 
 
 def hive_type(datatype: Any) -> str:
@@ -233,13 +232,13 @@ def same_entry(current: Any, wanted: Any) -> bool:
     columns, location, provider, schema and comment (the metastore adds its own
     properties, which are not compared)."""
     def columns(table: Any) -> list[tuple]:
-        return [(c.getName(), c.getType(), c.getComment()) for c in table.getSd().getCols()]
+        return [(c.name, c.type, c.comment) for c in table.sd.cols or []]
 
     def path(table: Any) -> str | None:
-        return table.getSd().getSerdeInfo().getParameters().get("path")
+        return (table.sd.serdeInfo.parameters or {}).get("path")
 
     def ours(table: Any) -> dict[str, str]:
-        found = dict(table.getParameters())
+        found = dict(table.parameters or {})
         return {k: v for k, v in found.items()
                 if k.startswith("spark.sql.sources.") or k in ("comment", "EXTERNAL",
                                                                 "deltaferry.topic")}
@@ -248,35 +247,16 @@ def same_entry(current: Any, wanted: Any) -> bool:
             and ours(current) == ours(wanted))
 
 
-def _exists(get: Any, missing: Any) -> Any:
-    """`get()`, or None/False when the JVM says the object is missing (`missing`)."""
-    from py4j.protocol import Py4JJavaError
-
+def _exists(get: Any, missing: type[Exception]) -> Any:
+    """`get()`, or None when the metastore says the object is missing (`missing`)."""
     try:
         return get()
-    except Py4JJavaError as exc:
-        if exc.java_exception.getClass().getName() == missing._fqn:
-            return None
-        raise
+    except missing:
+        return None
 
 
-def _java_map(jvm: Any, values: dict[str, str]) -> Any:
-    java = jvm.java.util.HashMap()
-    for key, value in values.items():
-        java.put(key, value)
-    return java
-
-
-def one_line(java_exception: Any) -> str:
-    """A Java exception as one line: its class's simple name and the first line of its message
-    (the Hive client puts whole stack traces into some messages), the root cause's too."""
-    def said(exc: Any) -> str:
-        message = (exc.getMessage() or "").strip().splitlines()
-        return f"{exc.getClass().getSimpleName()}: {message[0] if message else ''}".strip(": ")
-
-    text, cause, seen = said(java_exception), java_exception.getCause(), 0
-    while cause is not None and cause.getCause() is not None and seen < 10:
-        cause, seen = cause.getCause(), seen + 1
-    if cause is not None:
-        text += f" ({said(cause)})"
-    return text[:300]
+def one_line(exc: BaseException) -> str:
+    """A Thrift or socket error as one line: its class's name and the first line of its
+    message (a metastore puts whole stack traces into some messages)."""
+    message = (getattr(exc, "message", None) or str(exc) or "").strip().splitlines()
+    return f"{type(exc).__name__}: {message[0] if message else ''}".strip(": ")[:300]

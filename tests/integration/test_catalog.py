@@ -6,7 +6,8 @@ a new field updates the entry; with the metastore stopped (SIGSTOP: it accepts c
 never answers) the third run lands its data and fails the registration only, in one line; the
 fourth registers the schema the third left out. Polars then reads the table found by name
 through a Python Thrift client of the metastore, and a fresh Spark session (its own JVM, Hive
-support on, pointed at the metastore) reads it by name."""
+support on, pointed at the metastore: Hive's own client) reads it by name. A run over the
+stack's Spark Connect server registers its table too."""
 
 from __future__ import annotations
 
@@ -116,8 +117,8 @@ def test_a_topic_is_registered_by_name_and_a_metastore_outage_fails_only_the_reg
     fourth = ingest(rows(30, 2, note="n", region="us"))
     assert fourth == f"catalog: {name} updated in hive ({uri})"
 
-    # a second engine: Polars (delta-rs), the table looked up by name with a Python Thrift
-    # client of the metastore's API (pymetastore), not the JVM's client that registered it
+    # a second engine: Polars (delta-rs), the table looked up by name with pymetastore's own
+    # client (deltaferry registers with the bare Thrift calls); Hive's JVM client below
     from pymetastore.metastore import HMS
 
     host, port = uri.removeprefix("thrift://").rsplit(":", 1)
@@ -148,3 +149,53 @@ def test_a_table_without_a_commit_is_not_registered(spark, kafka_bootstrap, meta
     ctx = context(topic, tmp_path / "warehouse", kafka_bootstrap,
                   catalog=CatalogOptions(type="hive", schema="bronze"))
     assert register(spark, ctx) == ""
+
+
+def test_a_run_over_spark_connect_registers_its_table_by_name(metastore, stack_dir, new_topic,
+                                                              tmp_path):
+    """`deltaferry run` with DELTAFERRY_SPARK_REMOTE (the stack's Connect server: no JVM in the
+    run's process) registers the topic's table as a run with a driver of its own does: the
+    run succeeds, its log says `registered`, and the metastore's entry (read with a Thrift
+    client of the test's own) points at the table, which delta-rs reads."""
+    import subprocess
+
+    from deltalake import DeltaTable
+
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+    from deltaferry_dev import stack
+
+    from .test_cli import CLI
+    from .test_connect import new_bucket, remote_env
+
+    uri = metastore[0]
+    connect_env = stack.up(stack_dir, connect=True)  # the server, as test_connect starts it
+    env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    warehouse = f"s3://{new_bucket(env)}/wh"
+    topic = new_topic("catalog-connect")
+    table = topic.replace("-", "_")
+    produce(bootstrap, topic, rows(0, 12))
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    catalog: {{type: hive, schema: bronze}}\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": warehouse, "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "DELTAFERRY_HIVE_METASTORE_URI": uri}
+    done = subprocess.run([CLI, "run", topic], env=full, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"catalog: bronze.{table} registered in hive ({uri})" in done.stderr, \
+        done.stderr[-3000:]
+
+    from pymetastore.metastore import HMS
+
+    host, port = uri.removeprefix("thrift://").rsplit(":", 1)
+    with HMS.create(host, int(port)) as hms:
+        entry = hms.get_table("bronze", table)
+    location = TopicPaths.for_topic(warehouse, topic).table
+    assert entry.storage.serde_parameters["path"] == location
+    assert {c.name for c in entry.columns} >= {"id", "amount", "kafka_key"}
+    landed = DeltaTable(delta_rs_uri(location), storage_options=storage_options(
+        delta_rs_uri(location), env)).to_pyarrow_table()
+    assert landed.num_rows == 12 and sum(landed["amount"].to_pylist()) == sum(
+        i * 10 for i in range(12))
