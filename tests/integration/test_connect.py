@@ -280,7 +280,11 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     empty (Delta's SQL: no DeltaTable API over Spark Connect); an avro topic's run is given
     the Schema Registry over HTTPS with the stack's CA (the server's worker reads writer
     schemas with the session's registry settings: the server's environment names none), and
-    the latest record of every key lands, the second schema version's field included. Two
+    the latest record of every key lands, the second schema version's field included; a
+    registry-backed protobuf topic, run beside it, lands its two writer versions' latest
+    message of every key as a driver of its own does (its bodies decoded in the server's
+    Python workers) and quarantines a frame that is no frame, an unknown schema id and a
+    body that does not decode, each with its reason. Two
     `cdc: debezium` topics (history current and scd2) land Debezium's events as a driver of
     their own lands them (their MERGEs, the remembered deletes' table and its MERGE in Delta's
     SQL): each live key's newest event, every version with its start and end, deleted keys
@@ -291,6 +295,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from botocore.exceptions import ClientError
     from deltalake import DeltaTable
 
+    from deltaferry.formats.protobuf.wire import encode_frame
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
@@ -303,6 +308,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from .test_crash import messages
     from .test_outages import avro_messages
     from .test_pipeline import expected_state
+    from .test_protobuf import V1, V2, Writer
 
     env = remote_env(connect_env)
     bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -316,15 +322,27 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     topics = [new_topic("connect-s3a"), new_topic("connect-s3b")]
     topics_file = tmp_path / "topics.yaml"
     avro, cdc, scd2 = new_topic("connect-avro"), new_topic("connect-cdc"), new_topic("connect-scd2")
-    daily = new_topic("connect-daily")
+    daily, proto = new_topic("connect-daily"), new_topic("connect-proto", partitions=1)
     topics_file.write_text(f"topics:\n  - name: {topics[0]}\n"
                            f"  - name: {topics[1]}\n    cluster_by: [id]\n"
                            f"  - name: {avro}\n    format: avro\n"
+                           f"  - name: {proto}\n    format: protobuf\n"
                            f"  - name: {cdc}\n    cdc: debezium\n"
                            f"  - name: {scd2}\n    cdc: debezium\n    history: scd2\n"
                            f"  - name: {daily}\n    mode: append\n"
                            "    partition_by: [day(kafka_timestamp)]\n")
     avro_sent = avro_messages(bootstrap, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], avro)
+    v1, v2 = (Writer(text, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], proto)
+              for text in (V1, V2))
+    good = v1(id="o1", quantity=2, tags=["a"], attributes={"gift": "yes"},
+              lines=[{"sku": "s1", "count": 2}])
+    schema_v1 = int.from_bytes(good[1:5], "big")
+    produce(bootstrap, proto, [
+        ("k1", good), ("k2", v1(id="o2")), ("k2", None), ("k3", v1(id="o3", quantity=1)),
+        ("k3", v2(id="o3", quantity=3, note="v2 update")),
+        ("k1", b"\x01not a frame"),                              # bad magic byte
+        ("k3", encode_frame(999_999) + b"\x0a\x01x"),              # unknown schema id
+        ("k1", encode_frame(schema_v1, (1,)) + b"\xff\xff\xff")])  # undecodable body
 
     def run_env(bucket: str, identity: tuple[str, str]) -> dict[str, str]:
         return {**os.environ, **env, "AWS_ACCESS_KEY_ID": identity[0],
@@ -342,7 +360,8 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     produce(bootstrap, daily, [(None, {"seq": n}) for n in range(20)])
     # the two identities at once, then the formats one at a time: a busy 2-core server starts
     # the foreachBatch worker of more queries at once late (it has 10 s to connect back)
-    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry)], [(daily, 1, {})],
+    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry), (proto, 0, registry)],
+             [(daily, 1, {})],
              [(cdc, 1, {})], [(scd2, 1, {})]]
     said = []
     for wave in waves:
@@ -365,7 +384,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
         assert len(state) == len(rows) and state == expected_state(sent)
         listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
         assert listed and {o["Key"].split("/")[1] for o in listed} == (
-            {topic, avro} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
+            {topic, avro, proto} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
         logged = [json.loads(line) for o in listed if o["Key"].endswith(".json")
                   and f"/{topic}/table/_delta_log/" in o["Key"]
                   for line in admin.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
@@ -384,6 +403,20 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     assert {r["kafka_key"]: (r["id"], r["note"]) for r in rows} == {
         key: (payload["id"], payload.get("note")) for key, payload in avro_sent}
     assert len(rows) == 30 and any(r["note"] for r in rows)
+
+    uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[0]}/wh", proto).table)
+    rows = DeltaTable(uri, storage_options=storage_options(uri, env)).to_pyarrow_table().to_pylist()
+    latest = {r["kafka_key"]: r for r in rows}
+    assert {key: (r["id"], r["quantity"], r["note"]) for key, r in latest.items()} == {
+        "k1": ("o1", 2, None), "k3": ("o3", 3, "v2 update")}
+    assert (latest["k1"]["tags"], latest["k1"]["lines"]) == (["a"], [{"sku": "s1", "count": 2}])
+    uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[0]}/wh", proto).quarantine)
+    bad = DeltaTable(uri, storage_options=storage_options(uri, env)).to_pyarrow_table().to_pylist()
+    assert [(r["kafka_key"], r["reason"]) for r in sorted(bad, key=lambda r: r["kafka_offset"])
+            ] == [("k1", "not Confluent wire format for protobuf: magic byte is 0x01, not 0x00"),
+                  ("k3", "schema id 999999 is not known to the schema registry"),
+                  ("k1", f"protobuf body does not decode as shop.Order (schema id {schema_v1}): "
+                         "Error parsing message with type 'shop.Order': Wire format was corrupt")]
 
     def read(name: str) -> list[dict]:
         uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[1]}/wh", name).table)
