@@ -593,6 +593,79 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     assert token not in (stack_dir / "connect" / "server.log").read_text()
 
 
+def test_s3_stopped_during_an_ingest_over_spark_connect_leaves_no_lock_behind(
+        connect_env, stack_dir, new_topic, tmp_path):
+    """The core scenario through the stack's Connect server, the warehouse on the stack's S3
+    server: once the run's query committed a micro-batch, the S3 server is stopped (really:
+    `stack stop s3`); the run fails in one line naming the warehouse and S3, no traceback, and
+    cannot release its lock. Once S3 is back (the same data, identity and port), the next run
+    is not locked out (it takes the failed run's lock over) and lands every message exactly
+    once: delta-rs reads the latest valid value of every key, one commit per batch tag, every
+    bad message quarantined once."""
+    import subprocess
+
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+    from deltaferry_dev import stack
+
+    from .test_cli import CLI
+    from .test_crash import bad_values, messages
+    from .test_pipeline import expected_state
+
+    env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    warehouse = f"s3://{new_bucket(env)}/wh"
+    topic = new_topic("connect-s3-out", partitions=3)
+    paths = TopicPaths.for_topic(warehouse, topic)
+    sent = messages()[:200]
+    produce(bootstrap, topic, sent)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 50\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": warehouse, "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+
+    first = subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_batch(first, full, paths.checkpoint, 0, "the first run")  # 1 of 4 batches
+        assert "stopped" in stack.stop_service("s3", stack_dir)
+        out, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        stack.start_service("s3", stack_dir)  # the same data, identity and port
+    assert first.returncode == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith(f"deltaferry: error: warehouse {warehouse}: "), err[-3000:]
+    assert "S3" in last and topic in last, last
+    assert "could not release the lock" in err, err[-3000:]
+
+    second = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=full,
+                            capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "taking over the lock of pid" in second.stderr, second.stderr[-3000:]
+
+    table_uri = delta_rs_uri(paths.table)
+    options = storage_options(table_uri, full)
+    rows = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows) and state == expected_state(sent)
+    history = DeltaTable(table_uri, storage_options=options).history()
+    tags = [c["userMetadata"].split(" attempt ")[0] for c in history
+            if " batch " in (c.get("userMetadata") or "")]
+    assert len(tags) == len(set(tags)) >= 4, tags  # 200 messages, 50 a batch: each once
+    bad = DeltaTable(delta_rs_uri(paths.quarantine),
+                     storage_options=options).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    assert token not in out + err + second.stdout + second.stderr
+
+
 def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
         connect_env, shared_airflow, kafka_bootstrap, new_topic):
     """A topic's DAG in the shared Airflow, its ``spark_default`` the stack's server as `airflow
