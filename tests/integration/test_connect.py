@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -674,16 +675,23 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     server. delta-rs reads the latest valid value of every key and a VACUUM in the table's
     history, every bad message in the quarantine and its OPTIMIZE; the ingest's XCom says it
     ran over Spark Connect with every message read, its log each batch's progress line while
-    the query ran; no task's log holds the token."""
+    the query ran; no task's log holds the token. What the task makes of the report is what
+    it makes of a driver's own: its alert (`max_quarantined_ratio`, action warn) is posted to
+    the topic's notify webhook with the run's ratio, and the ingest's OpenLineage COMPLETE
+    event reads the topic's messages and writes the table and the quarantine, with their
+    counts."""
     from datetime import datetime
+    from functools import partial
 
     from deltalake import DeltaTable
 
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri
+    from deltaferry_dev.airflow.rest import wait_until
     from deltaferry_dev.stack import connect
 
     from .test_airflow import finished_run
+    from .test_alerts import lineage_event, posts_for
     from .test_crash import bad_values, messages
     from .test_pipeline import expected_state
 
@@ -693,11 +701,14 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     produce(kafka_bootstrap, topic, sent)
     client = shared_airflow.client()
     client.set_connection("spark_default", connect.airflow_connection(connect_env))
+    client.set_connection("connect_hook", shared_airflow.receiver.connection())
     try:
         with shared_airflow.hosting(f"  - name: {topic}\n    schedule: null\n    retries: 0\n"
                                     "    max_offsets_per_trigger: 120\n"
                                     "    optimize_min_files: 2\n"
-                                    "    vacuum_retention_hours: 0\n"):
+                                    "    vacuum_retention_hours: 0\n"
+                                    "    alerts: {max_quarantined_ratio: 0.01}\n"
+                                    "    notify: [connect_hook]\n"):
             dag_id = f"ingest_{topic}"
             client.set_paused(dag_id, False)
             run, states = finished_run(client, dag_id, client.trigger(dag_id)["dag_run_id"])
@@ -705,6 +716,7 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
             ingest = client.result(dag_id, run["dag_run_id"], "ingest")
     finally:
         client.call("DELETE", "/connections/spark_default")
+        client.call("DELETE", "/connections/connect_hook")
     assert states == {"infer_schema": "success", "ingest": "success", "optimize": "success",
                       "vacuum": "success"}, states
     paths = shared_airflow.paths(topic)
@@ -731,3 +743,23 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
                        if " batch " in (c.get("userMetadata") or ""))
     assert said_ms < committed_ms, (lines[0], committed_ms)
     assert not [task for task, text in logs.items() if token in text]
+
+    ratio = round(len(bad_values(sent)) / len(sent), 4)
+    (body,) = wait_until(lambda: posts_for(shared_airflow.receiver, topic), 30, interval=0.5,
+                         what="the alert's POST")
+    assert (body["alert"], body["value"], body["threshold"], body["action"]) == (
+        "max_quarantined_ratio", ratio, 0.01, "warn"), body
+    assert (body["dag_id"], body["run_id"], body["task_id"]) == (
+        dag_id, run["dag_run_id"], "ingest")
+    event = wait_until(partial(lineage_event, shared_airflow.receiver, dag_id, "ingest",
+                               "COMPLETE"), 60, interval=0.5, what="the ingest's COMPLETE event")
+    (source,) = event["inputs"]
+    assert (source["name"], source["inputFacets"]["inputStatistics"]["rowCount"]) == (
+        topic, len(sent))
+    written, quarantined = event["outputs"]
+    assert written["name"] == str(Path(paths.table).resolve())
+    assert written["outputFacets"]["outputStatistics"]["rowCount"] == (
+        ingest["inserted"] + ingest["updated"]) > 0
+    assert {"kafka_key", "id", "version", "tag"} <= {
+        c["name"] for c in written["facets"]["schema"]["fields"]}
+    assert quarantined["outputFacets"]["outputStatistics"]["rowCount"] == len(bad_values(sent))
