@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -280,7 +281,11 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     empty (Delta's SQL: no DeltaTable API over Spark Connect); an avro topic's run is given
     the Schema Registry over HTTPS with the stack's CA (the server's worker reads writer
     schemas with the session's registry settings: the server's environment names none), and
-    the latest record of every key lands, the second schema version's field included. Two
+    the latest record of every key lands, the second schema version's field included; a
+    registry-backed protobuf topic, run beside it, lands its two writer versions' latest
+    message of every key as a driver of its own does (its bodies decoded in the server's
+    Python workers) and quarantines a frame that is no frame, an unknown schema id and a
+    body that does not decode, each with its reason. Two
     `cdc: debezium` topics (history current and scd2) land Debezium's events as a driver of
     their own lands them (their MERGEs, the remembered deletes' table and its MERGE in Delta's
     SQL): each live key's newest event, every version with its start and end, deleted keys
@@ -291,6 +296,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from botocore.exceptions import ClientError
     from deltalake import DeltaTable
 
+    from deltaferry.formats.protobuf.wire import encode_frame
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
@@ -303,6 +309,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from .test_crash import messages
     from .test_outages import avro_messages
     from .test_pipeline import expected_state
+    from .test_protobuf import V1, V2, Writer
 
     env = remote_env(connect_env)
     bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -316,15 +323,27 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     topics = [new_topic("connect-s3a"), new_topic("connect-s3b")]
     topics_file = tmp_path / "topics.yaml"
     avro, cdc, scd2 = new_topic("connect-avro"), new_topic("connect-cdc"), new_topic("connect-scd2")
-    daily = new_topic("connect-daily")
+    daily, proto = new_topic("connect-daily"), new_topic("connect-proto", partitions=1)
     topics_file.write_text(f"topics:\n  - name: {topics[0]}\n"
                            f"  - name: {topics[1]}\n    cluster_by: [id]\n"
                            f"  - name: {avro}\n    format: avro\n"
+                           f"  - name: {proto}\n    format: protobuf\n"
                            f"  - name: {cdc}\n    cdc: debezium\n"
                            f"  - name: {scd2}\n    cdc: debezium\n    history: scd2\n"
                            f"  - name: {daily}\n    mode: append\n"
                            "    partition_by: [day(kafka_timestamp)]\n")
     avro_sent = avro_messages(bootstrap, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], avro)
+    v1, v2 = (Writer(text, connect_env["DELTAFERRY_SCHEMA_REGISTRY_URL"], proto)
+              for text in (V1, V2))
+    good = v1(id="o1", quantity=2, tags=["a"], attributes={"gift": "yes"},
+              lines=[{"sku": "s1", "count": 2}])
+    schema_v1 = int.from_bytes(good[1:5], "big")
+    produce(bootstrap, proto, [
+        ("k1", good), ("k2", v1(id="o2")), ("k2", None), ("k3", v1(id="o3", quantity=1)),
+        ("k3", v2(id="o3", quantity=3, note="v2 update")),
+        ("k1", b"\x01not a frame"),                              # bad magic byte
+        ("k3", encode_frame(999_999) + b"\x0a\x01x"),              # unknown schema id
+        ("k1", encode_frame(schema_v1, (1,)) + b"\xff\xff\xff")])  # undecodable body
 
     def run_env(bucket: str, identity: tuple[str, str]) -> dict[str, str]:
         return {**os.environ, **env, "AWS_ACCESS_KEY_ID": identity[0],
@@ -342,7 +361,8 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     produce(bootstrap, daily, [(None, {"seq": n}) for n in range(20)])
     # the two identities at once, then the formats one at a time: a busy 2-core server starts
     # the foreachBatch worker of more queries at once late (it has 10 s to connect back)
-    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry)], [(daily, 1, {})],
+    waves = [[(topics[0], 0, {}), (topics[1], 1, {})], [(avro, 0, registry), (proto, 0, registry)],
+             [(daily, 1, {})],
              [(cdc, 1, {})], [(scd2, 1, {})]]
     said = []
     for wave in waves:
@@ -365,7 +385,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
         assert len(state) == len(rows) and state == expected_state(sent)
         listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
         assert listed and {o["Key"].split("/")[1] for o in listed} == (
-            {topic, avro} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
+            {topic, avro, proto} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
         logged = [json.loads(line) for o in listed if o["Key"].endswith(".json")
                   and f"/{topic}/table/_delta_log/" in o["Key"]
                   for line in admin.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
@@ -384,6 +404,20 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     assert {r["kafka_key"]: (r["id"], r["note"]) for r in rows} == {
         key: (payload["id"], payload.get("note")) for key, payload in avro_sent}
     assert len(rows) == 30 and any(r["note"] for r in rows)
+
+    uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[0]}/wh", proto).table)
+    rows = DeltaTable(uri, storage_options=storage_options(uri, env)).to_pyarrow_table().to_pylist()
+    latest = {r["kafka_key"]: r for r in rows}
+    assert {key: (r["id"], r["quantity"], r["note"]) for key, r in latest.items()} == {
+        "k1": ("o1", 2, None), "k3": ("o3", 3, "v2 update")}
+    assert (latest["k1"]["tags"], latest["k1"]["lines"]) == (["a"], [{"sku": "s1", "count": 2}])
+    uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[0]}/wh", proto).quarantine)
+    bad = DeltaTable(uri, storage_options=storage_options(uri, env)).to_pyarrow_table().to_pylist()
+    assert [(r["kafka_key"], r["reason"]) for r in sorted(bad, key=lambda r: r["kafka_offset"])
+            ] == [("k1", "not Confluent wire format for protobuf: magic byte is 0x01, not 0x00"),
+                  ("k3", "schema id 999999 is not known to the schema registry"),
+                  ("k1", f"protobuf body does not decode as shop.Order (schema id {schema_v1}): "
+                         "Error parsing message with type 'shop.Order': Wire format was corrupt")]
 
     def read(name: str) -> list[dict]:
         uri = delta_rs_uri(TopicPaths.for_topic(f"s3://{buckets[1]}/wh", name).table)
@@ -560,6 +594,79 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     assert token not in (stack_dir / "connect" / "server.log").read_text()
 
 
+def test_s3_stopped_during_an_ingest_over_spark_connect_leaves_no_lock_behind(
+        connect_env, stack_dir, new_topic, tmp_path):
+    """The core scenario through the stack's Connect server, the warehouse on the stack's S3
+    server: once the run's query committed a micro-batch, the S3 server is stopped (really:
+    `stack stop s3`); the run fails in one line naming the warehouse and S3, no traceback, and
+    cannot release its lock. Once S3 is back (the same data, identity and port), the next run
+    is not locked out (it takes the failed run's lock over) and lands every message exactly
+    once: delta-rs reads the latest valid value of every key, one commit per batch tag, every
+    bad message quarantined once."""
+    import subprocess
+
+    from deltalake import DeltaTable
+
+    from deltaferry.kafka import produce
+    from deltaferry.lake import delta_rs_uri, storage_options
+    from deltaferry.paths import TopicPaths
+    from deltaferry_dev import stack
+
+    from .test_cli import CLI
+    from .test_crash import bad_values, messages
+    from .test_pipeline import expected_state
+
+    env = remote_env(connect_env)
+    bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
+    warehouse = f"s3://{new_bucket(env)}/wh"
+    topic = new_topic("connect-s3-out", partitions=3)
+    paths = TopicPaths.for_topic(warehouse, topic)
+    sent = messages()[:200]
+    produce(bootstrap, topic, sent)
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(f"topics:\n  - name: {topic}\n    max_offsets_per_trigger: 50\n")
+    full = {**os.environ, **env, "DELTAFERRY_TOPICS": str(topics),
+            "DELTAFERRY_WAREHOUSE": warehouse, "DELTAFERRY_KAFKA_BOOTSTRAP": bootstrap}
+
+    first = subprocess.Popen([CLI, "run", topic, "--steps", "infer,ingest"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_batch(first, full, paths.checkpoint, 0, "the first run")  # 1 of 4 batches
+        assert "stopped" in stack.stop_service("s3", stack_dir)
+        out, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        stack.start_service("s3", stack_dir)  # the same data, identity and port
+    assert first.returncode == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith(f"deltaferry: error: warehouse {warehouse}: "), err[-3000:]
+    assert "S3" in last and topic in last, last
+    assert "could not release the lock" in err, err[-3000:]
+
+    second = subprocess.run([CLI, "run", topic, "--steps", "ingest"], env=full,
+                            capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "taking over the lock of pid" in second.stderr, second.stderr[-3000:]
+
+    table_uri = delta_rs_uri(paths.table)
+    options = storage_options(table_uri, full)
+    rows = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows) and state == expected_state(sent)
+    history = DeltaTable(table_uri, storage_options=options).history()
+    tags = [c["userMetadata"].split(" attempt ")[0] for c in history
+            if " batch " in (c.get("userMetadata") or "")]
+    assert len(tags) == len(set(tags)) >= 4, tags  # 200 messages, 50 a batch: each once
+    bad = DeltaTable(delta_rs_uri(paths.quarantine),
+                     storage_options=options).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
+    assert token not in out + err + second.stdout + second.stderr
+
+
 def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
         connect_env, shared_airflow, kafka_bootstrap, new_topic):
     """A topic's DAG in the shared Airflow, its ``spark_default`` the stack's server as `airflow
@@ -568,16 +675,23 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     server. delta-rs reads the latest valid value of every key and a VACUUM in the table's
     history, every bad message in the quarantine and its OPTIMIZE; the ingest's XCom says it
     ran over Spark Connect with every message read, its log each batch's progress line while
-    the query ran; no task's log holds the token."""
+    the query ran; no task's log holds the token. What the task makes of the report is what
+    it makes of a driver's own: its alert (`max_quarantined_ratio`, action warn) is posted to
+    the topic's notify webhook with the run's ratio, and the ingest's OpenLineage COMPLETE
+    event reads the topic's messages and writes the table and the quarantine, with their
+    counts."""
     from datetime import datetime
+    from functools import partial
 
     from deltalake import DeltaTable
 
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri
+    from deltaferry_dev.airflow.rest import wait_until
     from deltaferry_dev.stack import connect
 
     from .test_airflow import finished_run
+    from .test_alerts import lineage_event, posts_for
     from .test_crash import bad_values, messages
     from .test_pipeline import expected_state
 
@@ -587,11 +701,14 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     produce(kafka_bootstrap, topic, sent)
     client = shared_airflow.client()
     client.set_connection("spark_default", connect.airflow_connection(connect_env))
+    client.set_connection("connect_hook", shared_airflow.receiver.connection())
     try:
         with shared_airflow.hosting(f"  - name: {topic}\n    schedule: null\n    retries: 0\n"
                                     "    max_offsets_per_trigger: 120\n"
                                     "    optimize_min_files: 2\n"
-                                    "    vacuum_retention_hours: 0\n"):
+                                    "    vacuum_retention_hours: 0\n"
+                                    "    alerts: {max_quarantined_ratio: 0.01}\n"
+                                    "    notify: [connect_hook]\n"):
             dag_id = f"ingest_{topic}"
             client.set_paused(dag_id, False)
             run, states = finished_run(client, dag_id, client.trigger(dag_id)["dag_run_id"])
@@ -599,6 +716,7 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
             ingest = client.result(dag_id, run["dag_run_id"], "ingest")
     finally:
         client.call("DELETE", "/connections/spark_default")
+        client.call("DELETE", "/connections/connect_hook")
     assert states == {"infer_schema": "success", "ingest": "success", "optimize": "success",
                       "vacuum": "success"}, states
     paths = shared_airflow.paths(topic)
@@ -625,3 +743,23 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
                        if " batch " in (c.get("userMetadata") or ""))
     assert said_ms < committed_ms, (lines[0], committed_ms)
     assert not [task for task, text in logs.items() if token in text]
+
+    ratio = round(len(bad_values(sent)) / len(sent), 4)
+    (body,) = wait_until(lambda: posts_for(shared_airflow.receiver, topic), 30, interval=0.5,
+                         what="the alert's POST")
+    assert (body["alert"], body["value"], body["threshold"], body["action"]) == (
+        "max_quarantined_ratio", ratio, 0.01, "warn"), body
+    assert (body["dag_id"], body["run_id"], body["task_id"]) == (
+        dag_id, run["dag_run_id"], "ingest")
+    event = wait_until(partial(lineage_event, shared_airflow.receiver, dag_id, "ingest",
+                               "COMPLETE"), 60, interval=0.5, what="the ingest's COMPLETE event")
+    (source,) = event["inputs"]
+    assert (source["name"], source["inputFacets"]["inputStatistics"]["rowCount"]) == (
+        topic, len(sent))
+    written, quarantined = event["outputs"]
+    assert written["name"] == str(Path(paths.table).resolve())
+    assert written["outputFacets"]["outputStatistics"]["rowCount"] == (
+        ingest["inserted"] + ingest["updated"]) > 0
+    assert {"kafka_key", "id", "version", "tag"} <= {
+        c["name"] for c in written["facets"]["schema"]["fields"]}
+    assert quarantined["outputFacets"]["outputStatistics"]["rowCount"] == len(bad_values(sent))

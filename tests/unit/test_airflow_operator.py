@@ -469,7 +469,8 @@ echo '[{{"topic": "orders", "step": "infer", "schema_version": 3, "summary": "in
         "conn_type": "spark_connect", "host": "spark.example", "port": 15002,
         "password": TOKEN, "extra": {"use_ssl": "true", "ca_bundle": "/etc/ca.pem"}}))
     monkeypatch.setattr(op.sys, "executable", str(python))
-    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer")
+    task = op.DeltaferrySparkSubmitOperator(task_id="infer_schema", topic="orders", step="infer",
+                                            notify=["team_hook"])
     report = task.execute({"params": {"reinfer": True}})
     seen = json.loads(record.read_text())
     assert seen["argv"] == [str(steps.get("infer").script), "orders", "--reinfer"]
@@ -480,5 +481,10 @@ echo '[{{"topic": "orders", "step": "infer", "schema_version": 3, "summary": "in
     assert report["schema_version"] == 3 and timing["driver"] == "spark-connect"
     monkeypatch.setenv("FAIL", "1")
     from airflow.sdk.exceptions import AirflowException
-    with pytest.raises(AirflowException, match="the server went away"):
+    with pytest.raises(AirflowException, match="the server went away") as failed:
         task.execute({"params": {"reinfer": True}})
+    # what the task's failure callback sends its notify targets: the job's own error line
+    from deltaferry.airflow.notify import TaskFailureNotifier, failure_line
+    assert [type(f) for f in task.on_failure_callback] == [TaskFailureNotifier]
+    assert failure_line(failed.value) == (
+        "deltaferry: error: topic 'orders': the server went away")

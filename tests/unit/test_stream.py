@@ -171,3 +171,34 @@ def test_progress_lines_of_a_long_stream_are_said_once_from_the_newest_kept(capl
         assert say_lines({"lines": ["b7", "b8"], "said": 8}, 8) == 8
         assert say_lines(None, 8) == 8
     assert [r.getMessage() for r in caplog.records] == ["b1", "b2", "b3", "b4", "b7", "b8"]
+
+
+def test_a_connect_query_whose_results_cannot_be_read_fails_naming_the_warehouse(tmp_path):
+    """A query over Spark Connect that failed while the storage is down (its worker's recorded
+    results cannot be read: here a folder where the file should be) fails the run in one line
+    naming the warehouse and the results file, not with the storage client's traceback."""
+    import pytest
+
+    from deltaferry.config import Settings, TopicConfig
+    from deltaferry.errors import WarehouseError
+    from deltaferry.paths import TopicPaths
+    from deltaferry.reports import IngestReport
+    from deltaferry.spark.ingest.remote import results_uri
+    from deltaferry.spark.ingest.stream import IngestStream
+
+    class Failed:
+        def awaitTermination(self, timeout):
+            raise RuntimeError("StreamingQueryException: the foreachBatch worker went away")
+
+    ingest = IngestStream.__new__(IngestStream)  # its query and worker stood in for
+    ingest.topic, ingest.settings = TopicConfig("orders"), Settings(str(tmp_path), "k:9092")
+    ingest.paths = TopicPaths.for_topic(str(tmp_path), "orders")
+    ingest.report, ingest.writer = IngestReport("orders"), None
+    ingest.remote = type("Remote", (), {"run_id": "run1"})()
+    os.makedirs(results_uri(ingest.paths, "run1"))  # unreadable, and not missing
+    with pytest.raises(WarehouseError) as failed:
+        ingest.await_end(Failed())
+    line = str(failed.value)
+    assert line.startswith(f"warehouse {tmp_path}: topic 'orders': its ingest query on the "
+                           "Spark Connect server failed"), line
+    assert results_uri(ingest.paths, "run1") in line and "IsADirectoryError" in line, line

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from deltaferry import catalog, faults
 from deltaferry.config import Settings, TopicConfig, trigger_seconds
-from deltaferry.errors import DeltaferryError
+from deltaferry.errors import DeltaferryError, WarehouseError
 from deltaferry.formats import decoder_for, key_decoder_for, writer_for
 from deltaferry.kafka import average_message_bytes, check_not_reset, topic_offsets
 from deltaferry.lock import LockLostError, ensure_held, held_fence
@@ -466,8 +466,9 @@ class IngestStream:
         """Wait for `query`'s end (`await_query`). Over Spark Connect, the batches' figures the
         server's worker recorded are taken into the report, and a failure is raised in one
         line: the failed batch's own (a lost lock, a broker or S3 failure), else what the
-        server or the connection to it said (a server restarted under the run); a batch the
-        worker refused because its stream is stopping ends the query cleanly. `tick` is called
+        server or the connection to it said (a server restarted under the run), and a
+        WarehouseError when what the worker recorded cannot be read (the storage down); a batch
+        the worker refused because its stream is stopping ends the query cleanly. `tick` is called
         with the query and what the worker recorded so far at each look (every
         `PROGRESS_POLL_S`) while the query runs. Returns what the worker recorded (None on a
         classic session, or when it recorded nothing)."""
@@ -479,6 +480,7 @@ class IngestStream:
             merge_results,
             peek_results,
             read_results,
+            results_uri,
             say_lines,
         )
         from deltaferry.spark.session import rpc_problem
@@ -497,22 +499,37 @@ class IngestStream:
             said = say_lines(peeked, said)
             if tick is not None:
                 tick(query, peeked)
-        data = read_results(storage, self.paths, self.remote.run_id)
+        unread: Exception | None = None
+        try:
+            data = read_results(storage, self.paths, self.remote.run_id)
+        except Exception as exc:  # the storage failed (S3 down): what the worker said is lost
+            data, unread = None, exc
         say_lines(data, said)
         if failed is not None and data is not None and data.get("refused") is not None:
             failed = None  # a stream's batch refused after the stop request: a clean end
-        if failed is None:
+        if failed is None and unread is None:
             self._remove_left_behind(storage)
         if data is not None:
             merge_results(self.report, data)
             self.writer.rows.update({int(k): int(v) for k, v in (data.get("rows") or {}).items()})
-        if failed is None:
+        if failed is None and unread is None:
             return data
         if data is not None and data.get("failure"):
             raise DeltaferryError(data["failure"]) from None
-        failure = run_failure(self.topic, self.settings, str(failed))
+        failure = run_failure(self.topic, self.settings, str(failed)) if failed else None
         if failure is not None:
             raise failure from None
+        if unread is not None:
+            from deltaferry.storage import describe_s3_failure
+
+            ended = "failed" if failed is not None else "ended"
+            raise WarehouseError(
+                self.settings.warehouse, f"topic {self.topic.name!r}: its ingest query on the "
+                f"Spark Connect server {ended} and its results could not be read from "
+                f"{results_uri(self.paths, self.remote.run_id)}: "
+                f"{describe_s3_failure(unread)}; the micro-batches it did not commit are read "
+                "again by the next run") from None
+        assert failed is not None  # else returned above: the query ended, its results read
         raise DeltaferryError(
             f"ingest {self.topic.name}: its query on the Spark Connect server ended: "
             f"{rpc_problem(failed)}; the micro-batches it did not commit are read again by the "
