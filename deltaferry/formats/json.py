@@ -56,9 +56,10 @@ REASON_NOT_JSON = "value is not valid JSON"
 REASON_NOT_UTF8 = "value is not valid UTF-8 text, so not JSON (its bytes are in raw_value)"
 REASON_NOT_OBJECT = "value is not a JSON object"
 REASON_SCHEMA = "value does not fit schema v{version} (a field has another type)"
+#: Where a value holds something of another type than the schema's (`misfit_at`).
+MISFIT = "field {path} is {found} in the message, {expected} in the schema"
 #: A value whose field at `path` is of another type than the schema's (`misfit_reason`).
-REASON_FIELD = "value does not fit schema v{version}: field {path} is {found} in the message, " \
-    "{expected} in the schema"
+REASON_FIELD = "value does not fit schema v{version}: {misfit}"
 #: A value with fields the schema does not have, under ``schema: freeze``.
 REASON_NEW_FIELDS = "value has field(s) not in schema v{version} (schema: freeze): "
 REASON_HINTS = "value does not fit the topic's schema hints: "
@@ -311,56 +312,71 @@ def hint_problem(schema: dict, hints: tuple[Hint, ...]) -> Column | None:
     return F.nullif(F.concat_ws(", ", *failed), F.lit(""))
 
 
+#: The JSON type, in a schema's words, of each kind of value ``schema_of_variant`` names by its
+#: first word (`json_type`); a JSON null (VOID) has none.
+JSON_TYPES = {"OBJECT": "struct", "ARRAY": "array", "STRING": "string", "BOOLEAN": "boolean",
+              "TINYINT": "long", "SMALLINT": "long", "INT": "long", "BIGINT": "long",
+              "DECIMAL": "double", "FLOAT": "double", "DOUBLE": "double", "DATE": "date",
+              "TIMESTAMP": "timestamp", "TIMESTAMP_NTZ": "timestamp_ntz", "BINARY": "binary"}
+
+
 def json_type(value: Column) -> Column:
     """The JSON type of a variant `value` in the words of a schema's types: string, long,
-    double, boolean, struct (an object), array; null where it is missing or JSON null."""
+    double, boolean, struct (an object), array; null where it is missing or JSON null. One
+    ``schema_of_variant`` of `value` (an expression planned once: `misfit_at` holds one per
+    field)."""
     from pyspark.sql import functions as F
 
-    kind = F.schema_of_variant(value)
-    return (F.when(value.isNull() | (kind == "VOID"), F.lit(None))
-            .when(kind.startswith("OBJECT"), "struct")
-            .when(kind.startswith("ARRAY"), "array")
-            .when(kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT"), "double")
-            .when(kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT"), "long")
-            .otherwise(F.lower(kind)))
+    kinds = F.create_map(*[F.lit(x) for pair in JSON_TYPES.items() for x in pair])
+    return F.try_element_at(kinds, F.regexp_extract(F.schema_of_variant(value), "^[A-Z_]+", 0))
 
 
-def variant_field(value: Column, name: str) -> Column:
-    """The field `name` of the variant `value` (a variant; null where `value` is not an object
-    or has no such field), whatever characters the name holds."""
+def variant_at(value: Column, names: tuple[str, ...]) -> Column:
+    """The variant at the field path `names` inside the variant `value` (null where a step is
+    not an object or has no such field; `value` itself for no names): one lookup where a
+    variant path can spell every name, whatever characters they hold otherwise."""
     from pyspark.sql import functions as F
 
-    if "'" in name or "\\" in name:  # a variant path cannot spell it: look it up by key
-        return F.try_variant_get(value, "$", "map<string,variant>").getItem(name)
-    return F.try_variant_get(value, f"$['{name}']", "variant")
+    if not names:
+        return value
+    if any("'" in n or "\\" in n for n in names):  # a variant path cannot spell it: by key
+        for name in names:
+            value = F.try_variant_get(value, "$", "map<string,variant>").getItem(name)
+        return value
+    return F.try_variant_get(value, "$" + "".join(f"['{n}']" for n in names), "variant")
 
 
-def misfit_at(typed: Column, value: Column, datatype, path: str) -> Column:
-    """The first place, innermost first, where the variant `value` (a message's, at `path`)
-    holds something that its reading `typed` (Spark's JSON parsing of it with `datatype`)
-    holds as null: a struct of its ``path``, the JSON type ``found`` there (`json_type`) and
-    the schema's ``expected`` type name; null where everything fits. Inside an array's
-    elements (``items[].price``) or a map's values (``attrs{}``), each element is read again
-    on its own with the element type (Spark's parsing of an array of primitives holding one
-    misfit reads the whole array as null), so the element that does not fit is named; an
-    array whose elements each fit on their own (a number whose text the variant respells) is
-    named itself."""
+def misfit_at(typed: Column, value: Column, datatype, path: str,
+              names: tuple[str, ...] = ()) -> Column:
+    """The first place, innermost first, where the variant `value` (a message's, at `path`;
+    with `names`, the variant at that field path inside it, `variant_at`) holds something
+    that its reading `typed` (Spark's JSON parsing of it with `datatype`) holds as null, as
+    text (MISFIT: its path, the JSON type found there, `json_type`, and the schema's type
+    name); null where everything fits. Inside an array's elements (``items[].price``) or a
+    map's values (``attrs{}``), each element is read again on its own with the element type
+    (Spark's parsing of an array of primitives holding one misfit reads the whole array as
+    null), so the element that does not fit is named; an array whose elements each fit on
+    their own (a number whose text the variant respells) is named itself. Each node of
+    `datatype` is one lookup into `value` and one ``schema_of_variant``: the expression stays
+    small enough to plan in milliseconds."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     kind = kind_of(datatype)
     inner: list[Column] = []
     if kind == "struct":
-        inner = [misfit_at(typed.getField(f["name"]), variant_field(value, f["name"]),
-                           f["type"], child_path(path, f["name"])) for f in datatype["fields"]]
+        inner = [misfit_at(typed.getField(f["name"]), value, f["type"],
+                           child_path(path, f["name"]), (*names, f["name"]))
+                 for f in datatype["fields"]]
     elif kind == "array" or (kind == "map" and datatype["keyType"] == "string"):
         element = datatype["elementType"] if kind == "array" else datatype["valueType"]
         one = StructType.fromJson({"type": "struct", "fields": [
             {"name": "v", "type": element, "nullable": True, "metadata": {}}]})
+        here = variant_at(value, names)
         if kind == "array":
-            values = F.try_variant_get(value, "$", "array<variant>")
+            values = F.try_variant_get(here, "$", "array<variant>")
         else:
-            values = F.map_values(F.try_variant_get(value, "$", "map<string,variant>"))
+            values = F.map_values(F.try_variant_get(here, "$", "map<string,variant>"))
         step = "[]" if kind == "array" else "{}"
 
         def each(v: Column) -> Column:
@@ -368,37 +384,34 @@ def misfit_at(typed: Column, value: Column, datatype, path: str) -> Column:
             return misfit_at(alone.getField("v"), v, element, path + step)
 
         inner = [F.get(F.filter(F.transform(values, each), lambda m: m.isNotNull()), 0)]
-    found = json_type(value)
-    itself = F.when(typed.isNull() & found.isNotNull(), F.struct(
-        F.lit(path).alias("path"), found.alias("found"), F.lit(type_name(datatype))
-        .alias("expected")))
+    head, tail = MISFIT.format(path=path, found="\0", expected=type_name(datatype)).split("\0")
+    itself = F.when(typed.isNull(), F.concat(F.lit(head), json_type(variant_at(value, names)),
+                                             F.lit(tail)))  # null where nothing is found
     return F.coalesce(*inner, itself) if inner else itself
 
 
 def first_misfit(schema: dict) -> Column:
     """For a value parsed into `data` with `schema`: its first misfit, innermost first
-    (`misfit_at`: path, found and expected type), null where none can be named."""
+    (`misfit_at`: its path, found and expected type, as text), null where none can be
+    named."""
     from pyspark.sql import functions as F
 
     message = F.try_parse_json(F.col("raw_value"))
-    return F.coalesce(*[misfit_at(F.col("data").getField(f["name"]),
-                                  variant_field(message, f["name"]), f["type"],
-                                  child_path("", f["name"])) for f in schema["fields"]],
-                      F.lit(None))
+    return F.coalesce(*[misfit_at(F.col("data").getField(f["name"]), message, f["type"],
+                                  child_path("", f["name"]), (f["name"],))
+                        for f in schema["fields"]], F.lit(None).cast("string"))
 
 
 def misfit_reason(schema: dict, version: int) -> Column:
     """For a value that did not fit `schema` (parsed into `data`): the first field, innermost
     first, that holds a value but was read as null, named with its path and both types
-    (REASON_FIELD; inside an array's elements ``items[].price``, a map's values
+    (REASON_FIELD with MISFIT; inside an array's elements ``items[].price``, a map's values
     ``attrs{}``: `misfit_at`); REASON_SCHEMA where none can be named (see `typed_value`)."""
     from pyspark.sql import functions as F
 
-    first = first_misfit(schema)
-    said = REASON_FIELD.format(version=version, path="%s", found="%s", expected="%s")
-    return F.when(first.isNotNull(), F.format_string(
-        said, first.getField("path"), first.getField("found"), first.getField("expected"))
-    ).otherwise(REASON_SCHEMA.format(version=version))
+    head = REASON_FIELD.format(version=version, misfit="")
+    return F.coalesce(F.concat(F.lit(head), first_misfit(schema)),
+                      F.lit(REASON_SCHEMA.format(version=version)))
 
 
 def rescued_fields(schema: dict) -> list[tuple[str, tuple[str, ...], Column, Column]]:
@@ -413,12 +426,12 @@ def rescued_fields(schema: dict) -> list[tuple[str, tuple[str, ...], Column, Col
     message = F.try_parse_json(F.col("raw_value"))
     found = []
     for path, names, _ in field_types(schema):
-        typed, value = F.col("data"), message
+        typed, value = F.col("data"), variant_at(message, names)
         for name in names:
-            typed, value = typed.getField(name), variant_field(value, name)
+            typed = typed.getField(name)
         datatype = type_at(schema, names)
         if kind_of(datatype) in ("array", "map"):
-            misfit = misfit_at(typed, value, datatype, path).isNotNull()
+            misfit = misfit_at(typed, message, datatype, path, names).isNotNull()
         else:
             misfit = typed.isNull() & json_type(value).isNotNull()
         found.append((path, names, misfit, value))
@@ -445,8 +458,7 @@ def rescued(schema: dict, seen: dict | None, misfits: bool = True) -> Column:
                 value = F.regexp_extract(F.to_json(F.array(picked(wide, steps))),
                                          r"^\[(.*)\]$", 1)
             else:
-                value = F.to_json(F.try_variant_get(
-                    message, "$" + "".join(f"['{n}']" for n in steps), "variant"))
+                value = F.to_json(variant_at(message, tuple(steps)))
             entries.append(F.when(present(wide, steps),
                                   F.concat(F.lit(json.dumps(path) + ":"), value)))
     if not entries:
@@ -483,8 +495,10 @@ def typed_value(schema: dict, shape: str | None = None) -> Column:
     the `shape` of the values parsed into PARSED (the union ``schema_of_variant_agg`` gave of
     every non-null PARSED of the frame), the fields whose every value reads exactly from its
     VARIANT (`deltaferry.schema.variant.exact_fields`: integers into a long, say, never
-    ``2.5`` or ``"5"``, which parsing refuses) are cast from PARSED instead, and only the rest
-    are parsed from the text (none: the value is not parsed again); the result is the same.
+    ``2.5`` or ``"5"``, which parsing refuses) are cast from PARSED instead, each on its own
+    (a cast of the whole object into a struct is several times slower than parsing its text),
+    and only the rest are parsed from the text (none: the value is not parsed again); the
+    result is the same.
     A value with no PARSED (not parsed into one, or not a JSON object) is parsed from its text,
     and so is one that may hold a negative zero where the schema has a double
     (`deltaferry.schema.variant.NEGATIVE_ZERO`). One difference: a key twice in an object,
@@ -501,13 +515,14 @@ def typed_value(schema: dict, shape: str | None = None) -> Column:
     if not exact:
         return text
     fields = schema["fields"]
-    cast = F.col(PARSED).try_cast(StructType.fromJson(
-        {"type": "struct", "fields": [f for f in fields if f["name"] in exact]}))
+    # field by field: one cast of the whole object into a struct took five times as long
+    cast = {f.name: variant_at(F.col(PARSED), (f.name,)).try_cast(f.dataType)
+            for f in StructType.fromJson(schema).fields if f.name in exact}
     rest = [f for f in fields if f["name"] not in exact]
     narrow = F.from_json("raw_value", StructType.fromJson({"type": "struct", "fields": rest})
                          .add(corrupt), options) if rest else None
-    columns = [(cast if f["name"] in exact or narrow is None else narrow)
-               .getField(f["name"]).alias(f["name"]) for f in fields]
+    columns = [(cast[f["name"]] if f["name"] in exact or narrow is None
+                else narrow.getField(f["name"])).alias(f["name"]) for f in fields]
     columns.append((narrow.getField(CORRUPT) if narrow is not None
                     else F.lit(None).cast("string")).alias(CORRUPT))
     use = F.col(PARSED).isNotNull()
