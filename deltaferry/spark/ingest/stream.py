@@ -523,12 +523,13 @@ class IngestStream:
             from deltaferry.storage import describe_s3_failure
 
             ended = "failed" if failed is not None else "ended"
+            uri = results_uri(self.paths, self.remote.run_id)
+            store = "S3" if uri.startswith(("s3:", "s3a:")) else "the storage"
             raise WarehouseError(
                 self.settings.warehouse, f"topic {self.topic.name!r}: its ingest query on the "
-                f"Spark Connect server {ended} and its results could not be read from "
-                f"{results_uri(self.paths, self.remote.run_id)}: "
-                f"{describe_s3_failure(unread)}; the micro-batches it did not commit are read "
-                "again by the next run") from None
+                f"Spark Connect server {ended} and its results could not be read from {uri} "
+                f"({store}: {describe_s3_failure(unread)}); the micro-batches it did not commit "
+                "are read again by the next run") from None
         assert failed is not None  # else returned above: the query ended, its results read
         raise DeltaferryError(
             f"ingest {self.topic.name}: its query on the Spark Connect server ended: "
