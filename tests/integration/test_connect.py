@@ -131,8 +131,7 @@ def test_cli_maintains_a_table_and_streams_a_topic_over_spark_connect(connect_en
     from deltaferry.storage import storage_for
 
     from .test_cli import CLI
-    from .test_crash import bad_values, messages
-    from .test_pipeline import expected_state
+    from .test_crash import messages
 
     env = remote_env(connect_env)
     bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -189,19 +188,10 @@ def test_cli_maintains_a_table_and_streams_a_topic_over_spark_connect(connect_en
     assert f"stream {streamed}: stopping between micro-batches" in err, err[-3000:]
     lines = [line for line in err.splitlines()
              if f"ingest {streamed} batch " in line and " messages, " in line]
-    streamed_uri = delta_rs_uri(paths.table)
-    rows = DeltaTable(streamed_uri, storage_options=options).to_pyarrow_table().to_pylist()
-    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
-             for r in rows}
-    assert len(state) == len(rows) and state == expected_state(sent)
-    history = DeltaTable(streamed_uri, storage_options=options).history()
-    tags = [c["userMetadata"].split(" attempt ")[0] for c in history
-            if " batch " in (c.get("userMetadata") or "")]
+    tags = [c["tag"] for c in landed(delta_rs_uri(paths.table), options, sent)]
     assert len(tags) == len(set(tags)) >= 2, tags  # 200 messages, at most 100 a batch
     assert len(lines) == len(tags), err[-3000:]  # each batch written said once
-    bad = DeltaTable(delta_rs_uri(paths.quarantine),
-                     storage_options=options).to_pyarrow_table().to_pylist()
-    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    quarantined(delta_rs_uri(paths.quarantine), options, sent)
     bucket, prefix = paths.root[len("s3a://"):].split("/", 1)
     left = S3Settings.from_env(env).client().list_objects_v2(
         Bucket=bucket, Prefix=f"{prefix}/_state/connect/").get("Contents", [])
@@ -308,7 +298,6 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     from .test_cli import CLI
     from .test_crash import messages
     from .test_outages import avro_messages
-    from .test_pipeline import expected_state
     from .test_protobuf import V1, V2, Writer
 
     env = remote_env(connect_env)
@@ -378,11 +367,7 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     admin = S3Settings.from_env(env).client()
     for topic, bucket in zip(topics, buckets, strict=True):
         table = delta_rs_uri(TopicPaths.for_topic(f"s3://{bucket}/wh", topic).table)
-        rows = DeltaTable(table, storage_options=storage_options(table, env)
-                          ).to_pyarrow_table().to_pylist()
-        state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
-                 for r in rows}
-        assert len(state) == len(rows) and state == expected_state(sent)
+        landed(table, storage_options(table, env), sent)
         listed = admin.list_objects_v2(Bucket=bucket).get("Contents", [])
         assert listed and {o["Key"].split("/")[1] for o in listed} == (
             {topic, avro, proto} if bucket == buckets[0] else {topic, daily, cdc, scd2}), bucket
@@ -456,6 +441,37 @@ def test_topics_of_two_s3_identities_and_every_format_ingest_on_one_server(
     assert not [s for s in secrets for text in outputs if s in text]
 
 
+def landed(table: str, options: dict[str, str] | None, sent) -> list[dict]:
+    """Reads the Delta table at `table` (a delta-rs URI) with delta-rs, asserts that it holds
+    the latest valid value of each key of `sent` (`expected_state`), one row per key, and
+    returns the commits that wrote a micro-batch, newest first, each with its batch's "tag"
+    (its userMetadata without the attempt)."""
+    from deltalake import DeltaTable
+
+    from .test_pipeline import expected_state
+
+    delta = DeltaTable(table, storage_options=options)
+    rows = delta.to_pyarrow_table().to_pylist()
+    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
+             for r in rows}
+    assert len(state) == len(rows), "more than one row for a key"
+    assert state == expected_state(sent)
+    return [{**c, "tag": c["userMetadata"].split(" attempt ")[0]} for c in delta.history()
+            if " batch " in (c.get("userMetadata") or "")]
+
+
+def quarantined(quarantine: str, options: dict[str, str] | None, sent) -> list[dict]:
+    """The rows of the quarantine table at `quarantine` (a delta-rs URI), read by delta-rs,
+    asserted to hold the raw value of every bad message of `sent` once (`bad_values`)."""
+    from deltalake import DeltaTable
+
+    from .test_crash import bad_values
+
+    bad = DeltaTable(quarantine, storage_options=options).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    return bad
+
+
 def committed_batches(env: dict[str, str], checkpoint: str) -> set[int]:
     """The micro-batches the streaming checkpoint at `checkpoint` (s3a://) has committed."""
     bucket, prefix = checkpoint[len("s3a://"):].split("/", 1)
@@ -494,16 +510,13 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
     import subprocess
     import time
 
-    from deltalake import DeltaTable
-
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
     from deltaferry_dev import stack
 
     from .test_cli import CLI
-    from .test_crash import bad_values, kill_group, messages
-    from .test_pipeline import expected_state
+    from .test_crash import kill_group, messages
 
     env = remote_env(connect_env)
     bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -549,22 +562,13 @@ def test_ingest_over_spark_connect_lands_every_message_once_across_a_killed_clie
 
     table_uri = delta_rs_uri(paths.table)
     options = storage_options(table_uri, full)
-    rows = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().to_pylist()
-    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
-             for r in rows}
-    assert len(state) == len(rows)  # one row per key
-    assert state == expected_state(sent)
-
-    history = DeltaTable(table_uri, storage_options=options).history()
-    batches = [c for c in history if " batch " in (c.get("userMetadata") or "")]
-    tags = [c["userMetadata"].split(" attempt ")[0] for c in batches]
+    batches = landed(table_uri, options, sent)
+    tags = [c["tag"] for c in batches]
     assert len(tags) == len(set(tags)) >= 6, tags  # 300 messages, 50 a batch: each once
 
-    quarantine_uri = delta_rs_uri(paths.quarantine)
-    bad = DeltaTable(quarantine_uri, storage_options=options).to_pyarrow_table().to_pylist()
+    bad = quarantined(delta_rs_uri(paths.quarantine), options, sent)
     positions = [(r["kafka_partition"], r["kafka_offset"]) for r in bad]
     assert len(positions) == len(set(positions))
-    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
 
     [report] = json.loads(report_file.read_text())
     mine = [c for c in batches if c["timestamp"] >= started_ms]
@@ -605,16 +609,13 @@ def test_s3_stopped_during_an_ingest_over_spark_connect_leaves_no_lock_behind(
     bad message quarantined once."""
     import subprocess
 
-    from deltalake import DeltaTable
-
     from deltaferry.kafka import produce
     from deltaferry.lake import delta_rs_uri, storage_options
     from deltaferry.paths import TopicPaths
     from deltaferry_dev import stack
 
     from .test_cli import CLI
-    from .test_crash import bad_values, messages
-    from .test_pipeline import expected_state
+    from .test_crash import messages
 
     env = remote_env(connect_env)
     bootstrap = connect_env["DELTAFERRY_KAFKA_BOOTSTRAP"]
@@ -652,17 +653,9 @@ def test_s3_stopped_during_an_ingest_over_spark_connect_leaves_no_lock_behind(
 
     table_uri = delta_rs_uri(paths.table)
     options = storage_options(table_uri, full)
-    rows = DeltaTable(table_uri, storage_options=options).to_pyarrow_table().to_pylist()
-    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
-             for r in rows}
-    assert len(state) == len(rows) and state == expected_state(sent)
-    history = DeltaTable(table_uri, storage_options=options).history()
-    tags = [c["userMetadata"].split(" attempt ")[0] for c in history
-            if " batch " in (c.get("userMetadata") or "")]
+    tags = [c["tag"] for c in landed(table_uri, options, sent)]
     assert len(tags) == len(set(tags)) >= 4, tags  # 200 messages, 50 a batch: each once
-    bad = DeltaTable(delta_rs_uri(paths.quarantine),
-                     storage_options=options).to_pyarrow_table().to_pylist()
-    assert sorted(bytes(r["raw_value"]) for r in bad) == bad_values(sent)
+    quarantined(delta_rs_uri(paths.quarantine), options, sent)
     token = env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
     assert token not in out + err + second.stdout + second.stderr
 
@@ -693,7 +686,6 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     from .test_airflow import finished_run
     from .test_alerts import lineage_event, posts_for
     from .test_crash import bad_values, messages
-    from .test_pipeline import expected_state
 
     token = connect_env["DELTAFERRY_SPARK_REMOTE"].split(";token=")[1]
     topic = new_topic("connect-dag", partitions=3)
@@ -720,11 +712,8 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
     assert states == {"infer_schema": "success", "ingest": "success", "optimize": "success",
                       "vacuum": "success"}, states
     paths = shared_airflow.paths(topic)
+    batches = landed(delta_rs_uri(paths.table), None, sent)
     table = DeltaTable(delta_rs_uri(paths.table))
-    rows = table.to_pyarrow_table().to_pylist()
-    state = {r["kafka_key"]: {"id": r["id"], "version": r["version"], "tag": r["tag"]}
-             for r in rows}
-    assert len(state) == len(rows) and state == expected_state(sent)
     assert "VACUUM END" in [c["operation"] for c in table.history()]
     quarantine = DeltaTable(delta_rs_uri(paths.quarantine))
     assert "OPTIMIZE" in [c["operation"] for c in quarantine.history()]  # two appends, one file
@@ -739,8 +728,7 @@ def test_dag_run_over_a_spark_connect_connection_lands_the_core_scenario(
              if f"ingest {topic} batch " in line and " messages, " in line]
     assert len(lines) == ingest["batches"] >= 2, logs["ingest"][-3000:]
     said_ms = datetime.strptime(lines[0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
-    committed_ms = max(c["timestamp"] for c in table.history()
-                       if " batch " in (c.get("userMetadata") or ""))
+    committed_ms = max(c["timestamp"] for c in batches)
     assert said_ms < committed_ms, (lines[0], committed_ms)
     assert not [task for task, text in logs.items() if token in text]
 
