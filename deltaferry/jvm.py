@@ -43,7 +43,9 @@ def deps_dir(env: Mapping[str, str] | None = None) -> Path:
     if configured:
         return Path(configured).resolve()
     checkout = checkout_deps()
-    return checkout if checkout.is_dir() else Path(DEPS_FOLDER).resolve()
+    # resolved: a worktree whose .deps links to another checkout's names the same jars, and
+    # so finds the class archive built for them (`archive_path`)
+    return checkout.resolve() if checkout.is_dir() else Path(DEPS_FOLDER).resolve()
 
 
 def deps_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
