@@ -74,6 +74,12 @@ def test_the_archive_is_named_for_its_jvm_and_jars(tmp_path):
     jar.write_bytes(b"12")  # another build of a jar: another archive
     assert archive_key(java, [jar]) != before
     assert archive_key(java, [jar, tmp_path / "java"]) != archive_key(java, [jar])
+    # another training (or driver class path, which comes with one): another archive
+    training = tmp_path / "class_archive.py"
+    training.write_text("TRAINING = 'a'")
+    trained = archive_key(java, [jar], training)
+    training.write_text("TRAINING = 'b'")
+    assert archive_key(java, [jar], training) != trained
 
 
 def test_a_worktree_linking_its_deps_finds_the_archive_built_for_the_linked_jars(
