@@ -43,7 +43,9 @@ def deps_dir(env: Mapping[str, str] | None = None) -> Path:
     if configured:
         return Path(configured).resolve()
     checkout = checkout_deps()
-    return checkout if checkout.is_dir() else Path(DEPS_FOLDER).resolve()
+    # resolved: a worktree whose .deps links to another checkout's names the same jars, and
+    # so finds the class archive built for them (`archive_path`)
+    return checkout.resolve() if checkout.is_dir() else Path(DEPS_FOLDER).resolve()
 
 
 def deps_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -137,10 +139,17 @@ def java_binary(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(found).resolve() if found else None
 
 
-def archive_key(java: Path, jars: list[Path]) -> str:
-    """A digest of what makes an archive valid: the JVM binary (path, size, mtime) and the jars
-    on the driver's classpath and in spark.jars (names and sizes)."""
-    digest = hashlib.sha256()
+#: The archive's training (deltaferry.spark.class_archive, read as text: no Spark import here),
+#: part of its key: a new training, or a driver class path laid out anew (which comes with
+#: one), makes a new archive, where an old one would not map (its class path no longer the
+#: driver's) or would miss the classes the new training loads.
+TRAINING_SOURCE = Path(__file__).resolve().parent / "spark" / "class_archive.py"
+
+
+def archive_key(java: Path, jars: list[Path], training: Path = TRAINING_SOURCE) -> str:
+    """A digest of what makes an archive valid: the JVM binary (path, size, mtime), the jars
+    on the driver's class path (names and sizes) and the training that made it (its text)."""
+    digest = hashlib.sha256(training.read_bytes())
     for path in [java, *sorted(jars)]:
         stat = path.stat()
         digest.update(f"{path}|{stat.st_size}|{int(stat.st_mtime)}\n".encode())

@@ -276,11 +276,15 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
 
     def _submit(self, context, env: dict[str, str], master: str) -> list[dict]:
         """The step as a spark-submit of its job (a driver of its own); the job's reports."""
-        from deltaferry.spark.session import spark_jars_csv
+        from deltaferry.spark.session import spark_classpath, spark_jars_csv
         from deltaferry.spark.shipping import is_local, package_zip
 
         self.conf = spark_conf(master, self.conf, env)  # the job's env: its S3 endpoint
-        self.jars = self.jars or spark_jars_csv()
+        if is_local(master) and not self.jars:  # as get_spark: their classes from the archive
+            self.driver_class_path = os.pathsep.join(
+                filter(None, [spark_classpath(), self.driver_class_path]))
+        else:
+            self.jars = self.jars or spark_jars_csv()
         if not is_local(master):  # the executors import the driver's deltaferry (UDFs)
             self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))
         self._define_master(master)

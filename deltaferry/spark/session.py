@@ -101,6 +101,24 @@ def spark_jars_csv() -> str:
     return ",".join(str(p) for p in jars_in("spark"))
 
 
+def spark_classpath() -> str:
+    """The resolved Spark-side jars as a class path (spark.driver.extraClassPath /
+    --driver-class-path): how a driver on a local master gets them. On the JVM's own class
+    path their classes load like Spark's, and so come from the class archive
+    (`deltaferry.spark.class_archive`); through spark.jars they load with Spark's own class
+    loader, which the JVM's archive does not serve (Delta's and Kafka's classes, ~1,750 of a
+    run's, loaded and verified by every fresh driver)."""
+    return os.pathsep.join(str(p) for p in jars_in("spark"))
+
+
+def local_jars_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings that put the Spark-side jars on a local driver's class path
+    (`spark_classpath`), after a class path `conf` already gives the driver."""
+    own = conf.get("spark.driver.extraClassPath", "")
+    return {"spark.driver.extraClassPath": os.pathsep.join(filter(None, [spark_classpath(),
+                                                                         own]))}
+
+
 def s3a_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``spark.hadoop.fs.s3a.*`` properties from the environment's S3 settings, without the
     credentials (they may end up on a command line; `configure_s3a` sets those)."""
@@ -154,7 +172,8 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
     env = os.environ if env is None else env
     settings = {**COMMON_CONF, **QUIET_CONF, **REDACTION_CONF, **s3a_spark_conf(env)}
     if not submitted:
-        settings["spark.jars"] = spark_jars_csv()
+        if not is_local(master):
+            settings["spark.jars"] = spark_jars_csv()
         settings["spark.driver.memory"] = driver_memory(env)
         java_options = driver_java_options(env)
         if java_options:
@@ -162,7 +181,10 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
         if (master or "").startswith("local"):
             settings.update(LOCAL_DEFAULTS)
         settings = with_java_options(settings, s3_trust_options(env))
-    return {**settings, **extra_spark_conf(env), **(conf or {})}
+    settings = {**settings, **extra_spark_conf(env), **(conf or {})}
+    if not submitted and is_local(master):
+        settings.update(local_jars_conf(settings))
+    return settings
 
 
 def is_connect(spark) -> bool:

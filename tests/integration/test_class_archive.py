@@ -49,3 +49,16 @@ def test_the_driver_maps_the_class_archive(spark):
     assert mapped, "CDS is off in the driver"
     # the JDK's own base archive is ~13 MB; the dynamic archive on top of it is mapped too
     assert int(mapped.group(1)) >= archive.stat().st_size
+
+
+def test_delta_and_kafka_classes_load_from_the_drivers_class_path(spark):
+    """Only classes of the JVM's own class path come from the archive: Delta's and the Kafka
+    client's (most of a run's own classes) are loaded by the application class loader, not by
+    Spark's loader of spark.jars, which the archive does not serve."""
+    jvm = spark._jvm
+    system = jvm.java.lang.ClassLoader.getSystemClassLoader()
+    for name in ("org.apache.spark.sql.delta.DeltaLog",
+                 "org.apache.kafka.clients.consumer.KafkaConsumer",
+                 "org.apache.spark.sql.kafka010.KafkaSourceProvider"):
+        loader = jvm.java.lang.Class.forName(name).getClassLoader()
+        assert loader.equals(system), f"{name}: loaded by {loader.toString()}"

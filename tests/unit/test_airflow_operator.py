@@ -208,6 +208,10 @@ echo '[{{"topic": "orders", "step": "infer", "schema_version": 2, "summary": "in
     seen = json.loads(record.read_text())
     assert seen["argv"][-3:] == [str(steps.get("infer").script), "orders", "--reinfer"]
     assert seen["argv"][seen["argv"].index("--master") + 1] == "local[*]"  # not the provider's yarn
+    # a local driver loads the jars from its class path (so from the class archive), no --jars
+    assert "--jars" not in seen["argv"]
+    class_path = seen["argv"][seen["argv"].index("--driver-class-path") + 1].split(os.pathsep)
+    assert any(Path(jar).name.startswith("delta-spark") for jar in class_path)
     assert "hunter2" not in " ".join(seen["argv"])
     assert "s3-hunter3" not in " ".join(seen["argv"])  # the S3 secret: environment only
     assert (seen["s3_secret"], seen["s3_endpoint"]) == ("s3-hunter3", "http://127.0.0.1:8333")
@@ -242,6 +246,7 @@ echo '[{{"topic": "orders", "step": "infer", "summary": "infer orders"}}]' > "$D
     py_files = argv[argv.index("--py-files") + 1]
     assert Path(py_files).name.startswith("deltaferry-") and Path(py_files).is_file()
     assert "delta-spark" in argv[argv.index("--jars") + 1]
+    assert "--driver-class-path" not in argv  # the executors need the jars: --jars ships them
     assert json.loads(record.read_text())["python"] is None  # the executors' own python3
 
 

@@ -5,9 +5,11 @@ the operator's submit for a spark:// master, the warning about a local warehouse
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +120,19 @@ def test_a_local_warehouse_on_a_cluster_is_warned_about():
     assert warning and "/data/warehouse" in warning and "s3://" in warning
     assert local_warehouse_on_cluster("spark://m:7077", "s3://b/w") is None
     assert local_warehouse_on_cluster("local[*]", "/data/warehouse") is None
+
+
+def test_a_local_driver_gets_the_jars_on_its_class_path_a_cluster_through_spark_jars():
+    # on the JVM's class path their classes come from the class archive; spark.jars loads
+    # them with Spark's own class loader, which the archive does not serve
+    local = builder_settings("local[2]", False, env={})
+    class_path = local["spark.driver.extraClassPath"].split(os.pathsep)
+    assert any(Path(jar).name.startswith("delta-spark") for jar in class_path)
+    assert "spark.jars" not in local
+    cluster_conf = builder_settings("spark://m:7077", False, env={})
+    assert "delta-spark" in cluster_conf["spark.jars"]  # the executors need them shipped
+    assert "spark.driver.extraClassPath" not in cluster_conf
+    # a class path of the user's own is kept, after the jars
+    env = {"DELTAFERRY_SPARK_CONF": json.dumps({"spark.driver.extraClassPath": "/mine.jar"})}
+    mine = builder_settings("local[2]", False, env=env)["spark.driver.extraClassPath"]
+    assert mine.split(os.pathsep)[-1] == "/mine.jar" and "delta-spark" in mine

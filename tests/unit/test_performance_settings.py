@@ -74,6 +74,27 @@ def test_the_archive_is_named_for_its_jvm_and_jars(tmp_path):
     jar.write_bytes(b"12")  # another build of a jar: another archive
     assert archive_key(java, [jar]) != before
     assert archive_key(java, [jar, tmp_path / "java"]) != archive_key(java, [jar])
+    # another training (or driver class path, which comes with one): another archive
+    training = tmp_path / "class_archive.py"
+    training.write_text("TRAINING = 'a'")
+    trained = archive_key(java, [jar], training)
+    training.write_text("TRAINING = 'b'")
+    assert archive_key(java, [jar], training) != trained
+
+
+def test_a_worktree_linking_its_deps_finds_the_archive_built_for_the_linked_jars(
+        tmp_path, monkeypatch):
+    from deltaferry import jvm
+
+    real = tmp_path / "checkout" / ".deps"
+    (real / "jars" / "spark").mkdir(parents=True)
+    (tmp_path / "worktree").mkdir()
+    linked = tmp_path / "worktree" / ".deps"
+    linked.symlink_to(real)
+    monkeypatch.delenv("DELTAFERRY_DEPS", raising=False)
+    monkeypatch.setattr(jvm, "checkout_deps", lambda: linked)
+    # the jars' paths, and so the archive's key, are those of the checkout it links to
+    assert jvm.deps_dir() == real.resolve()
 
 
 def test_the_key_filter_lists_each_key_column_as_sql_null_safely():
