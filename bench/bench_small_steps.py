@@ -121,11 +121,11 @@ def main() -> int:
     print(f"warm-up {warm.warm_up(spark):.1f} s", flush=True)
     baseline = Baseline.take(spark)
     originals = {"bytes": jobs.BROADCAST_WRITE_BYTES, "write": stream.BatchWriter.write}
-    lines = BatchLines()
+    lines = BatchLines()  # on the ingest's logger: `run_command` resets the root logger's
+    logging.getLogger(stream.__name__).addHandler(lines)
 
     def run(label: str) -> float:
         lines.lines.clear()
-        logging.getLogger().addHandler(lines)  # `run_command` configures the logging again
         counter = jobs.JobCounter(spark)
         started = time.monotonic()
         code = run_command([topic])
