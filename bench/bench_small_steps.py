@@ -14,7 +14,9 @@ A variant is names joined by `+`:
   without ``main`` broadcasts up to 50,000 rows into it);
 * ``stale``: the batch's table reads under `spark.databricks.delta.stalenessLimit` of an hour;
 * ``autocache``: the batch's MERGE with `merge.materializeCachedSource` false;
-* ``nocache``: ... and `merge.materializeSource` none (Delta refuses a persisted source).
+* ``nocache``: ... and `merge.materializeSource` none (Delta refuses a persisted source);
+* ``shj``: `spark.sql.join.preferSortMergeJoin` false (a shuffled hash join where the batch
+  is the smaller side, MERGE's write pass's full outer join included).
 
     PYTHONPATH=$PWD:$PWD/dev .venv/bin/python bench/bench_small_steps.py --small 100 \\
         --variants main,stale
@@ -42,6 +44,7 @@ SETTINGS = {
     "autocache": {"spark.databricks.delta.merge.materializeCachedSource": "false"},
     "nocache": {"spark.databricks.delta.merge.materializeCachedSource": "false",
                 "spark.databricks.delta.merge.materializeSource": "none"},
+    "shj": {"spark.sql.join.preferSortMergeJoin": "false"},
 }
 
 
