@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from deltaferry.spark.table import ONE_JOB, session_settings
+from deltaferry.spark.table import ONE_JOB, session_settings, size_in_bytes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,28 +98,52 @@ def fixed_source(spark: SparkSession):
 
 #: `one_task_write` applies to a batch of at most this many table rows.
 ONE_TASK_WRITE_ROWS = 10_000
+#: ... and, broadcast into MERGE's joins by a threshold raised for it, to a batch of at most
+#: this many rows (`one_task_write`)
+BROADCAST_WRITE_ROWS = 50_000
+#: ... whose rows are estimated (rows x the largest value, twice) at most this many bytes,
+BROADCAST_WRITE_BYTES = 32 * 2**20
+#: ... into a table of at most this many bytes of data files (MERGE's write still joins the
+#: table's touched files with the batch in one task: a full outer join is never broadcast).
+BROADCAST_WRITE_TABLE_BYTES = 16 * 2**20
+
+#: Spark's setting of the largest relation it broadcasts into a join.
+BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 
 
-def one_task_write(spark: SparkSession, rows: DataFrame, count: int, largest: int):
+def one_task_write(spark: SparkSession, rows: DataFrame, count: int, largest: int,
+                   table: str | None = None):
     """A block in which the MERGE (or append) of a small batch's table rows (at most `count`,
     each value at most `largest` bytes) runs in fewer jobs: adaptive query execution off and
     one shuffle partition, in `spark`'s session and `rows`'. A MERGE with AQE runs each
-    shuffle as a job of its own (12 jobs for 100 rows, 6 without); without AQE nothing
-    coalesces its shuffle partitions, so one partition keeps it writing one file, as AQE
-    would. Only where the batch
-    is certainly broadcast into MERGE's joins (`count * largest` within half of
-    spark.sql.autoBroadcastJoinThreshold, at most ONE_TASK_WRITE_ROWS rows): a join that
-    shuffled the table would do it in one task. Elsewhere nothing changes."""
+    shuffle as a job of its own (12 jobs for 100 rows, 6 without; 13 and 7 for 10,500);
+    without AQE nothing coalesces its shuffle partitions, so one partition keeps it writing
+    one file, as AQE would. Only where the batch is certainly broadcast into MERGE's joins (a
+    join that shuffled the table would do it in one task): `count * largest` within half of
+    spark.sql.autoBroadcastJoinThreshold and at most ONE_TASK_WRITE_ROWS rows; or, up to
+    BROADCAST_WRITE_ROWS rows estimated (twice `count * largest`) at most
+    BROADCAST_WRITE_BYTES, into the Delta table at `table` of at most
+    BROADCAST_WRITE_TABLE_BYTES (`deltaferry.spark.table.size_in_bytes`, from its checksum
+    file), with the threshold raised to that estimate for the block (a broadcast of that size
+    is built in the driver: cheaper on a small master than AQE's shuffles of the table and
+    the batch for a sort-merge join). A session whose threshold turns broadcasts off (-1) or
+    is not in bytes is left as it is, as is every larger batch or table."""
     from contextlib import ExitStack, nullcontext
 
-    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760") or ""
+    threshold = spark.conf.get(BROADCAST_THRESHOLD, "10485760") or ""
     try:
         limit = int(threshold.lower().removesuffix("b"))
     except ValueError:  # "10MB", say: not measured here, left as it is
         limit = -1
-    if count > ONE_TASK_WRITE_ROWS or limit <= 0 or count * max(largest, 1) * 2 > limit:
+    estimate = count * max(largest, 1) * 2
+    if limit <= 0 or count > BROADCAST_WRITE_ROWS:
         return nullcontext()
-    settings = ONE_JOB
+    settings = dict(ONE_JOB)
+    if count > ONE_TASK_WRITE_ROWS or estimate > limit:
+        if estimate > BROADCAST_WRITE_BYTES or table is None or \
+                size_in_bytes(spark, table) > BROADCAST_WRITE_TABLE_BYTES:
+            return nullcontext()
+        settings[BROADCAST_THRESHOLD] = str(max(estimate, limit))
     stack = ExitStack()
     for session in {id(spark): spark, id(rows.sparkSession): rows.sparkSession}.values():
         stack.enter_context(session_settings(session, settings))

@@ -14,6 +14,7 @@ from deltaferry.formats import json as json_format
 from deltaferry.kafka import produce
 from deltaferry.lake import open_table
 from deltaferry.pipeline import run_step
+from deltaferry.spark import jobs as jobs_module
 
 from .readers import batch_commits
 from .test_pipeline import assert_table_is_latest_state, context
@@ -286,7 +287,14 @@ def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     first = messages(0, 600, 200)
     produce(kafka_bootstrap, topic, first)
     run_step("infer", ctx, spark)
-    [report] = run_step("ingest", ctx, spark)
+    # a broadcast threshold below the first run's batches (300 rows, ~60 KB): their MERGE is
+    # broadcast all the same, under a threshold raised for it, in as few jobs
+    spark.conf.set(jobs_module.BROADCAST_THRESHOLD, "1000")
+    try:
+        [report] = run_step("ingest", ctx, spark)
+        assert spark.conf.get(jobs_module.BROADCAST_THRESHOLD) == "1000"
+    finally:
+        spark.conf.unset(jobs_module.BROADCAST_THRESHOLD)
     jobs = [b["jobs"] for b in report.progress]
     assert len(jobs) == report.batches >= 2
     assert jobs[0] <= FIRST_BATCH_JOBS and max(jobs[1:]) <= MERGE_BATCH_JOBS, jobs

@@ -49,3 +49,54 @@ def test_the_report_says_its_spark_jobs():
     assert report.as_dict()["jobs"] == 21
     assert "Spark jobs not counted" in IngestReport("t", batches=1, jobs=None).summary()
     assert "Spark job" not in IngestReport("t").summary()  # no batch: nothing to count
+
+
+class Conf:
+    """A session's settings, as `one_task_write` reads and sets them."""
+
+    def __init__(self, **settings: str):
+        self.settings = dict(settings)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.settings.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.settings[key] = value
+
+    def unset(self, key: str) -> None:
+        self.settings.pop(key, None)
+
+
+class Session:
+    def __init__(self, **settings: str):
+        self.conf = Conf(**settings)
+        self.sparkSession = self  # a DataFrame's session: the same
+
+
+def test_a_batch_up_to_50000_rows_into_a_small_table_is_broadcast_into_its_merge(monkeypatch):
+    from deltaferry.spark import jobs
+
+    sizes = {"small": 2**20, "large": 64 * 2**20}
+    monkeypatch.setattr(jobs, "size_in_bytes", lambda spark, path: sizes[path])
+    threshold, adaptive = jobs.BROADCAST_THRESHOLD, "spark.sql.adaptive.enabled"
+
+    def inside(count: int, largest: int, table: str | None, **settings: str) -> dict:
+        spark = Session(**settings)
+        with jobs.one_task_write(spark, spark, count, largest, table):  # type: ignore[arg-type]
+            seen = dict(spark.conf.settings)
+        assert spark.conf.settings == settings  # put back after the block
+        return seen
+
+    # 100 rows of 1 KB: one task, the threshold as it is
+    assert inside(100, 1000, "small") == {adaptive: "false", "spark.sql.shuffle.partitions": "1"}
+    # the +5 % batch: 10,500 rows of 1 KB (21 MB estimated) into a 1 MiB table, broadcast
+    seen = inside(10_500, 1000, "small")
+    assert seen[threshold] == "21000000" and seen[adaptive] == "false"
+    # a large table, an unknown one, a batch over 32 MiB or 50,000 rows, broadcasts turned off
+    # by the session or a threshold not in bytes: as they are (AQE)
+    assert inside(10_500, 1000, "large") == {}
+    assert inside(10_500, 1000, None) == {}
+    assert inside(20_000, 1000, "small") == {}
+    assert inside(50_001, 10, "small") == {}
+    assert inside(10_500, 1000, "small", **{threshold: "-1"}) == {threshold: "-1"}
+    assert inside(100, 1000, "small", **{threshold: "10MB"}) == {threshold: "10MB"}

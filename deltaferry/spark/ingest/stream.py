@@ -286,7 +286,7 @@ class BatchWriter:
             tag = delta_table.commit_tag(app_id, batch_id, self.task)
             write_phase = self.table.write_phase
             # a CDC writer's joins read the table, so not for it: see `one_task_write`
-            small = (one_task_write(self.spark, rows, row_bound, largest)
+            small = (one_task_write(self.spark, rows, row_bound, largest, self.paths.table)
                      if isinstance(self.table, LatestPerKey) else nullcontext())
             with batch(write_phase), small:
                 counts = self.table.apply(self.spark, rows, app_id, batch_id, tag=tag)
