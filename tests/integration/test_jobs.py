@@ -208,6 +208,48 @@ def test_typed_columns_from_the_variant_match_json_parsing(spark):
     parsed.unpersist()
 
 
+def test_the_decoded_batch_keeps_only_a_quarantined_value_s_text(spark, tmp_path):
+    """What a batch persists after decoding (`kept_after_decode`) holds a value's text only
+    where the quarantine needs it: a usable record's is the empty value, a tombstone's stays
+    null (its row deletes its key), a quarantined one's stays as it was, with its reason; no
+    VARIANT. Its table rows and quarantine rows are the ones the whole decoded frame gives."""
+    from pyspark.sql import functions as F
+
+    from deltaferry.config import TopicConfig
+    from deltaferry.schema.store import SchemaStore
+    from deltaferry.spark import quarantine
+    from deltaferry.spark.decoding import StringKeys
+    from deltaferry.spark.ingest.rows import kept_after_decode, parse_within, usable_rows
+
+    store = SchemaStore(str(tmp_path / "schema"))
+    json_format.commit_schema(store, MISFIT_SCHEMA, {})
+    decoder = json_format.JsonDecoder(spark, TopicConfig(name="t"), store)
+    values = [json.dumps({"amount": 1, "name": "a"}), None, "{bad",
+              json.dumps({"amount": "ten", "name": "c"}), json.dumps({"amount": 3, "name": "b"})]
+    kafka = spark.createDataFrame(
+        [(f"k{i}".encode(), None if v is None else v.encode(), 0, i)
+         for i, v in enumerate(values)], "key binary, value binary, partition int, offset long"
+    ).withColumn("timestamp", F.to_timestamp(F.lit("2026-01-01 00:00:00")))
+    keys = StringKeys()
+    raw = keys.raw_columns(decoder.raw_columns(kafka))
+    decoder.aggregated(list(raw.agg(*decoder.aggregates()).first()))
+    whole = parse_within(decoder, keys, raw, 2**20, 100)
+    kept = kept_after_decode(whole)
+    assert json_format.PARSED in whole.columns and json_format.PARSED not in kept.columns
+    found = {r["kafka_offset"]: (r["raw_value"], r["reason"]) for r in kept.collect()}
+    assert [found[i][0] for i in range(5)] == ["", None, "{bad", values[3], ""], found
+    assert [found[i][1] is None for i in range(5)] == [True, True, False, False, True], found
+
+    def rows(frame):
+        return sorted(map(repr, usable_rows(frame, ("kafka_key",)).collect()))
+
+    def quarantined(frame):
+        return sorted(map(repr, quarantine.rows(frame, 1, 0).drop("quarantined_at").collect()))
+
+    assert rows(kept) == rows(whole) and len(rows(whole)) == 3
+    assert quarantined(kept) == quarantined(whole) and len(quarantined(whole)) == 2
+
+
 #: The schema of `test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one`'s topic.
 MISFIT_SCHEMA = {"type": "struct", "fields": [
     {"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from deltaferry.formats.json import CORRUPT
+from deltaferry.formats.json import CORRUPT, PARSED
 from deltaferry.spark import table as delta_table
 from deltaferry.spark.decoding import Decoder, KeyDecoder, with_reason
 from deltaferry.spark.kafka_source import HEADERS, latest_per_key
@@ -134,6 +134,22 @@ def count_unusable(parsed: DataFrame, checker: Checker | None = None
     if row is None:
         return 0, {}
     return int(row[0]), checker.tally(row[1:]) if checker is not None else {}
+
+
+def kept_after_decode(parsed: DataFrame) -> DataFrame:
+    """What later phases read of `parsed` (decoded, with `reason`), for a table writer whose
+    rows are made of the decoded fields (`LatestPerKey`): a usable record's `raw_value` as
+    the empty value (not null: null still marks a tombstone, `to_table_rows`), a quarantined
+    one's as it is (the quarantine keeps its bytes), and no PARSED (a JSON value's VARIANT,
+    read by the decode alone). Persisted, the decoded frame otherwise caches every value's
+    text a second time (the raw records hold it already): a backlog's decode spent more time
+    building that cache than parsing."""
+    from pyspark.sql import functions as F
+
+    value = F.col("raw_value")
+    empty = F.lit("").cast(parsed.schema["raw_value"].dataType)
+    kept = F.when(F.col("reason").isNotNull() | value.isNull(), value).otherwise(empty)
+    return parsed.drop(PARSED).withColumn("raw_value", kept)
 
 
 #: A micro-batch of up to this many records is grouped in one task (`one_task_if_small`).

@@ -56,6 +56,7 @@ from deltaferry.spark.ingest.rows import (
     TableWriter,
     count_unusable,
     grow_table,
+    kept_after_decode,
     one_task_if_small,
     parse_within,
     read_stats,
@@ -254,6 +255,8 @@ class BatchWriter:
                 if self.checker is not None:  # the rules' columns, counted in the same job
                     parsed = self.checker.check(parsed, self.table.columns(parsed),
                                                 self.table.checked(parsed))
+                if isinstance(self.table, LatestPerKey):  # its rows read no value's text
+                    parsed = kept_after_decode(parsed)
                 parsed = parsed.persist()
                 cached.append(parsed)
                 unusable, failed = count_unusable(parsed, self.checker)
