@@ -281,8 +281,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
 
         self.conf = spark_conf(master, self.conf, env)  # the job's env: its S3 endpoint
         if is_local(master) and not self.jars:  # as get_spark: their classes from the archive
-            self.driver_class_path = os.pathsep.join(
-                filter(None, [spark_classpath(), self.driver_class_path]))
+            self.driver_class_path = spark_classpath(self.driver_class_path)
         else:
             self.jars = self.jars or spark_jars_csv()
         if not is_local(master):  # the executors import the driver's deltaferry (UDFs)

@@ -101,22 +101,15 @@ def spark_jars_csv() -> str:
     return ",".join(str(p) for p in jars_in("spark"))
 
 
-def spark_classpath() -> str:
+def spark_classpath(then: str | None = None) -> str:
     """The resolved Spark-side jars as a class path (spark.driver.extraClassPath /
-    --driver-class-path): how a driver on a local master gets them. On the JVM's own class
-    path their classes load like Spark's, and so come from the class archive
-    (`deltaferry.spark.class_archive`); through spark.jars they load with Spark's own class
-    loader, which the JVM's archive does not serve (Delta's and Kafka's classes, ~1,750 of a
-    run's, loaded and verified by every fresh driver)."""
-    return os.pathsep.join(str(p) for p in jars_in("spark"))
-
-
-def local_jars_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """The settings that put the Spark-side jars on a local driver's class path
-    (`spark_classpath`), after a class path `conf` already gives the driver."""
-    own = conf.get("spark.driver.extraClassPath", "")
-    return {"spark.driver.extraClassPath": os.pathsep.join(filter(None, [spark_classpath(),
-                                                                         own]))}
+    --driver-class-path), followed by the class path `then` the driver already has: how a
+    driver on a local master gets them. On the JVM's own class path their classes load like
+    Spark's, and so come from the class archive (`deltaferry.spark.class_archive`); through
+    spark.jars they load with Spark's own class loader, which the JVM's archive does not
+    serve (Delta's and Kafka's classes, ~1,750 of a run's, loaded and verified by every fresh
+    driver)."""
+    return os.pathsep.join([*(str(p) for p in jars_in("spark")), *filter(None, [then])])
 
 
 def s3a_spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -183,7 +176,8 @@ def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] |
         settings = with_java_options(settings, s3_trust_options(env))
     settings = {**settings, **extra_spark_conf(env), **(conf or {})}
     if not submitted and is_local(master):
-        settings.update(local_jars_conf(settings))
+        settings["spark.driver.extraClassPath"] = spark_classpath(
+            settings.get("spark.driver.extraClassPath"))
     return settings
 
 
