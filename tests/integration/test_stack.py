@@ -188,3 +188,18 @@ def test_up_reuse_use_down(tmp_path):
     assert not (stack_dir / "kafka" / "data").exists()
     assert not (stack_dir / "s3" / "data").exists() and not (stack_dir / "s3" / "identity").exists()
     assert not (stack_dir / "registry").exists() and not (stack_dir / "tls").exists()
+
+
+def test_s3_server_takes_writes_into_many_buckets(stack_env):
+    """Every bucket is a SeaweedFS collection with volumes of its own: the stack's server takes
+    a conditional write (the topic lock's) into each of 40 new buckets, as a long session of
+    tests or a team of topics makes them. With SeaweedFS's defaults (7 volumes grown per
+    bucket, 100 at most) the 15th bucket's writes failed with `InternalError`."""
+    client = S3Settings.from_env(stack_env).client()
+    run = uuid.uuid4().hex[:8]
+    buckets = [f"many-{run}-{i:02d}" for i in range(40)]
+    for bucket in buckets:
+        client.create_bucket(Bucket=bucket)
+        client.put_object(Bucket=bucket, Key="t/_lock/1", Body=bucket.encode(), IfNoneMatch="*")
+    assert [client.get_object(Bucket=b, Key="t/_lock/1")["Body"].read().decode()
+            for b in buckets] == buckets

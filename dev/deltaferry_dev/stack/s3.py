@@ -56,6 +56,19 @@ STOP_GRACE_S = 3.0
 AWS_ENV_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 #: A small volume size: SeaweedFS grows several volumes per bucket (default 30 GB each).
 VOLUME_SIZE_MB = 64
+#: Volumes the server may hold. Every bucket is a collection with volumes of its own.
+MAX_VOLUMES = 1000
+#: Volumes grown at once for a bucket that has no writable one. SeaweedFS's default is 7, and
+#: with it a server of 100 volumes refused every write into a 15th bucket (`InternalError`).
+VOLUME_GROWTH = 1
+#: The master's settings, read from the server's working folder (``./master.toml``).
+MASTER_TOML = f"""# written by deltaferry's stack: one volume grown at a time per bucket
+[master.volume_growth]
+copy_1 = {VOLUME_GROWTH}
+copy_2 = {VOLUME_GROWTH}
+copy_3 = {VOLUME_GROWTH}
+copy_other = 1
+"""
 
 
 def home(stack_dir: Path) -> Path:
@@ -155,7 +168,7 @@ def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
         f"-master.port={ports['master']}", f"-master.port.grpc={ports['master_grpc']}",
         "-master.telemetry=false", f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",
         f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume_grpc']}",
-        "-volume.max=100", "-volume.preStopSeconds=0",
+        f"-volume.max={MAX_VOLUMES}", "-volume.preStopSeconds=0",
         "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
         "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", *https,
@@ -192,8 +205,10 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
 
 def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False
                  ) -> ManagedProcess:
-    """Start `weed server` on the data and identity of `stack_dir` and `ports`; its output into
-    server.log (after the earlier output if `append`)."""
+    """Start `weed server` on the data and identity of `stack_dir` and `ports`, with the stack's
+    `MASTER_TOML` in its working folder; its output into server.log (after the earlier output if
+    `append`)."""
+    (home(stack_dir) / "master.toml").write_text(MASTER_TOML)
     config = identity_dir(stack_dir) / "s3.json"
     folder = tls.tls_dir(stack_dir)
     command = server_command(weed_executable(), ports, data_dir(stack_dir), config,
