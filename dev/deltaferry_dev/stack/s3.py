@@ -3,7 +3,8 @@
 
 Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an access key and a
 secret generated at every start, readable by the owner only), ``data/`` (everything stored;
-removed by `stack down`) and ``server.log``. Every port is picked free on 127.0.0.1, telemetry
+removed by `stack down`), ``master.toml`` (how many volumes a bucket grows at once) and
+``server.log``. Every port is picked free on 127.0.0.1, telemetry
 is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
 `relaunch` starts a stopped server again on the same ``data/``, identity and ports
 (``deltaferry stack stop s3`` / ``stack start s3``): buckets and objects stay.
