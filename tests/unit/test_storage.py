@@ -129,12 +129,36 @@ def test_stack_s3_server_command_and_identity(tmp_path):
     s3_stack.write_private(config, "{}")
     assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
     command = s3_stack.server_command("weed", ports, tmp_path / "data", config)
-    assert command[:2] == ["weed", "server"]
+    assert command[:3] == ["weed", "-logtostderr", "server"]  # no log files in /tmp
     assert "-ip.bind=127.0.0.1" in command and "-master.telemetry=false" in command
+    assert f"-s3.localSocket={tmp_path / 's3.sock'}" in command
+    assert f"-filer.localSocket={tmp_path / 'filer.sock'}" in command
     assert "-s3.port=20000" in command and f"-s3.config={config}" in command
     assert secret not in " ".join(command)
     identity = s3_stack.identity_config(key, secret)["identities"][0]
     assert identity["credentials"] == [{"accessKey": key, "secretKey": secret}]
+
+
+def test_stack_s3_server_is_not_started_on_a_socket_another_user_holds(tmp_path, other_user):
+    """`weed` makes its parts' gRPC sockets in /tmp (/tmp/seaweedfs-master-grpc-PORT.sock):
+    a socket another user made there first is refused by name, and ports are picked again."""
+    import subprocess
+
+    from deltaferry.errors import StackError
+    from deltaferry_dev.stack.process import free_ports
+
+    ports = dict(zip(s3_stack.PORT_NAMES, free_ports(len(s3_stack.PORT_NAMES)), strict=True))
+    planted = s3_stack.grpc_socket("master", ports["master_grpc"])
+    assert s3_stack.foreign_sockets(ports) == []
+    subprocess.run(["touch", str(planted)], user=other_user.pw_uid, group=other_user.pw_gid,
+                   extra_groups=[], check=True)
+    try:
+        assert s3_stack.foreign_sockets(ports) == [(planted, other_user.pw_uid)]
+        with pytest.raises(StackError, match=f"{planted} belongs to another user"):
+            s3_stack.start_server(tmp_path, ports)
+        assert not (tmp_path / "s3").exists()  # refused before anything was written
+    finally:
+        planted.unlink()
 
 
 def test_stack_state_file_is_owner_only(tmp_path):

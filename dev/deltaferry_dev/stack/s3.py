@@ -3,11 +3,14 @@
 
 Layout under ``<stack dir>/s3/``: ``identity/s3.json`` (the S3 identity: an access key and a
 secret generated at every start, readable by the owner only), ``data/`` (everything stored;
-removed by `stack down`), ``master.toml`` (how many volumes a bucket grows at once) and
-``server.log``. Every port is picked free on 127.0.0.1, telemetry
-is off. Any bucket a client creates is usable as a warehouse (``s3://<bucket>/<prefix>``).
-`relaunch` starts a stopped server again on the same ``data/``, identity and ports
-(``deltaferry stack stop s3`` / ``stack start s3``): buckets and objects stay.
+removed by `stack down`), ``master.toml`` (how many volumes a bucket grows at once), the
+filer's and the gateway's local sockets and ``server.log`` (`weed`'s logs too, not in /tmp).
+`weed` makes its parts' gRPC sockets in /tmp whatever TMPDIR says: ports whose socket there
+belongs to another user are not taken, and a server is not started again on one. Every port
+is picked free on 127.0.0.1, telemetry is off. Any bucket a client creates is usable as a
+warehouse (``s3://<bucket>/<prefix>``). `relaunch` starts a stopped server again on the
+same ``data/``, identity and ports (``deltaferry stack stop s3`` / ``stack start s3``):
+buckets and objects stay.
 
 The same gateway answers HTTPS on a port of its own (``DELTAFERRY_S3_HTTPS_ENDPOINT``,
 ``https://localhost:PORT``: the same buckets and credentials) with the stack's server
@@ -62,6 +65,10 @@ MAX_VOLUMES = 1000
 #: Volumes grown at once for a bucket that has no writable one. SeaweedFS's default is 7, and
 #: with it a server of 100 volumes refused every write into a 15th bucket (`InternalError`).
 VOLUME_GROWTH = 1
+#: The local sockets `weed` always makes in /tmp, whatever TMPDIR says, for its parts' gRPC
+#: (``/tmp/seaweedfs-<part>-grpc-<port>.sock``): the part, by the name of its port.
+GRPC_SOCKETS = {"master_grpc": "master", "volume_grpc": "volume", "filer_grpc": "filer",
+                "s3_grpc": "s3"}
 #: The master's settings, read from the server's working folder (``./master.toml``).
 MASTER_TOML = f"""# written by deltaferry's stack: one volume grown at a time per bucket
 [master.volume_growth]
@@ -164,14 +171,17 @@ def server_command(weed: str, ports: dict[str, int], data: Path, config: Path,
     if tls_files is not None and "s3_https" in ports:
         https = [f"-s3.port.https={ports['s3_https']}", f"-s3.cert.file={tls_files[0]}",
                  f"-s3.key.file={tls_files[1]}"]
+    sockets = data.parent  # the filer's and the gateway's local sockets: not in /tmp
     return [
-        weed, "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
+        weed, "-logtostderr", "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
         f"-master.port={ports['master']}", f"-master.port.grpc={ports['master_grpc']}",
         "-master.telemetry=false", f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",
         f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume_grpc']}",
         f"-volume.max={MAX_VOLUMES}", "-volume.preStopSeconds=0",
         "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
+        f"-filer.localSocket={sockets / 'filer.sock'}",
         "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
+        f"-s3.localSocket={sockets / 's3.sock'}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}", *https,
     ]
 
@@ -186,6 +196,10 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     config = identity_dir(stack_dir) / "s3.json"
     write_private(config, json.dumps(identity_config(access_key, secret_key), indent=2))
     ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
+    for _ in range(5):  # ports whose /tmp sockets another user holds are not taken
+        if not foreign_sockets(ports):
+            break
+        ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES), HOST), strict=True))
     endpoint = f"http://{HOST}:{ports['s3']}"
     print(f"starting {TITLE} on {endpoint} and https://{TLS_HOST}:{ports['s3_https']} ...",
           file=sys.stderr)
@@ -204,11 +218,37 @@ def launch(stack_dir: Path, env: dict[str, str]) -> Service:
     )
 
 
+def grpc_socket(part: str, port: int) -> Path:
+    """The local socket `weed` makes in /tmp for `part`'s gRPC on `port`."""
+    return Path("/tmp") / f"seaweedfs-{part}-grpc-{port}.sock"
+
+
+def foreign_sockets(ports: dict[str, int]) -> list[tuple[Path, int]]:
+    """The /tmp sockets of `ports` (`GRPC_SOCKETS`) that exist and belong to another user, with
+    the owner's uid: through one, that user would take the server's own gRPC traffic."""
+    found = []
+    for name, part in GRPC_SOCKETS.items():
+        path = grpc_socket(part, ports[name])
+        try:
+            owner = path.lstat().st_uid
+        except FileNotFoundError:
+            continue
+        if owner != os.geteuid():
+            found.append((path, owner))
+    return found
+
+
 def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False
                  ) -> ManagedProcess:
     """Start `weed server` on the data and identity of `stack_dir` and `ports`, with the stack's
     `MASTER_TOML` in its working folder; its output into server.log (after the earlier output if
     `append`)."""
+    foreign = foreign_sockets(ports)
+    if foreign:
+        path, owner = foreign[0]
+        raise StackError(f"cannot start the {TITLE}: {path} belongs to another user (uid "
+                         f"{owner}), and `weed` would send its own gRPC through it; remove it "
+                         f"or `deltaferry stack up` a new stack on other ports")
     (home(stack_dir) / "master.toml").write_text(MASTER_TOML)
     config = identity_dir(stack_dir) / "s3.json"
     folder = tls.tls_dir(stack_dir)
