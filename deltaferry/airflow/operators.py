@@ -334,7 +334,7 @@ class DeltaferrySparkSubmitOperator(SparkSubmitOperator):
             report_file = Path(folder) / "report.json"
             code, waited = warm.run_job(self.job, list(self.application_args or []),
                                         str(report_file), env, master, drivers, say,
-                                        timeout=self.warm_timeout())
+                                        timeout=self.warm_timeout(), topic=self.topic)
             self.timing["driver"] = waited
             if code != 0:
                 raise AirflowException(errors[-1] if errors else

@@ -73,6 +73,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -101,6 +102,9 @@ KILL_GRACE_S = 15.0
 MAX_RUNS = 200
 #: How long a task waits for a driver to take its step: a new pool's drivers start first.
 TAKE_TIMEOUT_S = 300.0
+#: How long a task waits for its topic's driver, whose own socket is there, to answer: a free
+#: driver answers at once; past this the task goes to the pool's socket.
+OWN_TAKE_S = 1.0
 #: A task that waited this long for a driver asks the pool for the drivers that went idle.
 DEMAND_S = 2.0
 #: How often a waiting driver looks whether its pool retires, and the pool at deltaferry's code.
@@ -407,16 +411,63 @@ def _await_driver(conn: socket.socket, reader: BinaryIO, more_file: Path) -> byt
     return None
 
 
+def driver_socket(sock: Path, index: int) -> Path:
+    """Driver `index`'s own socket beside its pool's `sock`: there while the driver is free."""
+    return sock.with_name(f"{sock.stem}.d{index}.sock")
+
+
+def topic_driver(topic: str, drivers: int) -> int:
+    """The driver a topic's steps go to first: the same one every time, so that what a driver
+    keeps of the topic's table (Delta's log, the table's state) serves its next step."""
+    return zlib.crc32(topic.encode()) % max(drivers, 1)
+
+
+def _take_own(sock: Path, index: int) -> tuple[socket.socket, BinaryIO, bytes] | None:
+    """A connection to driver `index` through its own socket, with its READY payload, if that
+    driver is free now (its socket is there only then); None at once otherwise."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(OWN_TAKE_S)
+        conn.connect(str(driver_socket(sock, index)))
+        reader = conn.makefile("rb")
+        got = read_frame(reader)
+        if got is not None and got[0] == FRAME_READY:
+            return conn, reader, got[1]
+    except (OSError, WarmDriverError):
+        pass
+    conn.close()
+    return None
+
+
+def _take_any(sock: Path) -> tuple[socket.socket, BinaryIO, bytes] | None:
+    """A connection to whichever driver of the pool at `sock` takes it first, with its READY
+    payload; None if the pool closed it (idle, or failing) or none took it in TAKE_TIMEOUT_S."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(TAKE_TIMEOUT_S)
+        conn.connect(str(sock))
+        reader = conn.makefile("rb")
+        ready = _await_driver(conn, reader, sock.with_suffix(".more"))
+        if ready is not None:
+            return conn, reader, ready
+    except (OSError, WarmDriverError):
+        pass
+    conn.close()
+    return None
+
+
 def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
             drivers: int, say: Callable[[str], None], timeout: float | None = None,
-            idle: float | None = None) -> tuple[int, float]:
+            idle: float | None = None, topic: str | None = None) -> tuple[int, float]:
     """Run `step` with its job's arguments (the topic first) in a warm driver of the pool for
     `env`, `master` and `drivers` (started if needed); every line the driver prints goes to
     `say`. The job's exit code (0, or 2 with its one-line error as spark-submit would end) and
     the seconds waited for a driver to take the step. The step may run `timeout` seconds
     (default DEFAULT_STEP_TIMEOUT_S); past it its driver is killed and WarmDriverError says so
     in one line. WarmDriverError too if no driver took the step or the driver went away during
-    it. A pool started here idles out after `idle` seconds (`ensure_pool`'s default if None)."""
+    it. A pool started here idles out after `idle` seconds (`ensure_pool`'s default if None).
+    A step of `topic` goes to the topic's own driver (`topic_driver`) when that one is free,
+    else to whichever driver takes it first."""
     timeout = DEFAULT_STEP_TIMEOUT_S if timeout is None else float(timeout)
     began = time.monotonic()
     key = pool_key(env, master, drivers)
@@ -425,17 +476,14 @@ def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str]
                           "airflow_task": envvars.AIRFLOW_TASK.raw(env)}).encode()
     for _attempt in range(3):
         sock = ensure_pool(key, env, master, drivers, idle)
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        taken = (_take_own(sock, topic_driver(topic, drivers)) if topic else None) \
+            or _take_any(sock)
+        if taken is None:
+            continue  # the pool closed (idle, or failing) before a driver took the step
+        conn, reader, ready = taken
         try:
-            conn.settimeout(TAKE_TIMEOUT_S)
-            try:
-                conn.connect(str(sock))
-                reader = conn.makefile("rb")
-                ready = _await_driver(conn, reader, sock.with_suffix(".more"))
-            except (OSError, WarmDriverError):
-                ready = None
-            if ready is None or len(ready.split()) != 2:
-                continue  # the pool closed (idle, or failing) before a driver took the step
+            if len(ready.split()) != 2:
+                continue
             pid_text, started = ready.decode(errors="replace").split()
             waited = time.monotonic() - began
             say(f"warm driver pool {key}: driver pid {pid_text} takes the {step} step (waited "
@@ -536,7 +584,8 @@ def run_command(argv: list[str], env: Mapping[str, str], say: Callable[[str], No
         report_file = Path(folder) / "report.json"
         code, _ = run_job(RUN_COMMAND, argv, str(report_file), env, master, drivers,
                           lambda line: None if line.startswith(REPORT_PREFIX) else say(line),
-                          timeout=RUN_STEPS * each + wait, idle=idle)
+                          timeout=RUN_STEPS * each + wait, idle=idle,
+                          topic=args.topic if args is not None else None)
         reports = json.loads(report_file.read_text()) if report_file.exists() else []
     return code, reports
 
@@ -857,19 +906,36 @@ def _tidy(spark, baseline) -> bool:
         return False
 
 
-def _accept(listener: socket.socket, idle: float, retire_file: Path, pool: int):
-    """The next task's connection; None after `idle` seconds without one, once the pool
-    retires (its `retire_file` exists) or once the pool (process `pool`) is gone."""
+def _accept(listener: socket.socket, idle: float, retire_file: Path, pool: int,
+            own_path: Path | None = None):
+    """The next task's connection, from the driver's own socket at `own_path` (made here, and
+    removed before this returns: a task finds it only while the driver is free) before the
+    pool's `listener`; None after `idle` seconds without one, once the pool retires (its
+    `retire_file` exists) or once the pool (process `pool`) is gone."""
+    own = None
+    if own_path is not None:
+        own_path.unlink(missing_ok=True)
+        own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        own.bind(str(own_path))
+        own.listen(8)
+    listeners = [own, listener] if own is not None else [listener]
     idle_since = time.monotonic()
-    while time.monotonic() - idle_since < idle:
-        if retire_file.exists() or os.getppid() != pool:
-            return None
-        try:
-            conn, _ = listener.accept()
-            return conn
-        except TimeoutError:
-            continue
-    return None
+    try:
+        while time.monotonic() - idle_since < idle:
+            if retire_file.exists() or os.getppid() != pool:
+                return None
+            for ready in select.select(listeners, [], [], POLL_S)[0][:1]:
+                try:
+                    conn, _ = ready.accept()
+                    return conn
+                except (BlockingIOError, TimeoutError):  # another driver took it
+                    continue
+        return None
+    finally:
+        if own is not None:
+            with contextlib.suppress(OSError):
+                own_path.unlink()  # type: ignore[union-attr]
+            own.close()  # a task that connected meanwhile reads no READY: it goes to the pool
 
 
 @contextlib.contextmanager
@@ -980,10 +1046,11 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
 
     baseline = Baseline.take(spark)  # what every step finds (`_tidy` puts it back)
     listener = socket.socket(fileno=fd)
-    listener.settimeout(POLL_S)
+    listener.settimeout(0)  # `_accept` waits in select: a task taken by another is no wait
+    own_path = driver_socket(Path(listener.getsockname()), index)
     me = f"{os.getpid()} {process_start(os.getpid())}".encode()
     for _run in range(MAX_RUNS):
-        conn = _accept(listener, idle, retire_file, pool)
+        conn = _accept(listener, idle, retire_file, pool, own_path)
         if conn is None:
             return EXIT_IDLE
         with conn:

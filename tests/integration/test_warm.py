@@ -445,3 +445,49 @@ def test_idle_drivers_end_one_by_one_and_come_back_when_a_task_waits(pool_env, t
 def run_pool(env, topic, topics_file, report_file, lines):
     return warm.run_job("infer", [topic, "--topics-file", str(topics_file)], str(report_file),
                         env, "local[1]", 2, lines.append)
+
+
+def test_a_topics_steps_go_to_its_own_driver_and_to_another_while_that_one_is_busy(
+        pool_env, tmp_path):
+    """A pool of two drivers: each step of a topic goes to the topic's own driver
+    (`warm.topic_driver`, whose Delta log and table state it keeps) when that one is free;
+    while another task holds it, the step goes to the other driver at once."""
+    env, topic, topics_file = pool_env
+    key = warm.pool_key(env, "local[1]", 2)
+    log = pool_folder(env) / f"{key}.log"
+    earlier = log.stat().st_size if log.exists() else 0  # an earlier pool's lines
+    sock = warm.ensure_pool(key, env, "local[1]", 2)
+    pid_file = sock.with_suffix(".pid")
+    deadline = time.monotonic() + 300
+    while not all(warm.driver_socket(sock, i).exists() for i in (0, 1)):  # both free
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    pids = {int(line.split("driver ")[1].split()[0]): int(line.split("(pid ")[1].split(")")[0])
+            for line in log.read_bytes()[earlier:].decode().splitlines() if "Spark ready" in line}
+    own = warm.topic_driver(topic, 2)
+    assert set(pids) == {0, 1}
+    try:
+        taken = []
+        for step in range(4):
+            lines: list[str] = []
+            code, _ = warm.run_job("infer", [topic, "--topics-file", str(topics_file)],
+                                   str(tmp_path / f"infer{step}.json"), env, "local[1]", 2,
+                                   lines.append, topic=topic)
+            assert code == 0, "\n".join(lines)
+            taken.append(driver_pid(lines))
+        assert taken == [pids[own]] * 4
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        holder.connect(str(warm.driver_socket(sock, own)))
+        kind, payload = warm.read_frame(holder.makefile("rb"))
+        assert kind == warm.FRAME_READY and int(payload.split()[0]) == pids[own]
+        try:
+            lines = []
+            code, waited = warm.run_job("infer", [topic, "--topics-file", str(topics_file)],
+                                        str(tmp_path / "busy.json"), env, "local[1]", 2,
+                                        lines.append, topic=topic)
+            assert code == 0, "\n".join(lines)
+            assert driver_pid(lines) == pids[1 - own] and waited < 5
+        finally:
+            holder.close()
+    finally:
+        warm.signal_process(*warm.read_pid_file(pid_file), signal.SIGTERM)
