@@ -5,7 +5,9 @@ on the same topic, each tool a whole fresh process on a folder of its own:
 * `deltaferry run TOPIC` with DELTAFERRY_WARM_DRIVERS=on: the step runs in the warm driver pool
   an hourly deployment keeps (Airflow's tasks always use it on a local master). The pool is
   started and warmed up before the first round (its cost printed), as the previous hour left
-  it; the process timed is the command, the pool's drivers' memory is printed beside it;
+  it; the process timed is the command, the pool's drivers' memory is printed beside it, and
+  how long the pool stayed busy after the run (its driver computes the table's state ahead
+  for the topic's next run), waited out before the next tool starts;
 * `deltaferry run TOPIC` over Spark Connect (DELTAFERRY_SPARK_REMOTE): the steps on the
   stack's Connect server (`stack.up(connect=True)`: TLS, a token, started before the first
   round, as a team's server runs all the time); the process timed is the command;
@@ -212,6 +214,42 @@ def pool_rss(env: dict[str, str]) -> int:
     return total
 
 
+def pool_cpu(env: dict[str, str]) -> float:
+    """The CPU seconds the warm driver pool's processes (drivers and their JVMs) used so far."""
+    import psutil
+
+    from deltaferry.spark import warm
+
+    total = 0.0
+    for pid_file in Path(env["DELTAFERRY_WARM_DIR"]).glob("*.pid"):
+        owner = warm.read_pid_file(pid_file)
+        if owner is None or not warm.running(*owner):
+            continue
+        try:
+            root = psutil.Process(owner[0])
+            for process in (root, *root.children(recursive=True)):
+                times = process.cpu_times()
+                total += times.user + times.system
+        except (psutil.Error, ValueError, OSError):
+            pass
+    return total
+
+
+def settle(env: dict[str, str], quiet_s: float = 1.0, most_s: float = 60.0) -> float:
+    """Wait until the warm pool used under 5 % of a core for `quiet_s` (its driver computes the
+    table's state ahead after a run: in an hourly deployment, between runs), so that the next
+    tool is timed on a quiet machine. The seconds waited (said with the run, not in it)."""
+    started = time.monotonic()
+    before = pool_cpu(env)
+    while time.monotonic() - started < most_s:
+        time.sleep(quiet_s)
+        now = pool_cpu(env)
+        if now - before < 0.05 * quiet_s:
+            break
+        before = now
+    return time.monotonic() - started
+
+
 def start_pool(bootstrap: str, env: dict[str, str]) -> float:
     """Start the warm driver pool as an hourly deployment finds it: one `deltaferry run` of a
     small topic, then until every driver warmed up. Its seconds."""
@@ -243,8 +281,10 @@ def run_warm(topic: str, folder: Path, env: dict[str, str], options: str = "") -
                                            / f"report-{folder.name}.json", cwd=folder)
     ingest = next((r for r in reports if r.get("kind") == "IngestReport"), None)
     pool = pool_rss(env)
+    after = settle(env)
     return {"seconds": seconds, "rss": rss, "reports": reports, "ingest": ingest,
-            "detail": f"{describe_steps(reports)}; the pool's drivers {pool / 2**20:,.0f} MiB"}
+            "detail": f"{describe_steps(reports)}; the pool's drivers {pool / 2**20:,.0f} MiB; "
+                      f"busy {after:.1f} s after the run"}
 
 
 def run_tool(contender: str, topic: str, bootstrap: str, folder: Path, env: dict[str, str],

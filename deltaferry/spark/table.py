@@ -107,16 +107,30 @@ def create_if_absent(spark: SparkSession, path: str, ddl: str,
     builder.execute()
 
 
+#: The tables `table_detail` read since `detailed_tables` was last asked, in order.
+_detailed: dict[str, None] = {}
+
+
 def table_detail(spark: SparkSession, path: str):
     """DESCRIBE DETAIL of the Delta table at `path` (one row: its properties, partition and
     clustering columns, size, protocol versions), in SQL: the same on a classic session and
     over Spark Connect. Its size needs the state of the table's newest version, computed in
     one Spark job (`ONE_JOB`; AQE would make it three), which the table's next read
-    or MERGE then finds computed."""
+    or MERGE then finds computed. `path` is kept for `detailed_tables`."""
     with session_settings(spark, ONE_JOB):
         detail = spark.sql(f"DESCRIBE DETAIL delta.{quote(path)}").first()
     assert detail is not None  # a table's detail is one row
+    _detailed[path] = None
     return detail
+
+
+def detailed_tables() -> list[str]:
+    """The tables whose detail this process read since the last call (then forgotten): a warm
+    driver reads them again after a step, so that the topic's next step, which reads them
+    first, finds the state of their newest version computed."""
+    paths = list(_detailed)
+    _detailed.clear()
+    return paths
 
 
 @dataclass(frozen=True)

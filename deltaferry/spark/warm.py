@@ -19,6 +19,11 @@ How:
   ends on its own; a task that waits for a driver while some ended asks the pool (a ``.more``
   file) to start them again; the pool ends with its last driver. A driver that crashed is
   started again; one is replaced after `MAX_RUNS` steps.
+* **A topic keeps its driver**: while free, each driver also listens on a socket of its own; a
+  task tries its topic's driver there first (`topic_driver`) and else takes the pool's socket
+  at once. After a step, its driver computes the newest state of the table the step read
+  (`_state_ahead`), which that topic's next step then finds: a +5 % or a 100-message run no
+  longer reads the table's log and state again in the other driver.
 * **Every step is bounded**: a request carries its step's timeout (`run_job`'s `timeout`); a
   driver tells the pool (a pipe) when it takes a step and when it is done, and the pool kills
   one that runs past the timeout (its process group, JVM included: a hang inside Spark cannot be
@@ -103,8 +108,9 @@ MAX_RUNS = 200
 #: How long a task waits for a driver to take its step: a new pool's drivers start first.
 TAKE_TIMEOUT_S = 300.0
 #: How long a task waits for its topic's driver, whose own socket is there, to answer: a free
-#: driver answers at once; past this the task goes to the pool's socket.
-OWN_TAKE_S = 1.0
+#: driver answers at once, one computing its last step's table state ahead when done; past
+#: this the task goes to the pool's socket.
+OWN_TAKE_S = 5.0
 #: A task that waited this long for a driver asks the pool for the drivers that went idle.
 DEMAND_S = 2.0
 #: How often a waiting driver looks whether its pool retires, and the pool at deltaferry's code.
@@ -906,36 +912,64 @@ def _tidy(spark, baseline) -> bool:
         return False
 
 
-def _accept(listener: socket.socket, idle: float, retire_file: Path, pool: int,
-            own_path: Path | None = None):
-    """The next task's connection, from the driver's own socket at `own_path` (made here, and
-    removed before this returns: a task finds it only while the driver is free) before the
-    pool's `listener`; None after `idle` seconds without one, once the pool retires (its
-    `retire_file` exists) or once the pool (process `pool`) is gone."""
-    own = None
-    if own_path is not None:
-        own_path.unlink(missing_ok=True)
-        own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        own.bind(str(own_path))
-        own.listen(8)
+def _state_ahead(spark) -> None:
+    """After a step, its task told and the driver's own socket open: the newest state of the
+    tables whose detail the step read (`deltaferry.spark.table.detailed_tables`, the topic's
+    table), computed now for the topic's next step, which its own driver (`topic_driver`)
+    runs. Said in the pool's log; a failure is said and ignored (the next step computes
+    it)."""
+    from deltaferry.spark import table
+
+    for path in table.detailed_tables():
+        started = time.monotonic()
+        try:
+            detail = table.table_detail(spark, path)
+            print(f"warm driver: the newest state of {path} ({detail['numFiles']} "
+                  f"file(s)) computed ahead in {time.monotonic() - started:.1f} s", flush=True)
+        except Exception as exc:  # noqa: BLE001 - a head start only
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(f"warm driver: the state of {path} was not computed ahead: {why}",
+                  file=sys.stderr, flush=True)
+    table.detailed_tables()  # those read just now: not again after the next step
+
+
+def _open_own(path: Path) -> socket.socket:
+    """The driver's own socket at `path`, listening: there while the driver is free."""
+    path.unlink(missing_ok=True)
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own.bind(str(path))
+    own.listen(8)
+    return own
+
+
+def _close_own(own: socket.socket, path: Path) -> None:
+    """Close the driver's own socket (a busy driver has none): a task that connected to it
+    and was not taken reads no READY and goes to the pool's socket."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+    own.close()
+
+
+def _accept(listener: socket.socket, own: socket.socket | None, idle: float,
+            retire_file: Path, pool: int, before: Callable[[], None] | None = None):
+    """The next task's connection, from the driver's `own` socket before the pool's
+    `listener`, after `before` (run first: a task of the driver's topic waits for it in
+    `own`'s queue, up to `OWN_TAKE_S`); None after `idle` seconds without one, once the pool
+    retires (its `retire_file` exists) or once the pool (process `pool`) is gone."""
+    if before is not None:
+        before()
     listeners = [own, listener] if own is not None else [listener]
     idle_since = time.monotonic()
-    try:
-        while time.monotonic() - idle_since < idle:
-            if retire_file.exists() or os.getppid() != pool:
-                return None
-            for ready in select.select(listeners, [], [], POLL_S)[0][:1]:
-                try:
-                    conn, _ = ready.accept()
-                    return conn
-                except (BlockingIOError, TimeoutError):  # another driver took it
-                    continue
-        return None
-    finally:
-        if own is not None:
-            with contextlib.suppress(OSError):
-                own_path.unlink()  # type: ignore[union-attr]
-            own.close()  # a task that connected meanwhile reads no READY: it goes to the pool
+    while time.monotonic() - idle_since < idle:
+        if retire_file.exists() or os.getppid() != pool:
+            return None
+        for ready in select.select(listeners, [], [], POLL_S)[0][:1]:
+            try:
+                conn, _ = ready.accept()
+                return conn
+            except (BlockingIOError, TimeoutError):  # another driver took it
+                continue
+    return None
 
 
 @contextlib.contextmanager
@@ -1045,12 +1079,21 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
     from deltaferry.spark.isolation import Baseline
 
     baseline = Baseline.take(spark)  # what every step finds (`_tidy` puts it back)
+    from deltaferry.spark.table import detailed_tables
+
+    detailed_tables()  # the warm-up's table, gone: nothing to compute ahead
     listener = socket.socket(fileno=fd)
     listener.settimeout(0)  # `_accept` waits in select: a task taken by another is no wait
     own_path = driver_socket(Path(listener.getsockname()), index)
     me = f"{os.getpid()} {process_start(os.getpid())}".encode()
+    ahead = False  # whether the last step's tables get their state computed ahead
+    own: socket.socket | None = None
     for _run in range(MAX_RUNS):
-        conn = _accept(listener, idle, retire_file, pool, own_path)
+        own = own or _open_own(own_path)
+        conn = _accept(listener, own, idle, retire_file, pool,
+                       (lambda: _state_ahead(spark)) if ahead else None)
+        _close_own(own, own_path)
+        own = None
         if conn is None:
             return EXIT_IDLE
         with conn:
@@ -1076,12 +1119,17 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
                 code = _run_request(request)
             ended.set()
             healthy = _tidy(spark, baseline)
+            if healthy and _run + 1 < MAX_RUNS:  # free: the topic's next task waits for it
+                own = _open_own(own_path)
             sys.stderr.flush()
             print(f"{EXIT_PREFIX}{nonce} {code}", flush=True)
             output.done.wait(60)
+            ahead = code == 0 and healthy
             tell_pool("free")
         if not healthy:
             return EXIT_RECYCLE
+    if own is not None:
+        _close_own(own, own_path)
     return EXIT_RECYCLE
 
 

@@ -1,6 +1,8 @@
 """Warm drivers (deltaferry.spark.warm) against the real stack: a step runs in a driver that is
-already up, with its output streamed to the task; the next step reuses that driver (the tests
-of one task's settings share its pool, as a worker's tasks do); a driver killed in the middle
+already up, with its output streamed to the task, and computes the state of the table it wrote
+ahead of the next step; the next step reuses that driver (the tests of one task's settings
+share its pool, as a worker's tasks do); a topic's steps go to its own driver of two, to the
+other while that one is busy; a driver killed in the middle
 of an ingest fails that step only, is replaced, and the next run lands every key exactly once
 (read back with delta-rs); a task that goes away stops its driver; a line a step prints cannot
 end it; a driver starts with the task's environment; a step stopped past its timeout fails in
@@ -103,6 +105,12 @@ def test_steps_share_a_warm_driver_and_stream_their_output(pool_env, tmp_path):
     assert report["messages_read"] == 2000 and report["inserted"] == KEYS
     assert table_keys(env, topic) == sorted(f"k{i}" for i in range(KEYS))
     assert driver_count() >= 1
+    # after the step, its driver computes the table's newest state for the topic's next step
+    deadline = time.monotonic() + 60
+    while not any(f"/{topic}/table (" in line and "computed ahead" in line
+                  for line in pool_log(env).splitlines()):
+        assert time.monotonic() < deadline, pool_log(env)
+        time.sleep(0.2)
     # a bad request is the job's own error line and exit code 2, and the driver goes on
     lines.clear()
     code, _ = warm.run_job("ingest", ["no-such-topic", "--topics-file", str(topics_file)],
