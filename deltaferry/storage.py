@@ -26,9 +26,10 @@ as Hadoop configuration set inside the running driver (`s3a_hadoop_conf`, the ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -231,42 +232,60 @@ class S3Storage:
 
     def read(self, uri: str) -> bytes:
         bucket, key = split_s3_uri(uri)
-        try:
-            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except self.client.exceptions.NoSuchKey:
-            raise FileNotFoundError(uri) from None
+        with s3_errors(uri):
+            try:
+                return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            except self.client.exceptions.NoSuchKey:
+                raise FileNotFoundError(uri) from None
 
     def write(self, uri: str, data: bytes) -> None:
         bucket, key = split_s3_uri(uri)
-        self.client.put_object(Bucket=bucket, Key=key, Body=data)
+        with s3_errors(uri):
+            self.client.put_object(Bucket=bucket, Key=key, Body=data)
 
     def put_if_absent(self, uri: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
         bucket, key = split_s3_uri(uri)
-        try:
-            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            # 412: the key exists; 409: another conditional PUT of that key is in flight.
-            if status in (409, 412) or exc.response.get("Error", {}).get("Code") in (
-                    "PreconditionFailed", "ConditionalRequestConflict"):
-                return False
-            raise
+        with s3_errors(uri):
+            try:
+                self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            except ClientError as exc:
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                # 412: the key exists; 409: another conditional PUT of that key is in flight.
+                if status in (409, 412) or exc.response.get("Error", {}).get("Code") in (
+                        "PreconditionFailed", "ConditionalRequestConflict"):
+                    return False
+                raise
         return True
 
     def list(self, uri: str) -> list[str]:
         bucket, key = split_s3_uri(uri)
         prefix = f"{key}/" if key else ""
         names = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/"):
-            names += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+        with s3_errors(uri):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=prefix, Delimiter="/"):
+                names += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
         return sorted(names)
 
     def delete(self, uri: str) -> None:
         bucket, key = split_s3_uri(uri)
-        self.client.delete_object(Bucket=bucket, Key=key)
+        with s3_errors(uri):
+            self.client.delete_object(Bucket=bucket, Key=key)
+
+
+@contextlib.contextmanager
+def s3_errors(uri: str) -> Iterator[None]:
+    """A block whose S3 errors (botocore's, after its own retries) become one WarehouseError
+    naming `uri` and the cause in words (`describe_s3_failure`): a run then ends in one line,
+    not a traceback through boto3."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (BotoCoreError, ClientError) as exc:
+        raise WarehouseError(uri, describe_s3_failure(exc)) from exc
 
 
 def storage_for(uri: str, env: Mapping[str, str] | None = None) -> Storage:

@@ -121,6 +121,23 @@ def test_check_warehouse_names_the_uri_and_the_cause_without_the_secret():
     assert "s3cr3t-value" not in message
 
 
+def test_an_s3_failure_is_one_line_naming_the_object_without_the_secret():
+    """Every S3 operation of the storage (the lock's, the schema store's) that fails after
+    botocore's retries ends in one WarehouseError naming the object and the cause (here a real
+    refused connection), never boto3's traceback or a credential."""
+    storage = storage_for("s3://bucket/wh", {**ENV, "DELTAFERRY_S3_ENDPOINT": "http://127.0.0.1:1",
+                                            "DELTAFERRY_S3_RETRIES": "0"})
+    uri = "s3://bucket/wh/orders/_lock/00000001"
+    for operation in (lambda: storage.read(uri), lambda: storage.write(uri, b"x"),
+                      lambda: storage.put_if_absent(uri, b"x"), lambda: storage.list(uri),
+                      lambda: storage.delete(uri)):
+        with pytest.raises(WarehouseError) as info:
+            operation()
+        message = str(info.value)
+        assert message.startswith(f"warehouse {uri}: endpoint not reachable"), message
+        assert "\n" not in message and "s3cr3t-value" not in message
+
+
 def test_stack_s3_server_command_and_identity(tmp_path):
     ports = dict(zip(s3_stack.PORT_NAMES, range(20000, 20000 + len(s3_stack.PORT_NAMES)), strict=True))
     key, secret = s3_stack.new_credentials()
