@@ -194,45 +194,47 @@ def without_remote(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("DELTAFERRY_SPARK_REMOTE")}
 
 
-def pool_rss(env: dict[str, str]) -> int:
-    """The resident memory of the warm driver pool's processes (drivers and their JVMs)."""
+def pool_processes(env: dict[str, str]) -> list:
+    """The warm driver pools' running processes (each pool, its drivers and their JVMs), as
+    psutil processes."""
     import psutil
 
     from deltaferry.spark import warm
 
-    total = 0
+    found = []
     for pid_file in Path(env["DELTAFERRY_WARM_DIR"]).glob("*.pid"):
         owner = warm.read_pid_file(pid_file)
         if owner is None or not warm.running(*owner):
             continue
         try:
             root = psutil.Process(owner[0])
-            total += root.memory_info().rss + sum(
-                c.memory_info().rss for c in root.children(recursive=True))
+            found += [root, *root.children(recursive=True)]
         except (psutil.Error, ValueError, OSError):
             pass
+    return found
+
+
+def _sum(env: dict[str, str], measure: Callable) -> float:
+    """`measure` of each pool process, summed over those still there."""
+    import psutil
+
+    total = 0.0
+    for process in pool_processes(env):
+        try:
+            total += measure(process)
+        except (psutil.Error, OSError):
+            pass
     return total
+
+
+def pool_rss(env: dict[str, str]) -> int:
+    """The resident memory of the warm driver pool's processes (drivers and their JVMs)."""
+    return int(_sum(env, lambda p: p.memory_info().rss))
 
 
 def pool_cpu(env: dict[str, str]) -> float:
     """The CPU seconds the warm driver pool's processes (drivers and their JVMs) used so far."""
-    import psutil
-
-    from deltaferry.spark import warm
-
-    total = 0.0
-    for pid_file in Path(env["DELTAFERRY_WARM_DIR"]).glob("*.pid"):
-        owner = warm.read_pid_file(pid_file)
-        if owner is None or not warm.running(*owner):
-            continue
-        try:
-            root = psutil.Process(owner[0])
-            for process in (root, *root.children(recursive=True)):
-                times = process.cpu_times()
-                total += times.user + times.system
-        except (psutil.Error, ValueError, OSError):
-            pass
-    return total
+    return _sum(env, lambda p: sum(p.cpu_times()[:2]))
 
 
 def settle(env: dict[str, str], quiet_s: float = 1.0, most_s: float = 60.0) -> float:
