@@ -428,38 +428,41 @@ def topic_driver(topic: str, drivers: int) -> int:
     return zlib.crc32(topic.encode()) % max(drivers, 1)
 
 
-def _take_own(sock: Path, index: int) -> tuple[socket.socket, BinaryIO, bytes] | None:
-    """A connection to driver `index` through its own socket, with its READY payload, if that
-    driver is free now (its socket is there only then); None at once otherwise."""
+def _take(path: Path, timeout: float, ready: Callable[[socket.socket, BinaryIO], bytes | None]
+          ) -> tuple[socket.socket, BinaryIO, bytes] | None:
+    """A connection through the socket at `path` with the READY payload `ready` reads from it
+    (None: no driver took it), the connection's timeout `timeout`; None, the connection
+    closed, if it could not be made or no driver took it."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.settimeout(OWN_TAKE_S)
-        conn.connect(str(driver_socket(sock, index)))
+        conn.settimeout(timeout)
+        conn.connect(str(path))
         reader = conn.makefile("rb")
-        got = read_frame(reader)
-        if got is not None and got[0] == FRAME_READY:
-            return conn, reader, got[1]
+        payload = ready(conn, reader)
+        if payload is not None:
+            return conn, reader, payload
     except (OSError, WarmDriverError):
         pass
     conn.close()
     return None
+
+
+def _take_own(sock: Path, index: int) -> tuple[socket.socket, BinaryIO, bytes] | None:
+    """A connection to driver `index` through its own socket, with its READY payload, if that
+    driver is free now (its socket is there only then); None at once otherwise."""
+
+    def ready(_conn: socket.socket, reader: BinaryIO) -> bytes | None:
+        got = read_frame(reader)
+        return got[1] if got is not None and got[0] == FRAME_READY else None
+
+    return _take(driver_socket(sock, index), OWN_TAKE_S, ready)
 
 
 def _take_any(sock: Path) -> tuple[socket.socket, BinaryIO, bytes] | None:
     """A connection to whichever driver of the pool at `sock` takes it first, with its READY
     payload; None if the pool closed it (idle, or failing) or none took it in TAKE_TIMEOUT_S."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.settimeout(TAKE_TIMEOUT_S)
-        conn.connect(str(sock))
-        reader = conn.makefile("rb")
-        ready = _await_driver(conn, reader, sock.with_suffix(".more"))
-        if ready is not None:
-            return conn, reader, ready
-    except (OSError, WarmDriverError):
-        pass
-    conn.close()
-    return None
+    return _take(sock, TAKE_TIMEOUT_S,
+                 lambda conn, reader: _await_driver(conn, reader, sock.with_suffix(".more")))
 
 
 def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
