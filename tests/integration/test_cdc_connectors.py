@@ -17,6 +17,7 @@ from decimal import Decimal
 import pytest
 
 from deltaferry.errors import ConfigError
+from deltaferry.formats.debezium.position import CONNECTORS
 from deltaferry.kafka import produce
 from deltaferry.pipeline import run_step
 from deltaferry_dev.debezium_events import (
@@ -252,7 +253,7 @@ def test_each_connectors_source_block_reads_as_its_position(spark):
     """The position (and transaction) read from each connector's real source block, exactly,
     with the JsonConverter's schema wrapper or without it; a field that does not read is the
     event's problem, naming the field and its value; an unknown connector has no position."""
-    from deltaferry.formats.debezium import envelope
+    from deltaferry.formats.debezium import batch_connectors, envelope
 
     def value(source: dict, wrapped: bool) -> str:
         payload = {"before": None, "after": {"id": 1}, "op": "u",
@@ -264,8 +265,12 @@ def test_each_connectors_source_block_reads_as_its_position(spark):
         [{"connector": "db2", "commit_lsn": "00000000:0000150f:0000000000048fca"}]
     rows = [(value(s, w), '{"id": 1}') for w in (True, False) for s in blocks]
     raw = spark.createDataFrame(rows, "raw_value string, kafka_key string")
-    read = envelope(raw).select("__source_position", "__source_tx",
-                                "__position_problem").collect()
+    columns = ("__source_position", "__source_tx", "__position_problem")
+    read = envelope(raw).select(*columns).collect()
+    # as a micro-batch reads them: its plan holds the positions of the connectors it names
+    named = raw.agg(batch_connectors()).first()[0]
+    assert sorted(named) == sorted(CONNECTORS) and "db2" not in named
+    assert envelope(raw, connectors=named).select(*columns).collect() == read
     n = len(blocks)
     for half in (read[:n], read[n:]):
         for row, (_, position, transaction) in zip(half, SOURCE_BLOCKS, strict=False):
@@ -288,6 +293,35 @@ def test_each_connectors_source_block_reads_as_its_position(spark):
         f"row int'))) AS raw_value", "'{\"id\": 1}' AS kafka_key")
     newest = envelope(events).orderBy("__source_position").select("n").collect()
     assert [r["n"] for r in newest] == [3, 1, 2]
+
+
+def test_a_batch_plans_the_positions_of_the_connectors_its_values_name(spark):
+    """A micro-batch's first action finds the connectors its values name; its plan then
+    holds their positions only, and an event of a connector left out reads as unknown's. A
+    row's own field named ``connector`` only adds to them, never hides the source's."""
+    from deltaferry.formats.debezium import batch_connectors, envelope
+
+    events = [mysql_event("u", 1, 9, 154, 0, T, after=customer(1, 0)),
+              sqlserver_event("u", 2, (0x27, 0xac0, 0x7), (0x27, 0xac0, 0x2), 2, T,
+                              after=customer(2, 0))]
+    values = [v for _, v in messages(events, False)]
+    field = json.loads(values[0])
+    field["after"]["connector"] = " oracle "  # a row's own field, spaced
+    raw = spark.createDataFrame([(v, '{"id": 1}') for v in [*values, json.dumps(field)]],
+                                "raw_value string, kafka_key string")
+    named = raw.agg(batch_connectors()).first()[0]
+    assert sorted(named) == ["mysql", "oracle", "sqlserver"]
+
+    def plan(connectors) -> str:
+        positions = envelope(raw, connectors=connectors).select("__source_position")
+        return positions._jdf.queryExecution().optimizedPlan().toString()
+
+    assert "commit_lsn" in plan(None) and "commit_lsn" in plan(named)
+    assert "commit_lsn" not in plan(["mysql"]) and "ts_ms" not in plan(["oracle"])
+    mysql_only = envelope(raw, connectors=["mysql"]).select(
+        "__source_connector", "__source_position").collect()
+    assert [(r[0], r[1] is None) for r in mysql_only] == \
+        [("mysql", False), ("sqlserver", True), ("mysql", False)]
 
 
 def delete_and_history_runs() -> list[list[Event]]:

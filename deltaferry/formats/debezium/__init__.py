@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +130,24 @@ def _is_null(column: Column) -> Column:
     return F.coalesce(column.isNull(), F.lit(True))
 
 
-def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None) -> DataFrame:
+def batch_connectors() -> Column:
+    """An aggregate of raw records: the known connectors (`position.CONNECTORS`) their values
+    name as ``"connector": "<name>"`` anywhere in their JSON text, found by a regular
+    expression, not a parse. Every connector an event's ``source.connector`` names is among
+    them, maybe with more (a row's own field of that name): what `envelope` takes as
+    `connectors` for those records."""
+    from pyspark.sql import functions as F
+
+    found = F.regexp_extract_all(F.col("raw_value"), F.lit(r'"connector"\s*:\s*"([^"]*)"'),
+                                 F.lit(1))
+    # not F.trim itself: transform would give its second parameter the element's index
+    known = F.filter(F.transform(found, lambda name: F.trim(name)),
+                     lambda name: name.isin(*position.CONNECTORS))
+    return F.array_distinct(F.flatten(F.collect_set(known)))
+
+
+def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None,
+             connectors: Collection[str] | None = None) -> DataFrame:
     """`raw` plus the change event's parts, each its JSON text: `__op`, `__before`, `__after`,
     `__image` (the row: after, or before for a delete), `__key_text` (the key's payload) and
     `__envelope` (null, or with its corrupt-record field set, if the value is not a JSON object
@@ -178,7 +196,7 @@ def envelope(raw: DataFrame, sequence_by: tuple[str, ...] | None = None) -> Data
         TS_MS: F.get_json_object(source, "$.ts_ms").try_cast("bigint"),
         "__image": F.when(part["op"] == "d", part["before"]).otherwise(part["after"]),
         "__key_text": key_text,
-        **position.columns(get, sequence_by),
+        **position.columns(get, sequence_by, connectors),
     })
 
 
@@ -187,7 +205,8 @@ def inference_records(raw: DataFrame, topic: TopicConfig | None = None) -> DataF
     (after and before), ``{"key": <the key's payload>, "row": <the image>}`` as `raw_value`."""
     from pyspark.sql import functions as F
 
-    events = envelope(raw.where(F.col("raw_value").isNotNull()))
+    # no position: inference reads the rows' shapes only
+    events = envelope(raw.where(F.col("raw_value").isNotNull()), connectors=())
     # a key that is no object (quarantined by ingest) would turn the key's type into a string
     key = F.when(F.ltrim(F.col("__key_text")).startswith("{"), F.col("__key_text"))
 
@@ -556,10 +575,19 @@ class DebeziumDecoder(JsonDecoder):
         a VARIANT as a JSON topic's value is)."""
         return with_raw_columns(batch_df)
 
+    #: The connectors the next batch's events may name (`aggregated`); None: not known.
+    connectors: frozenset[str] | None = None
+
     def aggregates(self) -> list:
-        """Nothing of the batch's first action: the schema grows from the rows of the
-        offsets inference has not read (`current_schema`)."""
-        return []
+        """What the batch's first action computes for this decoder: the connectors its values
+        name (`batch_connectors`), so that the batch's plan holds their positions only (each
+        connector's is a large expression, which every job of the batch plans). The schema
+        grows from the rows of the offsets inference has not read (`current_schema`)."""
+        return [batch_connectors()]
+
+    def aggregated(self, values: list) -> None:
+        """Take the values of `aggregates` for the next batch `decode`s."""
+        self.connectors = frozenset(values[0] or ())
 
     def current_schema(self, raw: DataFrame, found: dict | None = None) -> SchemaVersion:
         """The cached schema, grown by the rows of the batch's offsets inference has not
@@ -585,7 +613,9 @@ class DebeziumDecoder(JsonDecoder):
     def decode(self, raw: DataFrame) -> Any:
         found = schema_texts(raw)
         row, key = merged_schemas(found)
-        events = envelope(raw, self.topic.sequence_by)
+        # the batch's connectors, taken once (a replay has no first action: all of them)
+        connectors, self.connectors = self.connectors, None
+        events = envelope(raw, self.topic.sequence_by, connectors)
         if row is not None:
             cached = self.store.latest()
             assert cached is not None  # checked when the decoder was made

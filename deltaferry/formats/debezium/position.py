@@ -38,7 +38,7 @@ wrapper) and Avro ones (`deltaferry.formats.debezium.avro`) are read the same wa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -191,10 +191,13 @@ def _of_parts(parts: tuple[Part, ...], get: Getter, connector: str
     return F.when(~any_null, position), problem if problem is not None else F.lit(None)
 
 
-def columns(get: Getter, sequence_by: tuple[str, ...] | None) -> dict[str, Column]:
+def columns(get: Getter, sequence_by: tuple[str, ...] | None,
+            connectors: Collection[str] | None = None) -> dict[str, Column]:
     """The position columns of change events whose fields `get` reads: `CONNECTOR`,
     `POSITION` (null where the connector is unknown or a field is bad), `TRANSACTION`, and
-    ``__position_problem`` (`REASON_POSITION`, or null)."""
+    ``__position_problem`` (`REASON_POSITION`, or null). Where `connectors` is given, only
+    those of `CONNECTORS` are known (the connectors a batch's events name: the plan holds
+    no other's expressions, which cost its every job time); the others read as unknown."""
     from pyspark.sql import functions as F
 
     connector = F.trim(get("source.connector"))
@@ -206,14 +209,19 @@ def columns(get: Getter, sequence_by: tuple[str, ...] | None) -> dict[str, Colum
         position, problem = _of_parts(parts, get, "the")
     else:
         for name, parts in CONNECTORS.items():
+            if connectors is not None and name not in connectors:
+                continue
             at, why = _of_parts(parts, get, name)
             position = (F.when(connector == name, at) if position is None
                         else position.when(connector == name, at))
             problem = (F.when(connector == name, why) if problem is None
                        else problem.when(connector == name, why))
-    assert position is not None and problem is not None
+    if position is None or problem is None:  # no connector known
+        position, problem = F.lit(None).cast(f"array<{ELEMENT}>"), F.lit(None).cast("string")
     own: Column = F.lit(None).cast("string")
     for name, paths in ({} if sequence_by else TRANSACTIONS).items():
+        if connectors is not None and name not in connectors:
+            continue
         joined = F.concat_ws("/", *[get(p) for p in paths])
         own = F.when(connector == name, F.when(joined != "", joined)).otherwise(own)
     transaction = F.coalesce(get("transaction.id"), own)
