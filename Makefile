@@ -10,7 +10,7 @@ UV_VERSION := 0.13.9
 # The dlt pipeline's own venv (bench/dlt_pipeline.py): dlt never enters the product's .venv.
 DLT_VENV := .venv-dlt
 
-.PHONY: setup lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-layout bench-cluster bench-ui bench-goals bench-fleet bench-peers lock lock-dlt clean help
+.PHONY: setup deps class-archive browser lint docs test test-unit test-integration demo airflow stack-up stack-down bench bench-airflow bench-protobuf bench-notebook bench-merge bench-layout bench-cluster bench-ui bench-goals bench-fleet bench-peers lock lock-dlt clean help
 
 help:
 	@echo "make demo   - local Kafka, sample events, one DAG run through Airflow, the resulting table"
@@ -31,9 +31,15 @@ help:
 	@echo "make bench-fleet - 24 topics x 3,000 messages all due at once through Airflow: wall time, drivers, memory, fixed cost (CONNECT=1: on the stack's Spark Connect server)"
 	@echo "make stack-down - stop the local Airflow and the local stack"
 
-setup: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built $(DEPS)/metastore/.resolved
+setup: deps class-archive
+
+# What the checks need: the pinned Python deps, the jars, the Schema Registry, the metastore.
+deps: $(VENV)/.installed $(DEPS)/jars/spark/.resolved $(DEPS)/jars/kafka/.resolved $(DEPS)/registry/.built $(DEPS)/metastore/.resolved
 	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true  # the commit convention
-	@$(BIN)/python -m deltaferry.spark.class_archive  # the driver JVM's class archive (once per JVM and jars)
+
+# The driver JVM's class archive (once per JVM and jars; a no-op when it is there).
+class-archive: deps
+	@$(BIN)/python -m deltaferry.spark.class_archive
 
 $(VENV)/.tools:
 	scripts/ensure-tools.sh
@@ -58,36 +64,42 @@ $(DEPS)/jars/kafka/.resolved: jvm/kafka/pom.xml | $(VENV)/.tools
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(DEPS)/jars/kafka
 	touch $@
 
-# The whole check, timed: its total in minutes is its last line (CI's budget is 35).
-test: setup
+# The whole check, timed: its total in minutes is its last line (CI's budget is 35). The class
+# archive's build, the lint, the unit tests, the browser's install and the docs run side by
+# side (each a core at most, the install mostly waits), then the integration tests.
+test: deps
 	@started=$$(date +%s); status=0; \
-	$(MAKE) --no-print-directory lint test-unit docs test-integration || status=$$?; \
+	$(MAKE) --no-print-directory -j3 --output-sync=target class-archive lint test-unit browser docs \
+	&& $(MAKE) --no-print-directory test-integration || status=$$?; \
 	took=$$(( $$(date +%s) - started )); \
 	echo "make test: $$((took / 60)) min $$((took % 60)) s in all (exit $$status)"; exit $$status
 
 # ruff (style, imports, bugbear) and mypy over the library, the harness, the tests, the
 # benchmarks, the DAGs, the spark-submit entry points.
-lint: setup
+lint: deps
 	$(BIN)/ruff check deltaferry spark_jobs dev tests bench dags plugins
 	$(BIN)/mypy deltaferry dev/deltaferry_dev
 
-test-unit: setup
+test-unit: deps
 	$(BIN)/pytest tests/unit -q
+
+browser:
+	@scripts/ensure-browser.sh
 
 # The documentation site (mkdocs.yml, docs/) into site/; strict: a broken link or anchor, or a
 # page left out of the navigation, fails the build.
-docs: setup
+docs: deps
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The UI's browser tests need Debian's chromium and chromium-driver (installed when missing).
+# The UI's browser tests need Debian's chromium and chromium-driver (`browser`: installed when
+# missing).
 # Two processes (pytest-xdist), a test file at a time each, so a file's module fixtures (its
 # Airflow, a stack part it stops) stay in one process; the files sharing one Airflow
 # (tests/integration/airflow_shared.py) go to one process together (conftest.py's scheduler).
 # The slowest start first, in conftest.py's order (--no-loadscope-reorder: xdist would
 # otherwise start the files with the most tests first). INTEGRATION_WORKERS=1 runs them one after another.
 INTEGRATION_WORKERS ?= 2
-test-integration: setup
-	scripts/ensure-browser.sh
+test-integration: setup browser
 	$(BIN)/pytest tests/integration -q -m integration --durations=25 -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder
 
 demo: setup
