@@ -581,9 +581,10 @@ class DebeziumDecoder(JsonDecoder):
     def aggregates(self) -> list:
         """What the batch's first action computes for this decoder: the connectors its values
         name (`batch_connectors`), so that the batch's plan holds their positions only (each
-        connector's is a large expression, which every job of the batch plans). The schema
-        grows from the rows of the offsets inference has not read (`current_schema`)."""
-        return [batch_connectors()]
+        connector's is a large expression, which every job of the batch plans); nothing where
+        `sequence_by` orders the topic (its position is no connector's). The schema grows from
+        the rows of the offsets inference has not read (`current_schema`)."""
+        return [] if self.topic.sequence_by else [batch_connectors()]
 
     def aggregated(self, values: list) -> None:
         """Take the values of `aggregates` for the next batch `decode`s."""
