@@ -134,8 +134,9 @@ def batch_connectors() -> Column:
     """An aggregate of raw records: the known connectors (`position.CONNECTORS`) their values
     name as ``"connector": "<name>"`` anywhere in their JSON text, found by a regular
     expression, not a parse. Every connector an event's ``source.connector`` names is among
-    them, maybe with more (a row's own field of that name): what `envelope` takes as
-    `connectors` for those records."""
+    them, maybe with more (a row's own field of that name), unless the name is written with
+    JSON escapes (``"\\u006dysql"``; its events then read as an unknown connector's): what
+    `envelope` takes as `connectors` for those records."""
     from pyspark.sql import functions as F
 
     found = F.regexp_extract_all(F.col("raw_value"), F.lit(r'"connector"\s*:\s*"([^"]*)"'),

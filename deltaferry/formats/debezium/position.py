@@ -201,6 +201,7 @@ def columns(get: Getter, sequence_by: tuple[str, ...] | None,
     from pyspark.sql import functions as F
 
     connector = F.trim(get("source.connector"))
+    known = [name for name in CONNECTORS if connectors is None or name in connectors]
     position: Column | None = None
     problem: Column | None = None
     if sequence_by:
@@ -208,10 +209,8 @@ def columns(get: Getter, sequence_by: tuple[str, ...] | None,
         assert parts is not None
         position, problem = _of_parts(parts, get, "the")
     else:
-        for name, parts in CONNECTORS.items():
-            if connectors is not None and name not in connectors:
-                continue
-            at, why = _of_parts(parts, get, name)
+        for name in known:
+            at, why = _of_parts(CONNECTORS[name], get, name)
             position = (F.when(connector == name, at) if position is None
                         else position.when(connector == name, at))
             problem = (F.when(connector == name, why) if problem is None
@@ -219,10 +218,8 @@ def columns(get: Getter, sequence_by: tuple[str, ...] | None,
     if position is None or problem is None:  # no connector known
         position, problem = F.lit(None).cast(f"array<{ELEMENT}>"), F.lit(None).cast("string")
     own: Column = F.lit(None).cast("string")
-    for name, paths in ({} if sequence_by else TRANSACTIONS).items():
-        if connectors is not None and name not in connectors:
-            continue
-        joined = F.concat_ws("/", *[get(p) for p in paths])
+    for name in () if sequence_by else [n for n in known if n in TRANSACTIONS]:
+        joined = F.concat_ws("/", *[get(p) for p in TRANSACTIONS[name]])
         own = F.when(connector == name, F.when(joined != "", joined)).otherwise(own)
     transaction = F.coalesce(get("transaction.id"), own)
     return {CONNECTOR: connector, POSITION: position, TRANSACTION: transaction.cast("string"),
