@@ -49,6 +49,8 @@ def test_cluster_spark_conf_is_compact_json_sized_for_the_cluster():
     text = cluster.cluster_spark_conf(workers=2, cores=1)
     assert " " not in text  # survives `export $(deltaferry stack up --cluster)`
     assert json.loads(text)["spark.sql.shuffle.partitions"] == "4"
+    assert json.loads(text)["spark.executor.extraJavaOptions"].split() == [
+        "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
     assert extra_spark_conf({"DELTAFERRY_SPARK_CONF": text}) == json.loads(text)
 
 

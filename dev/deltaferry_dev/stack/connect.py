@@ -50,7 +50,7 @@ from deltaferry_dev.stack.process import (
     wait_ready,
     write_private,
 )
-from deltaferry_dev.stack.spark import daemon_env, spark_home
+from deltaferry_dev.stack.spark import JAVA_OPTIONS, daemon_env, spark_home
 
 NAME = "spark-connect"
 TITLE = "Spark Connect server"
@@ -101,7 +101,8 @@ def server_conf() -> dict[str, str]:
 def server_command(backend_port: int) -> list[str]:
     """spark-submit of the Connect server on 127.0.0.1:`backend_port` (plain gRPC)."""
     conf = {**server_conf(), "spark.connect.grpc.binding.address": HOST,
-            "spark.connect.grpc.binding.port": str(backend_port)}
+            "spark.connect.grpc.binding.port": str(backend_port),
+            "spark.driver.extraJavaOptions": JAVA_OPTIONS}  # the stack's JVMs: C1 only
     argv = [str(spark_home() / "bin" / "spark-submit"), "--master", MASTER,
             "--class", SERVER_CLASS, "--name", "deltaferry-stack-connect"]
     for key, value in conf.items():

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deltaferry.errors import SetupError
+from deltaferry.jvm import DRIVER_JAVA_OPTIONS
 from deltaferry_dev.stack.kafka import java_executable
 from deltaferry_dev.stack.process import Service, free_ports, start_detached, wait_ready
 
@@ -38,18 +39,28 @@ WORKER_CORES = 1
 WORKER_MEMORY = "1536m"
 WORKERS = 2
 SPARK_CONF_VAR = "DELTAFERRY_SPARK_CONF"
+#: The options of every JVM of the stack's Spark (master, workers, their executors, the Connect
+#: server): a driver's (`deltaferry.jvm.DRIVER_JAVA_OPTIONS`, C1 compilation only). The stack's
+#: JVMs run a few minutes of small jobs on a small machine; there C2's compiler threads cost
+#: more than its code saves (an executor of a two-minute job spent 28 of its 42 CPU-seconds in
+#: C2, the Connect server of test_connect.py 162 of 439: bench/RESULTS.md).
+JAVA_OPTIONS = DRIVER_JAVA_OPTIONS
 
 
 def cluster_spark_conf(workers: int = WORKERS, cores: int = WORKER_CORES) -> str:
-    """DELTAFERRY_SPARK_CONF for jobs on this cluster (compact JSON, shell-safe): as many
-    shuffle partitions as two tasks per core (Spark's 200 would make 200 tiny tasks and files
-    per MERGE on two cores), the same for Delta's snapshot and file listing."""
+    """DELTAFERRY_SPARK_CONF for jobs on this cluster (compact JSON without a space, so that
+    `export $(deltaferry stack up --cluster)` keeps it one word): as many shuffle partitions as
+    two tasks per core (Spark's 200 would make 200 tiny tasks and files per MERGE on two cores),
+    the same for Delta's snapshot and file listing; executors compile with C1 only
+    (`JAVA_OPTIONS`)."""
     parallelism = str(2 * workers * cores)
-    return json.dumps({
+    text = json.dumps({
+        "spark.executor.extraJavaOptions": JAVA_OPTIONS,
         "spark.sql.shuffle.partitions": parallelism,
         "spark.databricks.delta.snapshotPartitions": parallelism,
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": parallelism,
     }, separators=(",", ":"))
+    return text.replace(" ", "\\u0020")  # only inside strings: JSON's escape of a space
 
 
 def spark_home() -> Path:
@@ -71,8 +82,9 @@ def home(stack_dir: Path) -> Path:
 
 def daemon_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of spark-class: pyspark's Spark as SPARK_HOME, this machine's Java,
-    everything bound to 127.0.0.1, small daemon heaps. Nothing secret is in it: the stack's
-    other services' assignments (S3 secret, SASL password) are left out on purpose."""
+    everything bound to 127.0.0.1, small daemon heaps, C1 compilation only (`JAVA_OPTIONS`).
+    Nothing secret is in it: the stack's other services' assignments (S3 secret, SASL password)
+    are left out on purpose."""
     env = {k: v for k, v in (os.environ if base is None else base).items()
            if not k.startswith(("AWS_", "DELTAFERRY_"))}
     java = Path(java_executable()).resolve()
@@ -81,6 +93,7 @@ def daemon_env(base: dict[str, str] | None = None) -> dict[str, str]:
         "JAVA_HOME": str(java.parent.parent),
         "SPARK_LOCAL_IP": HOST,  # RPC and the web UIs listen on 127.0.0.1 only
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        "SPARK_DAEMON_JAVA_OPTS": JAVA_OPTIONS,
         "SPARK_NO_DAEMONIZE": "1",
     })
     return env
