@@ -8,6 +8,7 @@ DELTAFERRY_TEST_BOOTSTRAP (then nothing starts until a test asks for S3).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -110,14 +111,33 @@ def spark():
     session.stop()
 
 
+#: What stops the shared Airflow: at the end of the last of its files in this process
+#: (`pytest_runtest_teardown`), else at the session's end.
+_shared_airflow_exit = contextlib.ExitStack()
+
+
 @pytest.fixture(scope="session")
 def shared_airflow(stack_env, tmp_path_factory):
-    """The local Airflow shared by the files marked `airflow_shared.MARK` (see there): started
-    when the first of them needs it, stopped at the session's end."""
+    """The local Airflow shared by the files in `airflow_shared.FILES` (see there): started
+    when the first of them needs it, stopped when the last of them is done."""
     from .airflow_shared import started
 
-    with started(stack_env, tmp_path_factory.mktemp("shared-airflow")) as shared:
-        yield shared
+    with _shared_airflow_exit:
+        yield _shared_airflow_exit.enter_context(
+            started(stack_env, tmp_path_factory.mktemp("shared-airflow")))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Once the last test of the files sharing one Airflow is done in this process (they run
+    together: `pytest_xdist_make_scheduler`), and its module's fixtures have ended, the
+    shared Airflow stops, rather than idle beside the files that follow until the session
+    ends (its scheduler, dag-processor and triggerer took about a tenth of a core, its warm
+    drivers and the rest several GB of memory)."""
+    from .airflow_shared import FILES
+
+    if item.path.name in FILES and (nextitem is None or nextitem.path.name not in FILES):
+        _shared_airflow_exit.close()
 
 
 #: The slowest test files, slowest first (`make test-integration` prints the 25 slowest steps;
