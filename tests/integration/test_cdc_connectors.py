@@ -147,6 +147,12 @@ def test_each_connector_orders_a_keys_changes_by_its_own_log(
     cases = {"mysql": (mysql_runs(), [1, 2, 3]),
              "sqlserver": (sqlserver_runs(), [1, 2]),
              "oracle": (oracle_runs(), [1, 2])}  # MariaDB's binlog: as MySQL's (below)
+    # The source block is read as its JSON text in either shape (`debezium.envelope`), so
+    # every connector's position is landed once, with schemas; schemaless values (where the
+    # row's types come from inference) land MySQL's runs. Every connector's source block in
+    # both shapes: test_each_connectors_source_block_reads_as_its_position, in-process.
+    if not wrapped:
+        cases = {"mysql": cases["mysql"]}
     for connector, (runs, stale) in cases.items():
         topic = new_topic(f"{connector}.inventory.customers", partitions=2)
         ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
