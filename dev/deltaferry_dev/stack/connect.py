@@ -50,7 +50,7 @@ from deltaferry_dev.stack.process import (
     wait_ready,
     write_private,
 )
-from deltaferry_dev.stack.spark import JAVA_OPTIONS, daemon_env, spark_home
+from deltaferry_dev.stack.spark import daemon_env, spark_home
 
 NAME = "spark-connect"
 TITLE = "Spark Connect server"
@@ -101,8 +101,7 @@ def server_conf() -> dict[str, str]:
 def server_command(backend_port: int) -> list[str]:
     """spark-submit of the Connect server on 127.0.0.1:`backend_port` (plain gRPC)."""
     conf = {**server_conf(), "spark.connect.grpc.binding.address": HOST,
-            "spark.connect.grpc.binding.port": str(backend_port),
-            "spark.driver.extraJavaOptions": JAVA_OPTIONS}  # the stack's JVMs: C1 only
+            "spark.connect.grpc.binding.port": str(backend_port)}
     argv = [str(spark_home() / "bin" / "spark-submit"), "--master", MASTER,
             "--class", SERVER_CLASS, "--name", "deltaferry-stack-connect"]
     for key, value in conf.items():
@@ -141,7 +140,8 @@ def start_server(stack_dir: Path, ports: dict[str, int], append: bool = False):
             "--token-file", str(home(stack_dir) / "token")]
     env = daemon_env()
     env["PYSPARK_PYTHON"] = sys.executable  # foreachBatch's and UDFs' Python workers
-    # spark-submit sizes a Connect server's heap as a daemon's, not by spark.driver.memory
+    # spark-submit sizes a Connect server's heap as a daemon's, not by spark.driver.memory,
+    # and gives it SPARK_DAEMON_JAVA_OPTS (`daemon_env`: C1 only, as the stack's other JVMs)
     env["SPARK_DAEMON_MEMORY"] = DRIVER_MEMORY
     return start_detached(argv, home(stack_dir) / "server.log", cwd=home(stack_dir), env=env,
                           append=append)
