@@ -43,9 +43,11 @@ T = BASE_TS_MS  # 2026-01-01T00:00:00Z, a whole second
 S = 1000  # one second
 
 
-def mysql_runs(connector: str = "mysql") -> list[list[Event]]:
-    """Three runs of a MySQL topic (`connector` mariadb: the same binlog shape)."""
+def mysql_runs(connector: str = "mysql", base: int = 0) -> list[list[Event]]:
+    """Three runs of a MySQL topic (`connector` mariadb: the same binlog shape), its keys
+    1-4 (`base` added)."""
     def ev(op, key, file_no, pos, row, ts, version=None, before=None, gtid=None):
+        key += base
         after = customer(key, version) if version is not None else None
         return mysql_event(op, key, file_no, pos, row, ts, gtid=gtid, connector=connector,
                            after=after, before=customer(key, before) if before is not None
@@ -71,8 +73,10 @@ def mysql_runs(connector: str = "mysql") -> list[list[Event]]:
     ]
 
 
-def sqlserver_runs() -> list[list[Event]]:
+def sqlserver_runs(base: int = 0) -> list[list[Event]]:
+    """Two runs of a SQL Server topic, its keys 1-4 (`base` added)."""
     def ev(op, key, commit, change, serial, ts, version=None, before=None):
+        key += base
         return sqlserver_event(op, key, commit, change, serial, ts,
                                after=customer(key, version) if version is not None else None,
                                before=customer(key, before) if before is not None else None)
@@ -93,8 +97,10 @@ def sqlserver_runs() -> list[list[Event]]:
     ]
 
 
-def oracle_runs() -> list[list[Event]]:
+def oracle_runs(base: int = 0) -> list[list[Event]]:
+    """Two runs of an Oracle topic, its keys 1-4 (`base` added)."""
     def ev(op, key, scn, commit, ts, version=None, before=None, tx=None, ssn=0):
+        key += base
         return oracle_event(op, key, scn, commit, ts, tx=tx, ssn=ssn,
                             after=customer(key, version) if version is not None else None,
                             before=customer(key, before) if before is not None else None)
@@ -141,34 +147,40 @@ def assert_connector_table(spark, ctx, events: list[Event], wrapped: bool) -> di
 @pytest.mark.parametrize("wrapped", [True, False], ids=["schemas-enable", "schemaless"])
 def test_each_connector_orders_a_keys_changes_by_its_own_log(
         spark, kafka_bootstrap, new_topic, tmp_path, wrapped):
-    # (runs, the stale events each run must count: older than, or the same as, an earlier
-    # event of their key in the batch or the table's row; an older one followed by a newer
-    # event of its key in the batch is not counted, the newer one replaces it)
-    cases = {"mysql": (mysql_runs(), [1, 2, 3]),
-             "sqlserver": (sqlserver_runs(), [1, 2]),
-             "oracle": (oracle_runs(), [1, 2])}  # MariaDB's binlog: as MySQL's (below)
+    # Each connector's events with its own keys (`base` added), all in one topic: a change
+    # is ordered by its own source block, so a run's batch plans the three connectors'
+    # positions at once, and each key's row is checked after each run. (runs, the stale
+    # events each run must count: older than, or the same as, an earlier event of their key
+    # in the batch or the table's row; an older one followed by a newer event of its key in
+    # the batch is not counted, the newer one replaces it; the keys' base)
+    cases = {"mysql": (mysql_runs(), [1, 2, 3], 0),
+             "sqlserver": (sqlserver_runs(10), [1, 2], 10),
+             "oracle": (oracle_runs(20), [1, 2], 20)}  # MariaDB's binlog: as MySQL's (below)
     # The source block is read as its JSON text in either shape (`debezium.envelope`), so
     # every connector's position is landed once, with schemas; schemaless values (where the
     # row's types come from inference) land MySQL's runs. Every connector's source block in
     # both shapes: test_each_connectors_source_block_reads_as_its_position, in-process.
     if not wrapped:
         cases = {"mysql": cases["mysql"]}
-    for connector, (runs, stale) in cases.items():
-        topic = new_topic(f"{connector}.inventory.customers", partitions=2)
-        ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
-        events: list[Event] = []
-        for run, stale_count in zip(runs, stale, strict=True):
-            produce(kafka_bootstrap, topic, messages(run, wrapped))
-            report = land(ctx, spark)
-            events += run
-            rows = assert_connector_table(spark, ctx, events, wrapped)
-            assert (report.stale, report.quarantined) == (stale_count, 0), \
-                (connector, report.summary())
+    topic = new_topic("connectors.inventory.customers", partitions=2)
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap, cdc="debezium")
+    events: list[Event] = []
+    for n in range(max(len(runs) for runs, _, _ in cases.values())):
+        run = [e for runs, _, _ in cases.values() if n < len(runs) for e in runs[n]]
+        produce(kafka_bootstrap, topic, messages(run, wrapped))
+        report = land(ctx, spark)
+        events += run
+        rows = assert_connector_table(spark, ctx, events, wrapped)
+        assert (report.stale, report.quarantined) == \
+            (sum(stale[n] for _, stale, _ in cases.values() if n < len(stale)), 0), \
+            report.summary()
+    deletes = sorted((r["id"], r["__source_position"]) for r in
+                     spark.read.format("delta").load(ctx.paths.deletes).collect())
+    assert deletes == sorted((base + 2, positions(next(e for e in runs[0] if e.op == "d")))
+                             for runs, _, base in cases.values())
+    for connector, (_, _, base) in cases.items():
         # the key updated by two transactions within one second holds the second's row
-        assert rows[1]["email"] == customer(1, 2).email, connector
-        deletes = spark.read.format("delta").load(ctx.paths.deletes).collect()
-        assert [(r["id"], r["__source_position"]) for r in deletes] == \
-            [(2, positions(next(e for e in runs[0] if e.op == "d")))], connector
+        assert rows[base + 1]["email"] == customer(base + 1, 2).email, connector
 
 
 def other_connector_event(connector: str, key: int, commit: int, change: int, ts: int,
