@@ -56,7 +56,7 @@ $(VENV)/.installed: requirements.lock overrides.txt pyproject.toml dev/pyproject
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python --override overrides.txt -r requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e dev/  # the harness: deltaferry_dev
-	$(BIN)/python -m compileall -q deltaferry dev/deltaferry_dev spark_jobs dags plugins
+	$(BIN)/python -m compileall -q deltaferry dev/deltaferry_dev
 	touch $@
 
 $(DEPS)/jars/spark/.resolved: jvm/spark/pom.xml $(VENV)/.installed
