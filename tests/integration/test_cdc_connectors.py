@@ -153,9 +153,9 @@ def test_each_connector_orders_a_keys_changes_by_its_own_log(
     # events each run must count: older than, or the same as, an earlier event of their key
     # in the batch or the table's row; an older one followed by a newer event of its key in
     # the batch is not counted, the newer one replaces it; the keys' base)
-    cases = {"mysql": (mysql_runs(), [1, 2, 3], 0),
-             "sqlserver": (sqlserver_runs(10), [1, 2], 10),
-             "oracle": (oracle_runs(20), [1, 2], 20)}  # MariaDB's binlog: as MySQL's (below)
+    cases = {connector: (runs(base=base), stale, base) for connector, runs, stale, base in (
+        ("mysql", mysql_runs, [1, 2, 3], 0), ("sqlserver", sqlserver_runs, [1, 2], 10),
+        ("oracle", oracle_runs, [1, 2], 20))}  # MariaDB's binlog: as MySQL's (below)
     # The source block is read as its JSON text in either shape (`debezium.envelope`), so
     # every connector's position is landed once, with schemas; schemaless values (where the
     # row's types come from inference) land MySQL's runs. Every connector's source block in
