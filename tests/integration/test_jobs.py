@@ -48,6 +48,9 @@ GROWING_BATCH_JOBS = 14 + 1
 #: collected by a job of their own).
 CDC_FIRST_BATCH_JOBS = 26 + 1
 CDC_BATCH_JOBS = 29 + 1
+#: A later batch with no delete and no key a remembered delete holds: the remembered deletes'
+#: MERGE does not run (30 jobs while it ran in every batch).
+CDC_BATCH_WITHOUT_DELETES_JOBS = 19 + 1
 
 
 def messages(start: int, count: int, keys: int) -> list[tuple]:
@@ -381,7 +384,7 @@ def test_jobs_per_cdc_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     to a fixed number of jobs too: the first backlog's (a snapshot, updates, deletes, a
     redelivered update, a truncate and bad events), and a later run's, whose rows are MERGEd
     where newer than the table's and the remembered deletes."""
-    from deltaferry_dev.debezium_events import expected_rows
+    from deltaferry_dev.debezium_events import BASE_TS_MS, Event, customer, expected_rows
     from deltaferry_dev.debezium_events import messages as change_messages
 
     from .test_cdc import bad_messages, first_run, second_run, table_state
@@ -407,3 +410,19 @@ def test_jobs_per_cdc_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
             table_state(spark, ctx.paths.table).items()} == \
         {k: (e.op, e.lsn) for k, e in expected_rows(events + second).items()}
     assert 0 < batch["jobs"] <= CDC_BATCH_JOBS, batch
+
+    # an update of a key no delete holds: the remembered deletes are left as they are
+    remembered = open_table(ctx.paths.deletes)
+    held = sorted(remembered.to_pyarrow_table(columns=["id", "__source_lsn"]).to_pylist(),
+                  key=lambda r: r["id"])
+    assert held == [{"id": 1002, "__source_lsn": 2200}, {"id": 1005, "__source_lsn": 3100}]
+    third = [Event("u", 1001, 5000, BASE_TS_MS + 300, 700, before=customer(1001, 2),
+                   after=customer(1001, 9))]
+    produce(kafka_bootstrap, topic, change_messages(third, True))
+    [last] = run_step("ingest", ctx, spark)
+    [batch] = last.progress
+    assert (last.stale, last.updated, last.deleted, last.inserted) == (0, 1, 0, 0), \
+        last.summary()
+    assert table_state(spark, ctx.paths.table)[1001]["__source_lsn"] == 5000
+    assert open_table(ctx.paths.deletes).version() == remembered.version()
+    assert 0 < batch["jobs"] <= CDC_BATCH_WITHOUT_DELETES_JOBS, batch

@@ -19,8 +19,12 @@ key's remembered delete.
 table beside the topic's (`TopicPaths.deletes`, `_cdc_deletes`: the key's fields, the position,
 `__deleted_at`), so that an older event of the key arriving in a later run does not bring it
 back. A newer event of the key (the key inserted again) forgets it. A remembered delete is
-dropped `cdc_delete_retention_hours` after it was landed (168 by default): an event older than
-the delete arriving after that would bring the key back, as DLT's tombstone retention says.
+ignored `cdc_delete_retention_hours` after it was landed (168 by default): an event older than
+the delete arriving after that would bring the key back, as DLT's tombstone retention says. The
+remembered deletes are MERGEd in a batch that has a delete or a change of a key they hold
+(expired or not), and that MERGE drops every one past the retention; a batch with neither
+leaves their table as it is (its MERGE would change nothing else: 12 of a batch's ~30 Spark
+jobs).
 
 **Two changes of one key in one source transaction** have their own positions: the later one
 wins, the earlier one changes nothing (with history current no version is kept in between).
@@ -63,6 +67,10 @@ log = logging.getLogger(__name__)
 
 #: When a delete was landed, in the remembered deletes' table (retention counts from it).
 DELETED_AT = "__deleted_at"
+#: `ChangeWriter.classify`'s flag: a remembered delete (expired or not) holds the change's key.
+MEETS_DELETE = "__meets_delete"
+#: `ChangeWriter._remembered`'s flag: the remembered delete is within the retention.
+HELD = "__held"
 #: The position columns the remembered deletes keep beside the key's fields.
 POSITION_COLUMNS = (LSN, TS_MS, POSITION, "kafka_partition", "kafka_offset")
 #: The run's failure when an event's connector has no position deltaferry knows.
@@ -318,12 +326,12 @@ class ChangeWriter:
         tag = tag or delta_table.commit_tag(app_id, version)
         classified = self.classify(spark, rows).localCheckpoint(eager=False)
         try:
-            counted = checkpointed_counts(classified, F.count_if(
-                ~F.col("__stale") & F.col(delta_table.DELETED)).alias("deletes"))
+            counted = checkpointed_counts(classified, *self.remembering_counts())
             stale = counted["stale"]
-            fresh = classified.where(~F.col("__stale")).drop("__stale")
+            fresh = classified.where(~F.col("__stale")).drop("__stale", MEETS_DELETE)
             # not inside the transaction
-            remember = self.ensure_deletes_table(spark, fresh, counted["deletes"] > 0)
+            remember = (self.ensure_deletes_table(spark, fresh, counted["deletes"] > 0)
+                        and self.remembers(counted))
             with delta_table.idempotent_writes(spark, app_id, version, tag), \
                     fixed_source(spark):  # checkpointed: not copied again by each MERGE
                 counts = delta_table.upsert(spark, self.paths.table, fresh, self.keys,
@@ -334,21 +342,40 @@ class ChangeWriter:
             classified.unpersist()  # its checkpointed blocks
         return {**counts, "stale": stale + self.stale_in_batch}
 
+    @staticmethod
+    def remembering_counts() -> list[Column]:
+        """The counts `remembers` decides by, for `checkpointed_counts`: the fresh deletes and
+        the fresh changes of a key a remembered delete holds."""
+        from pyspark.sql import functions as F
+
+        fresh = ~F.col("__stale")
+        return [F.count_if(fresh & F.col(delta_table.DELETED)).alias("deletes"),
+                F.count_if(fresh & F.col(MEETS_DELETE)).alias("meeting")]
+
+    @staticmethod
+    def remembers(counted) -> bool:
+        """Whether the remembered deletes' MERGE has work (`remembering_counts`' row): a
+        delete to remember, or a key to forget or whose expired delete to drop; without, it
+        would only drop what is past the retention, which readers ignore already, in 12 Spark
+        jobs."""
+        return counted["deletes"] > 0 or counted["meeting"] > 0
+
     def retention_sql(self) -> str:
         """SQL: the remembered delete `t` is older than the topic's retention."""
         seconds = int(self.topic.cdc_delete_retention_hours * 3600)
         return (f"t.{delta_table.quote(DELETED_AT)} < "
                 f"timestampadd(SECOND, -{seconds}, current_timestamp())")
 
-    def _remembered(self, spark: SparkSession) -> DataFrame | None:
-        """The remembered deletes within the retention, or None while there is no such
-        table."""
+    def _remembered(self, spark: SparkSession, expired: bool = False) -> DataFrame | None:
+        """The remembered deletes within the retention (`expired`: all of them, `HELD` true
+        for those within it), or None while there is no such table."""
         from pyspark.sql import functions as F
 
         if not delta_table.is_delta_table(spark, self.paths.deletes):
             return None
-        return (spark.read.format("delta").load(self.paths.deletes).alias("t")
-                .where(~F.expr(self.retention_sql())))
+        remembered = spark.read.format("delta").load(self.paths.deletes).alias("t")
+        held = ~F.expr(self.retention_sql())
+        return remembered.withColumn(HELD, held) if expired else remembered.where(held)
 
     def current_rows(self, spark: SparkSession) -> DataFrame:
         """The table's rows a change is compared with: every row (one per key)."""
@@ -356,23 +383,30 @@ class ChangeWriter:
 
     def classify(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
         """`rows` with `__stale`: not newer than the table's row of its key or than the key's
-        remembered delete."""
+        remembered delete (within the retention); and `MEETS_DELETE`: a remembered delete,
+        expired or not, holds its key."""
         from pyspark.sql import functions as F
 
         q = delta_table.quote
         wanted = [*[q(k) for k in self.keys], q(LSN), q(TS_MS), q(POSITION), "kafka_offset"]
-        stale = F.lit(False)
+        stale, meets = F.lit(False), F.lit(False)
         joined = rows.alias("s")
-        for alias, frame in (("t", self.current_rows(spark)), ("m", self._remembered(spark))):
+        for alias, frame in (("t", self.current_rows(spark)),
+                             ("m", self._remembered(spark, expired=True))):
             if frame is None or not all(k in frame.columns for k in self.keys):
                 continue
             if POSITION not in frame.columns:  # remembered before positions were kept
                 frame = frame.withColumn(POSITION, F.lit(None).cast(f"array<{ELEMENT}>"))
-            side = frame.select(*wanted, F.lit(True).alias("__present")).alias(alias)
+            held = F.col(HELD) if HELD in frame.columns else F.lit(True)
+            side = frame.select(*wanted, held.alias("__present"),
+                                F.lit(True).alias("__met")).alias(alias)
             joined = joined.join(side, _keys_match(self.keys, "s", alias), "left")
             stale = stale | (F.coalesce(F.col(f"{alias}.__present"), F.lit(False))
                              & ~F.expr(newer_sql("s", alias)))
-        return joined.select("s.*", F.coalesce(stale, F.lit(False)).alias("__stale"))
+            if alias == "m":
+                meets = F.col("m.__met").isNotNull()
+        return joined.select("s.*", F.coalesce(stale, F.lit(False)).alias("__stale"),
+                             meets.alias(MEETS_DELETE))
 
     def ensure_deletes_table(self, spark: SparkSession, fresh: DataFrame,
                              deletes: bool | None = None) -> bool:
@@ -538,8 +572,10 @@ class HistoryWriter(ChangeWriter):
         q = delta_table.quote
         classified = self.classify(spark, rows).localCheckpoint(eager=False)
         try:
-            stale = checkpointed_counts(classified)["stale"]
-            fresh = self.versions(classified.where(~F.col("__stale")).drop("__stale"))
+            counted = checkpointed_counts(classified, *self.remembering_counts())
+            stale = counted["stale"]
+            fresh = self.versions(classified.where(~F.col("__stale"))
+                                  .drop("__stale", MEETS_DELETE))
             key = [F.col(q(k)) for k in self.keys]
             order = Window.partitionBy(*key).orderBy(F.expr(position_sql()))
             first = fresh.withColumn("__n", F.row_number().over(order)).where("__n = 1")
@@ -553,7 +589,8 @@ class HistoryWriter(ChangeWriter):
             record = F.struct(*[F.col(q(c)) for c in fresh.columns])
             latest = (fresh.groupBy(*key)
                       .agg(F.max_by(record, F.expr(position_sql())).alias("r")).select("r.*"))
-            remember = self.ensure_deletes_table(spark, latest)  # not inside the transaction
+            remember = (self.ensure_deletes_table(spark, latest)  # not inside the transaction
+                        and self.remembers(counted))
             with delta_table.idempotent_writes(spark, app_id, version, tag), \
                     fixed_source(spark):  # checkpointed: not copied again by each MERGE
                 counts = self.merge_versions(spark, source, columns)
