@@ -93,6 +93,10 @@ COMMON_CONF = {
     # a JSON object with a key twice: its last value, as Spark's JSON parsing reads it, where
     # a VARIANT (deltaferry.formats.json.parsed_value) would be null otherwise
     "spark.sql.variant.allowDuplicateKeys": "true",
+    # Spark keeps 100 generated classes (its default); a driver that runs batch after batch (a
+    # run's, a warm driver's, over topics of several shapes) needs hundreds, so it compiled the
+    # same code again and again. Each kept class costs ~1.5 KB of metaspace.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 
