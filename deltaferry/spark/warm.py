@@ -953,6 +953,18 @@ def _close_own(own: socket.socket, path: Path) -> None:
     own.close()
 
 
+def _waiting_task(listener: socket.socket) -> socket.socket | None:
+    """The connection of a task that waits at the pool's `listener` now, taken; None at once
+    if none waits (or another driver took it first)."""
+    if not select.select([listener], [], [], 0)[0]:
+        return None
+    try:
+        conn, _ = listener.accept()
+        return conn
+    except (BlockingIOError, TimeoutError):
+        return None
+
+
 def _accept(listener: socket.socket, own: socket.socket | None, idle: float,
             retire_file: Path, pool: int, before: Callable[[], None] | None = None):
     """The next task's connection, from the driver's `own` socket before the pool's
@@ -996,12 +1008,13 @@ WARM_UP_RECORDS = 200
 
 
 def warm_up(spark) -> float:
-    """A driver's first work, before it takes a step: two micro-batches of a made-up JSON
-    topic (schema inference, decoding, latest per key, a Delta table created, MERGEd into,
-    then updated) in a temporary folder, through the functions ingest uses, so that the
-    first real step does not pay for loading, planning and compiling those code paths (a
-    fresh driver's first +5 % run took about twice as long as its second). Its seconds; a
-    failure is said and ignored (the first step then pays)."""
+    """A driver's first work, unless a task already waits for it (`drive`: that step's own
+    work warms the driver, and sooner): two micro-batches of a made-up JSON topic (schema
+    inference, decoding, latest per key, a Delta table created, MERGEd into, then updated) in
+    a temporary folder, through the functions ingest uses, so that the first real step does
+    not pay for loading, planning and compiling those code paths (a fresh driver's first +5 %
+    run took about twice as long as its second). Its seconds; a failure is said and ignored
+    (the first step then pays)."""
     from pyspark.sql import functions as F
 
     from deltaferry.formats.json import (
@@ -1077,26 +1090,32 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
     batch = {k: v for k, v in BATCH_CONF.items() if k not in extra_spark_conf()}
     spark = get_spark(f"deltaferry-warm-{index}", master, batch)
     ready = time.monotonic() - started
-    print(f"driver {index} (pid {os.getpid()}): Spark ready in {ready:.1f} s, warmed up in "
-          f"{warm_up(spark):.1f} s", flush=True)
+    listener = socket.socket(fileno=fd)
+    listener.settimeout(0)  # `_accept` waits in select: a task taken by another is no wait
+    waiting = _waiting_task(listener)  # the pool's first task, most often: no warm-up for it
+    then = ("a task waits: its step first, no warm-up" if waiting is not None
+            else f"warmed up in {warm_up(spark):.1f} s")
+    print(f"driver {index} (pid {os.getpid()}): Spark ready in {ready:.1f} s, {then}",
+          flush=True)
     from deltaferry.spark.isolation import Baseline
 
     baseline = Baseline.take(spark)  # what every step finds (`_tidy` puts it back)
     from deltaferry.spark.table import detailed_tables
 
     detailed_tables()  # the warm-up's table, gone: nothing to compute ahead
-    listener = socket.socket(fileno=fd)
-    listener.settimeout(0)  # `_accept` waits in select: a task taken by another is no wait
     own_path = driver_socket(Path(listener.getsockname()), index)
     me = f"{os.getpid()} {process_start(os.getpid())}".encode()
     ahead = False  # whether the last step's tables get their state computed ahead
     own: socket.socket | None = None
     for _run in range(MAX_RUNS):
-        own = own or _open_own(own_path)
-        conn = _accept(listener, own, idle, retire_file, pool,
-                       (lambda: _state_ahead(spark)) if ahead else None)
-        _close_own(own, own_path)
-        own = None
+        if waiting is not None:
+            conn, waiting = waiting, None
+        else:
+            own = own or _open_own(own_path)
+            conn = _accept(listener, own, idle, retire_file, pool,
+                           (lambda: _state_ahead(spark)) if ahead else None)
+            _close_own(own, own_path)
+            own = None
         if conn is None:
             return EXIT_IDLE
         with conn:

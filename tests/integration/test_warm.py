@@ -187,9 +187,10 @@ def deltaferry(env, cwd, *args) -> tuple[int, str, str]:
 
 
 def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_bootstrap):
-    """DELTAFERRY_WARM_DRIVERS=on: `deltaferry run` runs in the pool's driver (which warmed up
-    first), its summary lines on stdout and its report file written as a run in its own process
-    writes them; the next run takes the same driver; relative paths mean the command's folder;
+    """DELTAFERRY_WARM_DRIVERS=on: `deltaferry run` runs in a driver of the pool it starts (the
+    one that takes it starts on its step, no warm-up first; the other warms up), its summary
+    lines on stdout and its report file written as a run in its own process writes them; the
+    next run takes the same driver; relative paths mean the command's folder;
     an error is the command's one line and exit 2. With the default (auto), the command runs in
     the pool that runs for its settings; the pool the command started stops once unused for
     DELTAFERRY_WARM_COMMAND_IDLE_SECONDS, and the command then runs in its own process."""
@@ -210,7 +211,7 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     assert reports[1]["messages_read"] == 2000
     pool = err.split("warm driver pool ")[1].split(":")[0]
     log = (pool_folder(env) / f"{pool}.log").read_text()
-    assert "warmed up in" in log, log
+    assert "a task waits: its step first, no warm-up" in log, log
 
     produce(kafka_bootstrap, topic, ((f"k{i}", {"i": -i}) for i in range(KEYS)))
     code, out, err = deltaferry(env, folder, "run", topic)
@@ -241,6 +242,7 @@ def test_deltaferry_run_uses_a_warm_driver_when_asked(pool_env, tmp_path, kafka_
     assert not warm.pool_running(pool, env)
     log = (pool_folder(env) / f"{pool}.log").read_text()
     assert f"idle for {IDLE_S:g} s: it ends" in log, log
+    assert "warmed up in" in log, log  # the driver no task waited for
 
     produce(kafka_bootstrap, topic, ((f"k{i}", {"i": i}) for i in range(2)))
     code, out, err = deltaferry(auto, folder, "run", topic)
