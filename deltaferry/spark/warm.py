@@ -953,16 +953,20 @@ def _close_own(own: socket.socket, path: Path) -> None:
     own.close()
 
 
-def _waiting_task(listener: socket.socket) -> socket.socket | None:
-    """The connection of a task that waits at the pool's `listener` now, taken; None at once
-    if none waits (or another driver took it first)."""
-    if not select.select([listener], [], [], 0)[0]:
-        return None
+def _accepted(ready: socket.socket) -> socket.socket | None:
+    """The connection `ready` (a listening socket select found readable) accepts; None if
+    another driver took it first."""
     try:
-        conn, _ = listener.accept()
+        conn, _ = ready.accept()
         return conn
     except (BlockingIOError, TimeoutError):
         return None
+
+
+def _waiting_task(listener: socket.socket) -> socket.socket | None:
+    """The connection of a task that waits at the pool's `listener` now, taken; None at once
+    if none waits (or another driver took it first)."""
+    return _accepted(listener) if select.select([listener], [], [], 0)[0] else None
 
 
 def _accept(listener: socket.socket, own: socket.socket | None, idle: float,
@@ -979,11 +983,9 @@ def _accept(listener: socket.socket, own: socket.socket | None, idle: float,
         if retire_file.exists() or os.getppid() != pool:
             return None
         for ready in select.select(listeners, [], [], POLL_S)[0][:1]:
-            try:
-                conn, _ = ready.accept()
+            conn = _accepted(ready)
+            if conn is not None:
                 return conn
-            except (BlockingIOError, TimeoutError):  # another driver took it
-                continue
     return None
 
 
