@@ -49,7 +49,7 @@ GROWING_BATCH_JOBS = 14 + 1
 CDC_FIRST_BATCH_JOBS = 26 + 1
 CDC_BATCH_JOBS = 29 + 1
 #: A later batch with no delete and no key a remembered delete holds: the remembered deletes'
-#: MERGE does not run (30 jobs while it ran in every batch).
+#: MERGE does not run (it ran in every batch while the later run's batch took 30).
 CDC_BATCH_WITHOUT_DELETES_JOBS = 19 + 1
 
 
