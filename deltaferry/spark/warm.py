@@ -11,14 +11,16 @@ transaction ids are the topic's, not the driver's).
 How:
 
 * **The pool** (``python -m deltaferry.spark.warm serve``): a supervisor that listens on a Unix
-  socket and starts `drivers` driver processes sharing it (each in a process group of its own,
-  with its JVM); each accepts one connection at a time, so at most `drivers` steps run at once
+  socket and runs up to `drivers` driver processes sharing it (each in a process group of its
+  own, with its JVM); each accepts one connection at a time, so at most `drivers` steps run at once
   and further tasks wait in the socket's queue. It is started by the first task that needs it
   (detached, with the task's settings in its environment, never on its command line). A driver
   idle for ``DELTAFERRY_WARM_IDLE_SECONDS`` (3,900: an hourly fleet finds its drivers warm)
-  ends on its own; a task that waits for a driver while some ended asks the pool (a ``.more``
-  file) to start them again; the pool ends with its last driver. A driver that crashed is
-  started again; one is replaced after `MAX_RUNS` steps.
+  ends on its own. The pool starts one driver; a task that waits for a driver while none is
+  free or starting says so (a ``.more-*`` file of its own while it waits) and the pool starts
+  another, up to `drivers` (so a topic run one step at a time holds one JVM, and a driver
+  started for a waiting task takes it without a warm-up); the pool ends with its last driver.
+  A driver that crashed is started again; one is replaced after `MAX_RUNS` steps.
 * **A topic keeps its driver**: while free, each driver also listens on a socket of its own; a
   task tries its topic's driver there first (`topic_driver`) and else takes the pool's socket
   at once. After a step, its driver computes the newest state of the table the step read
@@ -111,7 +113,9 @@ TAKE_TIMEOUT_S = 300.0
 #: driver answers at once, one computing its last step's table state ahead when done; past
 #: this the task goes to the pool's socket.
 OWN_TAKE_S = 5.0
-#: A task that waited this long for a driver asks the pool for the drivers that went idle.
+#: A task that waited this long for a driver asks the pool for one (`_await_driver`); the pool
+#: starts one once the ask has stood for `DEMAND_S` / 2 (a driver that took the task a moment
+#: ago is not yet seen as busy and the task's ask not yet gone: no driver for that).
 DEMAND_S = 2.0
 #: How often a waiting driver looks whether its pool retires, and the pool at deltaferry's code.
 POLL_S, STAMP_CHECK_S = 2.0, 30.0
@@ -277,7 +281,12 @@ def _open(path: Path, flags: int) -> int:
 
 
 def _touch(path: Path) -> None:
-    os.close(_open(path, os.O_WRONLY | os.O_CREAT))
+    """Create `path` (owner-only, never through a symbolic link) or set its times to now."""
+    fd = _open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.utime(fd)
+    finally:
+        os.close(fd)
 
 
 def read_pid_file(pid_file: Path) -> tuple[int, str] | None:
@@ -403,18 +412,42 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds % 60 == 0 else f"{seconds:g} s"
 
 
-def _await_driver(conn: socket.socket, reader: BinaryIO, more_file: Path) -> bytes | None:
+def demand_file(sock: Path) -> Path:
+    """The file a task waiting at the pool's `sock` keeps fresh while it waits (one per wait)."""
+    return sock.with_name(f"{sock.stem}.more-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def waiting_tasks(sock: Path) -> int:
+    """How many tasks wait for a driver of the pool at `sock` (their `demand_file` touched in
+    the last 2 `DEMAND_S`); the files of tasks gone while waiting are removed."""
+    count = 0
+    now = time.time()
+    for path in sock.parent.glob(f"{sock.stem}.more-*"):
+        with contextlib.suppress(OSError):
+            age = now - path.lstat().st_mtime
+            if age <= 2 * DEMAND_S:
+                count += 1
+            elif age > 30 * DEMAND_S:
+                path.unlink()
+    return count
+
+
+def _await_driver(conn: socket.socket, reader: BinaryIO, sock: Path) -> bytes | None:
     """The READY frame's payload of the driver that takes this connection, or None if the pool
-    closed it; every DEMAND_S of waiting, asks the pool for its drivers that went idle."""
+    closed it; from DEMAND_S of waiting on, asks the pool for a driver (`demand_file`)."""
     waited = 0.0
-    while waited < TAKE_TIMEOUT_S:
-        if select.select([conn], [], [], DEMAND_S)[0]:
-            got = read_frame(reader)
-            return got[1] if got is not None and got[0] == FRAME_READY else None
-        waited += DEMAND_S
-        with contextlib.suppress(OSError, WarmDriverError):
-            _touch(more_file)
-    return None
+    demand = demand_file(sock)
+    try:
+        while waited < TAKE_TIMEOUT_S:
+            if select.select([conn], [], [], DEMAND_S)[0]:
+                got = read_frame(reader)
+                return got[1] if got is not None and got[0] == FRAME_READY else None
+            waited += DEMAND_S
+            with contextlib.suppress(OSError, WarmDriverError):
+                _touch(demand)
+        return None
+    finally:
+        demand.unlink(missing_ok=True)
 
 
 def driver_socket(sock: Path, index: int) -> Path:
@@ -462,7 +495,7 @@ def _take_any(sock: Path) -> tuple[socket.socket, BinaryIO, bytes] | None:
     """A connection to whichever driver of the pool at `sock` takes it first, with its READY
     payload; None if the pool closed it (idle, or failing) or none took it in TAKE_TIMEOUT_S."""
     return _take(sock, TAKE_TIMEOUT_S,
-                 lambda conn, reader: _await_driver(conn, reader, sock.with_suffix(".more")))
+                 lambda conn, reader: _await_driver(conn, reader, sock))
 
 
 def run_job(step: str, args: list[str], report_file: str, env: Mapping[str, str], master: str,
@@ -657,11 +690,14 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 class _Driver:
     """The pool's view of one driver: its process, when it started, the pipe it reports on
-    (``step <seconds>`` when it takes a step, ``free`` when done) and its step's deadline."""
+    (``taken`` when it takes a task's connection, ``step <seconds>`` when it takes the step,
+    ``free`` when it waits for a task), its `state` (``starting`` until it first reports, then
+    ``busy`` or ``free``) and its step's deadline."""
 
     def __init__(self, proc: subprocess.Popen, status_fd: int):
         self.proc, self.status_fd = proc, status_fd
         self.started = time.monotonic()
+        self.state = "starting"
         self.deadline: float | None = None
         self.timed_out = False
         self._pending = b""
@@ -677,22 +713,25 @@ class _Driver:
         for line in lines:
             word, _, value = line.decode(errors="replace").partition(" ")
             if word == "step":
+                self.state = "busy"
                 with contextlib.suppress(ValueError):
                     self.deadline = time.monotonic() + float(value)
+            elif word == "taken":
+                self.state = "busy"
             elif word == "free":
-                self.deadline = None
+                self.state, self.deadline = "free", None
 
     def overdue(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
 def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
-    """The pool: listen on `sock_path` and keep up to `drivers` drivers running on it, each
-    ending when idle for `idle` seconds and started again when a task waits (a ``.more``
-    file); kill a driver whose step ran past its timeout; end when no driver is left (or on
-    SIGTERM)."""
+    """The pool: listen on `sock_path` with one driver, and start another, up to `drivers`,
+    while more tasks wait (`waiting_tasks`) than drivers are free or starting; each driver
+    ends when idle for `idle` seconds; kill a driver whose step ran past its timeout; end when
+    no driver is left (or on SIGTERM)."""
     path = Path(sock_path)
-    pid_file, retire_file, more_file = (path.with_suffix(s) for s in (".pid", ".retire", ".more"))
+    pid_file, retire_file = (path.with_suffix(s) for s in (".pid", ".retire"))
     os.umask(0o077)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -700,7 +739,6 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
     inode = path.stat().st_ino
     _write_pid_file(pid_file)
     retire_file.unlink(missing_ok=True)
-    more_file.unlink(missing_ok=True)
     stamp, stamp_checked = code_stamp(), time.monotonic()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -732,9 +770,10 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
             os.close(status_write)
         return _Driver(proc, status_read)
 
-    print(f"warm driver pool {path.stem}: {drivers} driver(s) on {master}, pid {os.getpid()}",
-          flush=True)
-    children = {index: start(index) for index in range(drivers)}
+    print(f"warm driver pool {path.stem}: up to {drivers} driver(s) on {master}, pid "
+          f"{os.getpid()}; one starts now, the others when tasks wait", flush=True)
+    children = {0: start(0)}
+    short_since: float | None = None  # since when tasks wait that no driver can take
     quick_failures = 0
     retiring = False
     while children:
@@ -751,10 +790,18 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
             for driver in children.values():
                 with contextlib.suppress(OSError):
                     os.killpg(driver.proc.pid, signal.SIGTERM)
-        if not retiring and more_file.exists():  # a task waits: the drivers that went idle
-            more_file.unlink(missing_ok=True)
-            for index in sorted(set(range(drivers)) - set(children)):
-                print(f"a task waits for a driver: starting driver {index} again", flush=True)
+        stopped = sorted(set(range(drivers)) - set(children))
+        waiting = waiting_tasks(path) if stopped and not retiring else 0
+        short = waiting - sum(driver.state != "busy" for driver in children.values())
+        if short <= 0:
+            short_since = None
+        elif short_since is None:
+            short_since = time.monotonic()
+        elif time.monotonic() - short_since >= DEMAND_S / 2:
+            short_since = None
+            for index in stopped[:short]:
+                print(f"{waiting} task(s) wait for a driver, none free: starting driver "
+                      f"{index}", flush=True)
                 children[index] = start(index)
         for index, driver in list(children.items()):
             driver.read_status()
@@ -797,7 +844,6 @@ def serve(sock_path: str, drivers: int, master: str, idle: float) -> int:
         time.sleep(0.2)
     close_door()
     retire_file.unlink(missing_ok=True)
-    more_file.unlink(missing_ok=True)
     listener.close()
     return 0
 
@@ -1114,12 +1160,14 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
             conn, waiting = waiting, None
         else:
             own = own or _open_own(own_path)
+            tell_pool("free")
             conn = _accept(listener, own, idle, retire_file, pool,
                            (lambda: _state_ahead(spark)) if ahead else None)
             _close_own(own, own_path)
             own = None
         if conn is None:
             return EXIT_IDLE
+        tell_pool("taken")
         with conn:
             conn.settimeout(30)
             try:

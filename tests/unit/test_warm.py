@@ -258,3 +258,47 @@ def test_a_steps_environment_is_the_tasks_while_it_runs_and_the_drivers_after(mo
         assert os.environ["TEAM_SETTING"] == "x"
     assert os.environ["AIRFLOW_CTX_DAG_ID"] == "the driver's"
     assert "TEAM_SETTING" not in os.environ
+
+
+def test_a_pool_counts_the_tasks_that_wait_now_and_forgets_those_gone(tmp_path):
+    """`waiting_tasks` counts the asks (`demand_file`) touched in the last 2 DEMAND_S of the
+    pool's own socket only; an ask left by a task killed while it waited is removed."""
+    sock = tmp_path / "0123456789abcdef.sock"
+    fresh, stale, gone = (warm.demand_file(sock) for _ in range(3))
+    assert len({fresh, stale, gone}) == 3  # one per wait, even in one process
+    for path in (fresh, stale, gone):
+        path.touch()
+    other_pool = tmp_path / "fedcba9876543210.more-1-00"
+    other_pool.touch()
+    now = time.time()
+    os.utime(stale, (now - 3 * warm.DEMAND_S, now - 3 * warm.DEMAND_S))
+    os.utime(gone, (now - 31 * warm.DEMAND_S, now - 31 * warm.DEMAND_S))
+    assert warm.waiting_tasks(sock) == 1
+    assert fresh.exists() and stale.exists() and not gone.exists() and other_pool.exists()
+
+
+def test_the_pools_view_of_a_driver_follows_what_it_reports():
+    """A driver is `starting` until it reports; `taken` and `step` make it busy (a step with
+    its deadline), `free` frees it and clears the deadline, in whatever pieces the pipe
+    delivers the lines."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    driver = warm._Driver(subprocess.Popen(["true"]), read_fd)
+    try:
+        driver.read_status()
+        assert driver.state == "starting"
+        os.write(write_fd, b"taken\nst")
+        driver.read_status()
+        assert (driver.state, driver.deadline) == ("busy", None)
+        os.write(write_fd, b"ep 0.01\n")
+        driver.read_status()
+        assert driver.state == "busy" and driver.deadline is not None
+        time.sleep(0.05)
+        assert driver.overdue()
+        os.write(write_fd, b"free\n")
+        driver.read_status()
+        assert (driver.state, driver.deadline, driver.overdue()) == ("free", None, False)
+    finally:
+        driver.proc.wait()
+        os.close(read_fd)
+        os.close(write_fd)
