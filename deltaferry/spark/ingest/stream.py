@@ -87,8 +87,9 @@ log = logging.getLogger(__name__)
 
 #: Over Spark Connect, how many times a query is started when the server's foreachBatch
 #: worker did not connect back in time (`WORKER_LATE`: Spark waits 10 s for it, a fixed bound a
-#: busy server's Python, importing deltaferry, can miss); nothing was read before it.
-CONNECT_START_ATTEMPTS = 3
+#: busy server's Python, importing pyspark's Connect modules and pandas, can miss: three
+#: attempts in a row did on a 2-core server under full load); nothing was read before it.
+CONNECT_START_ATTEMPTS = 5
 WORKER_LATE = "Python worker failed to connect back"
 #: The fewest messages a byte-sized micro-batch holds (huge messages still make progress).
 MIN_BATCH = 100
