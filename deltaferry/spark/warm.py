@@ -1116,7 +1116,8 @@ def warm_up(spark) -> float:
 def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
           status_fd: int) -> int:
     """One driver: start Spark, then take steps from the pool's socket `fd` one at a time,
-    telling the pool on `status_fd` when it takes one (with its timeout) and when done."""
+    telling the pool on `status_fd` when it takes a task, its step (with the step's timeout)
+    and when it waits for the next."""
     pool = os.getppid()
     log_fd = os.dup(2)
     read_fd, write_fd = os.pipe()
@@ -1160,7 +1161,7 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
             conn, waiting = waiting, None
         else:
             own = own or _open_own(own_path)
-            tell_pool("free")
+            tell_pool("free")  # waits for a task: after its warm-up, or its last step
             conn = _accept(listener, own, idle, retire_file, pool,
                            (lambda: _state_ahead(spark)) if ahead else None)
             _close_own(own, own_path)
@@ -1197,7 +1198,6 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
             print(f"{EXIT_PREFIX}{nonce} {code}", flush=True)
             output.done.wait(60)
             ahead = code == 0 and healthy
-            tell_pool("free")
         if not healthy:
             return EXIT_RECYCLE
     if own is not None:
