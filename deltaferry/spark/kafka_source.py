@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from deltaferry.config import Settings
@@ -31,6 +32,39 @@ STRING_KEY = ("kafka_key",)
 #: (measured in a warm session on 3 partitions of ~30 messages each). DELTAFERRY_KAFKA_OPTIONS
 #: (fetch.max.wait.ms) overrides it.
 FETCH_OPTIONS = {"kafka.fetch.max.wait.ms": "10"}
+
+
+#: A Kafka partition's messages are read by more than one Spark task only where each task
+#: still gets at least this many (`read_tasks`): a small batch's extra tasks, each opening a
+#: consumer of its own for a partition another task reads, cost more than they balance.
+SPLIT_MIN_MESSAGES = 10_000
+
+
+def read_tasks(sizes: Iterable[int], cores: int) -> int | None:
+    """Spark's ``minPartitions`` for a read of Kafka partitions holding `sizes` messages on
+    `cores` cores, or None for one task per partition (Spark's default). Where the partitions
+    with messages are not a multiple of the cores, one task per partition leaves cores idle
+    for the read's last round, and for every pass over the persisted batch after it (3
+    partitions on 2 cores: two rounds, the second on one core); each is then read by up to
+    `cores` tasks of at least SPLIT_MIN_MESSAGES, so the tasks come in whole rounds (Spark
+    splits each partition in proportion to its share of the read)."""
+    ranges = [n for n in sizes if n > 0]
+    if cores < 2 or not ranges or len(ranges) % cores == 0:
+        return None
+    parts = min(cores, sum(ranges) // len(ranges) // SPLIT_MIN_MESSAGES)
+    return len(ranges) * parts if parts >= 2 else None
+
+
+def split_options(spark: SparkSession, sizes: Iterable[int]) -> dict[str, str]:
+    """The Kafka source's ``minPartitions`` option for a read of `sizes` messages per partition
+    on this session's cores (`read_tasks`), or none. Over Spark Connect the client does not
+    know the server's cores: none."""
+    from deltaferry.spark.session import is_connect
+
+    if is_connect(spark):
+        return {}
+    tasks = read_tasks(sizes, spark.sparkContext.defaultParallelism)
+    return {} if tasks is None else {"minPartitions": str(tasks)}
 
 
 def kafka_options(settings: Settings, timeout_s: float | None = None) -> dict[str, str]:
@@ -90,7 +124,8 @@ def read_ranges(spark: SparkSession, settings: Settings, topic: str,
                 ) -> DataFrame:
     """A batch DataFrame of the raw records in [start, end) of each partition in `ranges`
     (each wait on the brokers bounded by `timeout_s`, see `timeout_options`)."""
-    reader = spark.read.format("kafka").options(**kafka_options(settings, timeout_s))
+    reader = (spark.read.format("kafka").options(**kafka_options(settings, timeout_s))
+              .options(**split_options(spark, (end - start for start, end in ranges.values()))))
     return with_raw_columns(
         reader.option("assign", json.dumps({topic: sorted(ranges)}))
         .option("startingOffsets", offsets_json(topic, {p: s for p, (s, _) in ranges.items()}))

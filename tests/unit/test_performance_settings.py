@@ -160,3 +160,29 @@ def test_delta_commit_is_its_own_phase_timed_by_the_commit_record():
     phases.split("merge", "commit", None)  # not known: nothing moves
     phases.split("append", "commit", 1.0)  # no such phase: nothing moves
     assert phases.seconds["commit"] == pytest.approx(1.5) and "append" not in phases.seconds
+
+
+def test_a_large_read_of_partitions_the_cores_do_not_divide_is_split_into_whole_rounds():
+    from deltaferry.spark.kafka_source import SPLIT_MIN_MESSAGES, read_tasks
+
+    big = 2 * SPLIT_MIN_MESSAGES
+    # 3 partitions on 2 cores: each in 2 tasks, 6 in all (3 rounds of 2, none on one core)
+    assert read_tasks([big, big, big], 2) == 6
+    assert read_tasks([big], 2) == 2  # one partition: both cores
+    assert read_tasks([4 * big] * 3, 4) == 12  # up to a task per core of each partition
+    assert read_tasks([big, big, 0], 4) == 4  # partitions without messages do not count
+    # nothing to balance: a multiple of the cores, one core, nothing to read
+    assert read_tasks([big] * 4, 2) is None
+    assert read_tasks([big] * 3, 1) is None
+    assert read_tasks([0, 0, 0], 2) is None
+    # a small read keeps one task per partition: no part under SPLIT_MIN_MESSAGES
+    assert read_tasks([2 * SPLIT_MIN_MESSAGES - 1] * 3, 2) is None
+    assert read_tasks([100, 100, 100], 2) is None
+
+
+def test_a_runs_first_batch_is_sized_per_partition_as_spark_shares_its_bound():
+    from deltaferry.spark.ingest.stream import batch_sizes
+
+    assert batch_sizes({0: (0, 30), 1: (10, 20), 2: (5, 5)}, 100) == [30, 10, 0]
+    assert batch_sizes({0: (0, 60_000), 1: (0, 30_000), 2: (0, 30_000)}, 60_000) == \
+        [30_000, 15_000, 15_000]

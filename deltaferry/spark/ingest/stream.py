@@ -62,7 +62,7 @@ from deltaferry.spark.ingest.rows import (
     read_stats,
 )
 from deltaferry.spark.jobs import JobCounter, Scheduled, one_task_write
-from deltaferry.spark.kafka_source import kafka_options
+from deltaferry.spark.kafka_source import kafka_options, split_options
 from deltaferry.spark.session import is_connect
 from deltaferry.state import (
     BatchKey,
@@ -355,20 +355,34 @@ def messages_per_batch(topic: TopicConfig, average_bytes: float | None) -> int:
     return min(by_bytes, bound) if bound else by_bytes
 
 
-def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -> int:
-    """The run's maxOffsetsPerTrigger, from the size of the messages it is about to read (the
-    last ones of each partition's range past the checkpoint); with none to read (a stream
-    that starts caught up reads what arrives next), from the last messages the topic holds;
-    with none measured either way, from UNMEASURED_MESSAGE_BYTES (`messages_per_batch`).
-    Says so in the log."""
+def pending_ranges(topic: TopicConfig, current, checkpointed) -> dict[int, tuple[int, int]]:
+    """Each partition's [start, end) a run is about to read: from the checkpoint's offsets,
+    else from the topic's starting_offsets, to the partition's end now."""
     if checkpointed:
         start = checkpointed
     elif topic.starting_offsets == "earliest":
         start = {p: low for p, (low, _) in current.partitions.items()}
     else:
         start = current.end()
-    ranges = {p: (max(start.get(p, low), low), high)
-              for p, (low, high) in current.partitions.items()}
+    return {p: (max(start.get(p, low), low), high)
+            for p, (low, high) in current.partitions.items()}
+
+
+def batch_sizes(ranges: dict[int, tuple[int, int]], limit: int) -> list[int]:
+    """The messages of each partition in a run's first micro-batch, about: the pending ones of
+    `ranges`, scaled down to `limit` in all as Spark shares maxOffsetsPerTrigger out."""
+    sizes = [max(0, end - start) for start, end in ranges.values()]
+    total = sum(sizes)
+    return sizes if total <= limit else [n * limit // total for n in sizes]
+
+
+def batch_limit(topic: TopicConfig, settings: Settings, current, checkpointed) -> int:
+    """The run's maxOffsetsPerTrigger, from the size of the messages it is about to read (the
+    last ones of each partition's range past the checkpoint); with none to read (a stream
+    that starts caught up reads what arrives next), from the last messages the topic holds;
+    with none measured either way, from UNMEASURED_MESSAGE_BYTES (`messages_per_batch`).
+    Says so in the log."""
+    ranges = pending_ranges(topic, current, checkpointed)
     pending = sum(max(0, high - low) for low, high in ranges.values())
     sampled = average_message_bytes(settings.kafka_bootstrap, topic.name, ranges,
                                     settings.kafka_options)
@@ -420,6 +434,9 @@ class IngestStream:
         delta_table.ensure_table(spark, paths.table, topic.deletion_vectors)
         quarantine.ensure_layout(spark, paths.quarantine)
         self.limit = batch_limit(topic, settings, current, checkpointed)
+        #: minPartitions for the run's batches, sized on its first (`split_options`)
+        self.split = split_options(spark, batch_sizes(
+            pending_ranges(topic, current, checkpointed), self.limit))
         if topic.pause_after is not None:  # each written micro-batch counts toward it once
             from deltaferry import pause
 
@@ -444,7 +461,7 @@ class IngestStream:
             .option("failOnDataLoss", str(self.topic.fail_on_data_loss).lower())
             .option("includeHeaders", "true")  # the quarantine keeps them
         )
-        stream = reader.option("maxOffsetsPerTrigger", self.limit).load()
+        stream = reader.options(**self.split).option("maxOffsetsPerTrigger", self.limit).load()
         writer = (stream.writeStream.foreachBatch(self.remote or self.writer)
                   .option("checkpointLocation", self.paths.checkpoint).trigger(**trigger))
         if self.remote is None:
