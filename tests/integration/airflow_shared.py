@@ -56,6 +56,11 @@ READER = "reader"
 #: A topic always in the topics file: its DAG (never scheduled, paused) names the DAG file to
 #: ask Airflow to parse again whenever the file changes.
 KEEPER = "shared-airflow-keeper"
+#: A topics-file entry's schedule line for a topic whose test unpauses its DAG and then
+#: triggers runs: once a year, so the scheduler runs the last point at once when unpaused and
+#: no second scheduled run starts during the test (an hourly one did, at the top of an hour,
+#: and took the messages a triggered run was to land).
+ONCE_A_YEAR = '    schedule: "0 0 1 1 *"\n'
 #: A topics-file entry: a list item at the file's first level.
 _ENTRY = re.compile(r"^  - name: (\S+)\n(?:    .*\n)*", re.MULTILINE)
 _KEEPER_ENTRY = f"  - name: {KEEPER}\n    schedule: null\n"

@@ -16,6 +16,7 @@ from deltaferry.kafka import create_topic, produce
 from deltaferry.schema.store import SchemaStore
 from deltaferry_dev.airflow.rest import AirflowApiError, follow, wait_until
 
+from .airflow_shared import ONCE_A_YEAR
 from .readers import assert_plain_table, assert_readers_agree
 from .test_pipeline import assert_table_is_latest_state
 
@@ -42,10 +43,10 @@ def second_events():
 @pytest.fixture(scope="module")
 def airflow(shared_airflow, kafka_bootstrap):
     """The shared Airflow hosting one real topic (no retries: a failure fails the test at
-    once) and one bad entry."""
+    once; scheduled once a year, `airflow_shared.ONCE_A_YEAR`) and one bad entry."""
     topic = f"airflow-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
-    with shared_airflow.hosting(f"  - name: {topic}\n    retries: 0\n"
+    with shared_airflow.hosting(f"  - name: {topic}\n{ONCE_A_YEAR}    retries: 0\n"
                                 f"  - name: {BAD_ENTRY}\n    schedule: every hour\n"):
         yield shared_airflow.running, topic, shared_airflow.paths(topic)
 
@@ -97,7 +98,7 @@ def test_real_airflow_loads_schedules_triggers_and_skips_idle_steps(airflow, kaf
     stand_in = wait_until(lambda: client.dag(f"ingest_{BAD_ENTRY}"), 60, what="stand-in DAG")
     assert "config-error" in {t["name"] for t in stand_in["tags"]}
 
-    # 2. Unpaused, the scheduler runs the latest interval by itself.
+    # 2. Unpaused, the scheduler runs the last point of its schedule by itself.
     messages = list(first_events())
     produce(kafka_bootstrap, topic, messages)
     client.set_paused(dag_id, False)

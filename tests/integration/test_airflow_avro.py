@@ -18,6 +18,7 @@ import pytest
 from deltaferry.kafka import create_topic, produce
 from deltaferry_dev.airflow.rest import wait_until
 
+from .airflow_shared import ONCE_A_YEAR
 from .readers import assert_plain_table, assert_readers_agree
 from .test_airflow import finished_run
 
@@ -28,14 +29,15 @@ pytestmark = pytest.mark.integration
 def avro_airflow(shared_airflow, kafka_bootstrap):
     """The shared Airflow (Kafka and the registry given only as its connections kafka_default,
     mutual TLS, and schema_registry_default, HTTPS) hosting one avro and one protobuf topic (no
-    retries)."""
+    retries), scheduled once a year (`airflow_shared.ONCE_A_YEAR`)."""
     topic = f"avro-airflow-{uuid.uuid4().hex[:10]}"
     proto_topic = f"proto-airflow-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_bootstrap, topic, partitions=2)
     create_topic(kafka_bootstrap, proto_topic, partitions=2)
-    with shared_airflow.hosting(f"  - name: {topic}\n    format: avro\n    retries: 0\n"
+    yearly = f"{ONCE_A_YEAR}    retries: 0\n"
+    with shared_airflow.hosting(f"  - name: {topic}\n    format: avro\n{yearly}"
                                 f"  - name: {proto_topic}\n    format: protobuf\n"
-                                f"    message: shop.Order\n    retries: 0\n"):
+                                f"    message: shop.Order\n{yearly}"):
         yield (shared_airflow.running, topic, shared_airflow.paths(topic), proto_topic,
                shared_airflow.paths(proto_topic))
 
