@@ -46,7 +46,7 @@ def read_tasks(sizes: Iterable[int], cores: int) -> int | None:
     with messages are not a multiple of the cores, one task per partition leaves cores idle
     for the read's last round, and for every pass over the persisted batch after it (3
     partitions on 2 cores: two rounds, the second on one core); each is then read by up to
-    `cores` tasks of at least SPLIT_MIN_MESSAGES, so the tasks come in whole rounds (Spark
+    `cores` tasks of at least SPLIT_MIN_MESSAGES, whole rounds where it gets all `cores` (Spark
     splits each partition in proportion to its share of the read)."""
     ranges = [n for n in sizes if n > 0]
     if cores < 2 or not ranges or len(ranges) % cores == 0:
