@@ -478,17 +478,22 @@ def test_a_topics_steps_go_to_its_own_driver_and_to_another_while_that_one_is_bu
     earlier = log.stat().st_size if log.exists() else 0  # an earlier pool's lines
     sock = warm.ensure_pool(key, env, "local[1]", 2)
     pid_file = sock.with_suffix(".pid")
-    # two tasks at once: the pool starts its second driver for the one the first cannot take
-    ended: list[int] = []
-    tasks = [threading.Thread(target=lambda n=n: ended.append(warm.run_job(
-        "infer", ["no-such-topic", "--topics-file", str(topics_file)],
-        str(tmp_path / f"first{n}.json"), env, "local[1]", 2, lambda _line: None)[0]))
-        for n in range(2)]
-    for task in tasks:
-        task.start()
-    for task in tasks:
-        task.join(600)
-    assert ended == [2, 2]  # each refused the topic the file does not name, in a driver
+    # driver 0 held while a task waits: the pool starts its second driver for that task
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.settimeout(300)
+    holder.connect(str(sock))
+    kind, payload = warm.read_frame(holder.makefile("rb"))
+    assert kind == warm.FRAME_READY
+    busy = int(payload.split()[0])
+    os.kill(busy, signal.SIGSTOP)  # held: a connection that sends no request is let go in 30 s
+    try:
+        code, _ = warm.run_job("infer", ["no-such-topic", "--topics-file", str(topics_file)],
+                               str(tmp_path / "first.json"), env, "local[1]", 2,
+                               lambda _line: None)
+        assert code == 2  # it refused the topic the file does not name, in the other driver
+    finally:
+        os.kill(busy, signal.SIGCONT)
+        holder.close()
     deadline = time.monotonic() + 300
     while not all(warm.driver_socket(sock, i).exists() for i in (0, 1)):  # both free
         assert time.monotonic() < deadline, log.read_text()
