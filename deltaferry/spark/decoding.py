@@ -90,6 +90,15 @@ def aggregates(decoder: Decoder) -> list:
     return list(found()) if found is not None else []
 
 
+def named_reasons(decoder: Decoder, bad: DataFrame) -> DataFrame:
+    """`bad` (records of the batch `decoder` decoded last, with a `reason`) with the reasons
+    its decode left for the quarantine to spell out (a JSON topic's misfits,
+    `JsonDecoder.name_reasons`), if the decoder left any; those of a few records cost little
+    to name, where naming them in every record's decode did."""
+    found = getattr(decoder, "name_reasons", None)
+    return found(bad) if found is not None else bad
+
+
 def with_reason(decoded: DataFrame, keys: KeyDecoder | None = None) -> DataFrame:
     """`decoded` with the record's `reason` for the quarantine (null for a usable record): no
     key first (if `keys` requires one; default StringKeys), then the key decoder's

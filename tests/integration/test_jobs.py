@@ -269,12 +269,14 @@ ELEMENT_REREAD = '{"v":'
 
 
 def test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one(spark, tmp_path):
-    """A JSON batch's decoding plans the expressions that name a misfit (a re-read of each
-    array's elements: seconds of planning a batch) only where the batch's shapes show a field
-    of another type than its column's, or hold values not parsed into a VARIANT
-    (`json_format.may_misfit`): a misfit the shapes show is quarantined with its path and both
-    types (evolve, freeze) or rescued (rescue); a batch whose every value fits, new fields
-    aside, plans none and lands the same."""
+    """A JSON batch plans the expressions that name a misfit (a re-read of each array's
+    elements: seconds of planning a batch) only where the batch's shapes show a field of
+    another type than its column's, or hold values not parsed into a VARIANT
+    (`json_format.may_misfit`), and then in its quarantine's records (`name_reasons`), not in
+    every value's decode, except under rescue, where a named misfit is rescued: a misfit the
+    shapes show is quarantined with its path and both types (evolve, freeze) or rescued
+    (rescue); a batch whose every value fits, new fields aside, plans none and lands the
+    same."""
     from pyspark.sql import functions as F
 
     from deltaferry.config import TopicConfig
@@ -296,13 +298,16 @@ def test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one(spark, tmp_path
         raw = decoder.raw_columns(kafka)
         decoder.aggregated(list(raw.agg(*decoder.aggregates()).first()))
         decoded = decoder.decode(raw)
-        plan = decoded._jdf.queryExecution().analyzed().toString()
+        in_decode = ELEMENT_REREAD in decoded._jdf.queryExecution().analyzed().toString()
+        named = decoder.name_reasons(decoded.withColumnRenamed("problem", "reason"))
+        plan = named._jdf.queryExecution().analyzed().toString()
         if mode == "freeze":  # the schema stays v1: six places a misfit can be named
             # one type asked of each (it was six, read four times over: seconds to plan)
             assert plan.count("schema_of_variant(") <= 6, plan.count("schema_of_variant(")
-        rows = decoded.select("kafka_offset", F.to_json(F.col("data").dropFields(
-            json_format.CORRUPT)).alias("data"), "problem")
-        return {r["kafka_offset"]: (json.loads(r["data"]), r["problem"])
+        assert in_decode == (mode == "rescue" and ELEMENT_REREAD in plan), mode
+        rows = named.select("kafka_offset", F.to_json(F.col("data").dropFields(
+            json_format.CORRUPT)).alias("data"), "reason")
+        return {r["kafka_offset"]: (json.loads(r["data"]), r["reason"])
                 for r in rows.collect()}, ELEMENT_REREAD in plan
 
     for mode in ("evolve", "freeze", "rescue"):

@@ -35,7 +35,7 @@ from deltaferry.reports import (
 )
 from deltaferry.spark import quarantine
 from deltaferry.spark import table as delta_table
-from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, aggregates
+from deltaferry.spark.decoding import Decoder, KeyDecoder, StringKeys, aggregates, named_reasons
 from deltaferry.spark.expectations import (
     BAD_MESSAGES,
     Checker,
@@ -281,8 +281,9 @@ class BatchWriter:
             self.report.widened_columns += widened
             app_id = self.app_id()
             with batch("quarantine"):
+                named = named_reasons(self.decoder, parsed) if unusable else parsed
                 quarantined = quarantine.append(
-                    quarantine.rows(parsed, schema_version, batch_id,
+                    quarantine.rows(named, schema_version, batch_id,
                                     self.keys.quarantine_columns, self.topic.max_value_bytes),
                     self.paths.quarantine, app_id, batch_id, unusable, storage=self.storage(),
                     task=self.task)
