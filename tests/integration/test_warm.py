@@ -11,6 +11,7 @@ waits."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -429,14 +430,7 @@ def test_a_pool_starts_a_driver_for_a_waiting_task_and_idle_drivers_end_one_by_o
             time.sleep(0.2)
         return log.read_text()
 
-    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    holder.settimeout(300)
-    holder.connect(str(sock))
-    kind, payload = warm.read_frame(holder.makefile("rb"))
-    busy = int(payload.split()[0])
-    assert kind == warm.FRAME_READY
-    os.kill(busy, signal.SIGSTOP)  # held: a connection that sends no request is let go in 30 s
-    try:
+    with held_driver(sock) as busy:
         time.sleep(3 * warm.DEMAND_S)
         assert log.read_text().count("Spark ready") == 1, log.read_text()  # no task waited
         for round_ in (1, 2):
@@ -450,9 +444,6 @@ def test_a_pool_starts_a_driver_for_a_waiting_task_and_idle_drivers_end_one_by_o
             assert text.count("Spark ready") == 1 + round_ and "warmed up in" not in text, text
             wait_for("s: it ends (1 left)", round_, idle + 45)
             assert warm.running(*pool) and sock.exists()  # one idle driver did not close it
-    finally:
-        os.kill(busy, signal.SIGCONT)
-        holder.close()
     wait_for("no driver left: the pool closes", 1, 2 * idle + 100)
     deadline = time.monotonic() + 30
     while warm.running(*pool):
@@ -460,6 +451,27 @@ def test_a_pool_starts_a_driver_for_a_waiting_task_and_idle_drivers_end_one_by_o
         time.sleep(0.2)
     assert not pid_file.exists() and not sock.exists()
     assert not list(sock.parent.glob(f"{key}.more-*"))  # the tasks took their asks with them
+
+
+@contextlib.contextmanager
+def held_driver(sock: Path):
+    """A free driver of the pool at `sock` taken (its READY frame read) and stopped
+    (SIGSTOP: a connection that sends no request is let go in 30 s) for the block, which gets
+    its pid; continued and let go after."""
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.settimeout(300)
+    holder.connect(str(sock))
+    try:
+        kind, payload = warm.read_frame(holder.makefile("rb"))
+        assert kind == warm.FRAME_READY
+        busy = int(payload.split()[0])
+        os.kill(busy, signal.SIGSTOP)
+        try:
+            yield busy
+        finally:
+            os.kill(busy, signal.SIGCONT)
+    finally:
+        holder.close()
 
 
 def run_pool(env, topic, topics_file, report_file, lines):
@@ -479,21 +491,11 @@ def test_a_topics_steps_go_to_its_own_driver_and_to_another_while_that_one_is_bu
     sock = warm.ensure_pool(key, env, "local[1]", 2)
     pid_file = sock.with_suffix(".pid")
     # driver 0 held while a task waits: the pool starts its second driver for that task
-    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    holder.settimeout(300)
-    holder.connect(str(sock))
-    kind, payload = warm.read_frame(holder.makefile("rb"))
-    assert kind == warm.FRAME_READY
-    busy = int(payload.split()[0])
-    os.kill(busy, signal.SIGSTOP)  # held: a connection that sends no request is let go in 30 s
-    try:
+    with held_driver(sock):
         code, _ = warm.run_job("infer", ["no-such-topic", "--topics-file", str(topics_file)],
                                str(tmp_path / "first.json"), env, "local[1]", 2,
                                lambda _line: None)
         assert code == 2  # it refused the topic the file does not name, in the other driver
-    finally:
-        os.kill(busy, signal.SIGCONT)
-        holder.close()
     deadline = time.monotonic() + 300
     while not all(warm.driver_socket(sock, i).exists() for i in (0, 1)):  # both free
         assert time.monotonic() < deadline, log.read_text()
