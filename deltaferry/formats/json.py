@@ -38,6 +38,7 @@ from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.schema.variant import NEGATIVE_ZERO, exact_fields, has_double, inferred_schema
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
+from deltaferry.spark.table import session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -153,7 +154,11 @@ def infer_from_records(spark: SparkSession, records: DataFrame, cached: dict | N
         row = values.agg(shape(values[PARSED])).first()
         return inferred_schema(row[0] if row is not None else None, cached)
     reader = spark.read.option("mode", "DROPMALFORMED").option("dropFieldIfAllNull", "true")
-    return reader.json(values.select("raw_value")).schema.jsonValue()
+    # without adaptive execution: `json` of a frame also makes the parsed frame's RDD, and
+    # under it that ran the records' grouping (their latest per key) a second time, only to
+    # be dropped (a 210,000-message backlog: two jobs, 1.1 s of its infer step's 5)
+    with session_settings(spark, {"spark.sql.adaptive.enabled": "false"}):
+        return reader.json(values.select("raw_value")).schema.jsonValue()
 
 
 def commit_schema(

@@ -331,6 +331,26 @@ def test_a_misfit_is_named_only_in_a_batch_whose_shape_shows_one(spark, tmp_path
             assert (found[2][1], found[3][1]) == (said.format("amount"), said.format("items[].qty"))
 
 
+#: The Spark jobs the infer step of a new JSON topic schedules
+#: (`test_the_infer_step_reads_the_topic_once`): one, Spark's JSON inference over the latest
+#: value per key, whose read and grouping are its first stage (5 under adaptive execution,
+#: where the read and grouping were jobs of their own and Spark's JSON reader ran them a
+#: second time to make a parsed frame it never used).
+INFER_JOBS = 1
+
+
+def test_the_infer_step_reads_the_topic_once(spark, kafka_bootstrap, new_topic, tmp_path):
+    """A new JSON topic's infer step reads its messages, keeps each key's latest and infers
+    their schema in INFER_JOBS Spark jobs, no more."""
+    topic = new_topic("infer-jobs", partitions=3)
+    produce(kafka_bootstrap, topic, messages(0, 600, 200))
+    ctx = context(topic, tmp_path / "wh", kafka_bootstrap)
+    counter = jobs_module.JobCounter(spark)
+    [report] = run_step("infer", ctx, spark)
+    assert report.changed and report.offsets_scanned == 600
+    assert counter.scheduled().jobs == INFER_JOBS
+
+
 def test_jobs_per_micro_batch(spark, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic("jobs", partitions=3)
     ctx = context(topic, tmp_path / "wh", kafka_bootstrap, max_offsets_per_trigger=300)
