@@ -30,6 +30,7 @@ from deltaferry.schema.merge import (
     normalise_field,
     type_name,
 )
+from deltaferry.spark.table import sql_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -123,15 +124,14 @@ def nulled(value: Column, own, wide, paths: set[str], prefix: str = "") -> Colum
     fields at `paths` (reached through structs: ``name``, ``customer.tier``), which `own`
     types otherwise; those are null (their values go to ``_rescued``: `rescued_json`)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import _parse_datatype_json_value
 
     if own == wide:
         return value
     if kind_of(wide) != "struct" or kind_of(own) != "struct":
-        return F.lit(None).cast(_parse_datatype_json_value(wide))
+        return F.lit(None).cast(sql_type(wide))
     types = {f["name"]: f["type"] for f in own["fields"]}
     return F.when(value.isNotNull(), F.struct(*[
-        (F.lit(None).cast(_parse_datatype_json_value(f["type"]))
+        (F.lit(None).cast(sql_type(f["type"]))
          if f"{prefix}{f['name']}" in paths or f["name"] not in types
          else nulled(value.getField(f["name"]), types[f["name"]], f["type"], paths,
                      f"{prefix}{f['name']}.")).alias(f["name"])

@@ -38,7 +38,7 @@ from deltaferry.schema.rules import relaxed
 from deltaferry.schema.store import SchemaStore, SchemaVersion
 from deltaferry.schema.variant import NEGATIVE_ZERO, exact_fields, has_double, inferred_schema
 from deltaferry.spark.kafka_source import latest_per_key, read_ranges, with_raw_columns
-from deltaferry.spark.table import session_settings
+from deltaferry.spark.table import session_settings, sql_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -521,7 +521,7 @@ def typed_value(schema: dict, shape: str | None = None) -> Column:
         return text
     fields = schema["fields"]
     # field by field: one cast of the whole object into a struct took five times as long
-    cast = {f.name: variant_at(F.col(PARSED), (f.name,)).try_cast(f.dataType)
+    cast = {f.name: variant_at(F.col(PARSED), (f.name,)).try_cast(sql_type(f.dataType))
             for f in StructType.fromJson(schema).fields if f.name in exact}
     rest = [f for f in fields if f["name"] not in exact]
     narrow = F.from_json("raw_value", StructType.fromJson({"type": "struct", "fields": rest})

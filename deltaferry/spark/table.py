@@ -39,15 +39,30 @@ class LayoutError(ConfigError):
         super().__init__(f"topic {topic!r}", problem, topic=topic)
 
 
-def spark_type(json_value):
-    """A Spark type from its JSON form: a primitive's name as it is, a complex type parsed (a
-    nested struct widened by `widen_columns` is cast to the parsed type)."""
-    from pyspark.sql.types import ArrayType, MapType, StructType
+def sql_type(datatype) -> str:
+    """The SQL name of a Spark type (a `DataType`, or its JSON form), to cast to: what
+    ``Column.cast`` and ``try_cast`` are given, never the `DataType` itself.
 
-    if isinstance(json_value, str):
-        return json_value
-    kinds = {"struct": StructType, "array": ArrayType, "map": MapType}
-    return kinds[json_value["type"]].fromJson(json_value)
+    Over Spark Connect a `DataType` travels as its proto form, in which every string names its
+    collation, and the server then types the column ``string collate UTF8_BINARY``: a type
+    that a Delta table's schema then holds and that delta-rs refuses to read (a column added
+    by an append, or a nested field by MERGE). Its SQL name is parsed by the server as a
+    classic session parses it: a plain ``string``. Struct fields are backquoted (any name
+    reads back); a field that may not be null says NOT NULL; an array's or map's nullability
+    of elements is not spelled (SQL types have none to give)."""
+    value = datatype.jsonValue() if hasattr(datatype, "jsonValue") else datatype
+    if isinstance(value, str):
+        return value
+    kind = value["type"]
+    if kind == "struct":
+        return "struct<" + ",".join(
+            f"{quote(f['name'])}:{sql_type(f['type'])}"
+            + ("" if f.get("nullable", True) else " NOT NULL") for f in value["fields"]) + ">"
+    if kind == "array":
+        return f"array<{sql_type(value['elementType'])}>"
+    if kind == "map":
+        return f"map<{sql_type(value['keyType'])},{sql_type(value['valueType'])}>"
+    raise ValueError(f"no SQL name for the Spark type {value!r}")  # a UDT: none reach a table
 
 
 def quote(name: str) -> str:
@@ -390,7 +405,7 @@ def widen_columns(spark: SparkSession, path: str, source_schema) -> list[str]:
         target = widened_type(current, source[field.name]) if field.name in source else current
         if target != current:
             changed.append(field.name)
-            cast_to = spark_type(target)
+            cast_to = sql_type(target)
             columns.append(F.col(quote(field.name)).cast(cast_to).alias(field.name))
         else:
             columns.append(F.col(quote(field.name)))

@@ -170,19 +170,24 @@ def test_parse_offset_log_reads_the_topic_line_of_a_checkpoint_file():
     assert parse_offset_log("v1\n{}\n", "orders") is None
 
 
-def test_a_widened_nested_type_becomes_a_spark_type_to_cast_to():
-    """widen_columns casts a nested struct to its widened type: parsed from the JSON form (a
-    DataType.fromJson that pyspark does not have made this raise AttributeError)."""
-    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+def test_a_type_to_cast_to_is_given_by_its_sql_name():
+    """Casts are given a type's SQL name, never the DataType (over Spark Connect its proto form
+    made every string `string collate UTF8_BINARY`, which delta-rs refuses): nested types
+    spelled whole, any field name backquoted, NOT NULL kept; a DataType or its JSON form."""
+    from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 
-    from deltaferry.spark.table import spark_type
+    from deltaferry.spark.table import sql_type
 
     nested = {"type": "struct", "fields": [
-        {"name": "x", "type": "double", "nullable": True, "metadata": {}}]}
-    assert spark_type(nested) == StructType([StructField("x", DoubleType())])
-    assert spark_type({"type": "array", "elementType": "double", "containsNull": True}) == \
-        ArrayType(DoubleType())
-    assert spark_type("double") == "double"
+        {"name": "x", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "we`ird: name", "type": {"type": "map", "keyType": "string",
+                                          "valueType": "decimal(12,2)",
+                                          "valueContainsNull": True},
+         "nullable": False, "metadata": {}}]}
+    assert sql_type(nested) == "struct<`x`:double,`we``ird: name`:map<string,decimal(12,2)> NOT NULL>"
+    assert sql_type(ArrayType(StructType([StructField("s", StringType())]))) == \
+        "array<struct<`s`:string>>"
+    assert sql_type(DoubleType()) == sql_type("double") == "double"
 
 
 def test_batch_progress_keeps_what_sparks_streaming_query_progress_says():

@@ -59,6 +59,7 @@ from deltaferry.reports import InferReport
 from deltaferry.schema.merge import merge_schemas
 from deltaferry.spark.decoding import REASON_NO_KEY, StringKeys
 from deltaferry.spark.kafka_source import with_raw_columns
+from deltaferry.spark.table import sql_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -433,8 +434,9 @@ def decode_events(events: DataFrame, shape: Shape) -> DataFrame:
     row_type = StructType.fromJson(shape.row_type)
     row_names = row_type.fieldNames()
     keys = shape.key_fields
-    fields = [(F.col("__keyc").getField(name).cast(row_type[name].dataType) if name in keys
-               else F.col("__rowc").getField(name)).alias(name) for name in row_names]
+    fields = [(F.col("__keyc").getField(name).cast(sql_type(row_type[name].dataType))
+               if name in keys else F.col("__rowc").getField(name)).alias(name)
+              for name in row_names]
     fields += [F.col("__keyc").getField(k).alias(k) for k in keys if k not in row_names]
     data = F.struct(*fields) if fields else F.lit(None).cast(StructType())
     parsed = parsed.withColumn("data", data)
@@ -514,9 +516,9 @@ def fit_rows(decoded: DataFrame, target: dict) -> DataFrame:
         if mine == field.dataType:
             fields.append(value.alias(field.name))
         elif mine is not None and holds(field.dataType.jsonValue(), mine.jsonValue()):
-            fields.append(value.cast(field.dataType).alias(field.name))
+            fields.append(value.cast(sql_type(field.dataType)).alias(field.name))
         else:
-            fields.append(F.lit(None).cast(field.dataType).alias(field.name))
+            fields.append(F.lit(None).cast(sql_type(field.dataType)).alias(field.name))
             if mine is not None:
                 reasons.append(F.when(value.isNotNull(), F.lit(REASON_TYPE_CHANGE.format(
                     column=field.name, table=field.dataType.simpleString(),

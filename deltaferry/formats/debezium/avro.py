@@ -36,6 +36,7 @@ from deltaferry.formats.debezium import (
 )
 from deltaferry.spark.decoding import REASON_NO_KEY
 from deltaferry.spark.kafka_source import RAW_KEY
+from deltaferry.spark.table import sql_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -176,7 +177,7 @@ def decode_changes(decoded: DataFrame, envelope: Any, key_fields: tuple[str, ...
     assert isinstance(row_type, StructType)  # a record's conversion is a struct
     names = row_type.fieldNames()
     # the key's fields from the key, in the row's types where the row has them
-    fields = [(F.col(f"key_{n}").cast(row_type[n].dataType) if n in key_fields
+    fields = [(F.col(f"key_{n}").cast(sql_type(row_type[n].dataType)) if n in key_fields
                else F.col("__rowc").getField(n)).alias(n) for n in names]
     fields += [F.col(f"key_{k}").alias(k) for k in key_fields if k not in names]
     parsed = parsed.withColumn("data", F.struct(*fields))

@@ -230,9 +230,9 @@ class ChangeWriter:
             if held and _parse_datatype_json_value(widened).simpleString() != \
                     current.simpleString():  # a value the column's type holds lands, cast
                 value = F.col("data").getField(field.name)
-                cast = value.try_cast(current)
-                fits = value.isNull() | F.coalesce(cast.cast(field.dataType) == value,
-                                                   F.lit(False))
+                cast = value.try_cast(delta_table.sql_type(current))
+                back = cast.cast(delta_table.sql_type(field.dataType))
+                fits = value.isNull() | F.coalesce(back == value, F.lit(False))
                 reasons.append(F.when(~fits, F.lit(REASON_CONTRACT_TYPE.format(
                     column=column, table=current.simpleString(),
                     new=field.dataType.simpleString(), mode=mode))))
@@ -243,7 +243,7 @@ class ChangeWriter:
             text = REASON_TYPE_CHANGE.format(column=column, table=current.simpleString(),
                                              new=field.dataType.simpleString())
             reasons.append(F.when(F.col("data").getField(field.name).isNotNull(), F.lit(text)))
-            data = data.withField(field.name, F.lit(None).cast(current))
+            data = data.withField(field.name, F.lit(None).cast(delta_table.sql_type(current)))
         usable = F.col("reason").isNull() & (F.col(OP) != "d")
         if new and mode == SchemaMode.FREEZE:
             names = [F.when(F.col("data").getField(n).isNotNull(), F.lit(columns[n]))

@@ -147,7 +147,7 @@ def kept_after_decode(parsed: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     value = F.col("raw_value")
-    empty = F.lit("").cast(parsed.schema["raw_value"].dataType)
+    empty = F.lit("").cast(delta_table.sql_type(parsed.schema["raw_value"].dataType))
     kept = F.when(F.col("reason").isNotNull() | value.isNull(), value).otherwise(empty)
     return parsed.drop(PARSED).withColumn("raw_value", kept)
 
