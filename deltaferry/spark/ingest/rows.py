@@ -175,12 +175,16 @@ def usable_rows(parsed: DataFrame, keys: tuple[str, ...], headers: bool = False)
     return latest_per_key(rows, keys) if keys else rows
 
 
-def grow_table(spark: SparkSession, path: str, rows: DataFrame) -> None:
+def grow_table(spark: SparkSession, path: str, rows: DataFrame, new_columns: bool = True
+               ) -> None:
     """Make the table at `path` ready for `rows`' columns: column mapping first where a
-    field's name needs it, then the new top-level columns (nested ones arrive by MERGE)."""
+    field's name needs it, then, with `new_columns`, the new top-level columns (nested ones
+    arrive by MERGE). Without: the rows are appended, and the append adds them itself (with
+    the rows, in the same commit)."""
     columns = rows.drop(delta_table.DELETED).schema
     delta_table.ensure_column_mapping(spark, path, columns)
-    delta_table.add_new_columns(spark, path, columns)
+    if new_columns:
+        delta_table.add_new_columns(spark, path, columns)
 
 
 def apply_rows(spark: SparkSession, path: str, rows: DataFrame, keys: tuple[str, ...],
@@ -259,6 +263,8 @@ class LatestPerKey:
         #: Whether the table is known to hold rows (written to by this writer), so that
         #: `apply` no longer reads its log to find out.
         self.filled = False
+        #: Whether the next `apply` appends (`appends`), once asked; None: not asked yet.
+        self._appends: bool | None = None
         self.rows_phase = "latest per key" if keys else "table rows"
         self.write_phase = "merge" if keys else "append"
 
@@ -281,11 +287,21 @@ class LatestPerKey:
               tag: str | None = None, only_newer: bool = False) -> dict[str, int]:
         """`apply_rows`; a keyed table that holds no rows yet (`holds_no_rows`: a topic's first
         backlog) is appended to, not MERGEd into."""
-        from deltaferry.storage import storage_for
-
-        empty = bool(self.keys) and not self.filled and delta_table.holds_no_rows(
-            storage_for(self.path), self.path)
+        empty = bool(self.keys) and self.appends()
+        self._appends = None
         counts = apply_rows(spark, self.path, rows, self.keys, app_id, version, only_newer,
                             tag, empty=empty)
         self.filled = not empty or counts.get("inserted", 0) > 0
         return counts
+
+    def appends(self) -> bool:
+        """Whether the next `apply` appends its rows rather than MERGE them: a topic without
+        key columns (mode append), or a keyed table that holds no rows yet (`holds_no_rows`,
+        read from its log once per batch, and no more once a batch of this writer wrote
+        rows)."""
+        from deltaferry.storage import storage_for
+
+        if self._appends is None:
+            self._appends = not self.keys or (not self.filled and delta_table.holds_no_rows(
+                storage_for(self.path), self.path))
+        return self._appends

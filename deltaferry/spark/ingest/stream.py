@@ -272,7 +272,11 @@ class BatchWriter:
                 rows = self.table.rows(one_task_if_small(parsed, count))
                 row_bound = count - unusable
             with batch("schema evolution"):
-                grow_table(self.spark, self.paths.table, rows)
+                # an append adds the rows' new columns itself; a MERGE, or a layout given to
+                # the table first, needs them there before (one empty append, one commit more)
+                appends = (isinstance(self.table, LatestPerKey) and self.table.appends()
+                           and delta_table.wanted_layout(self.topic) is None)
+                grow_table(self.spark, self.paths.table, rows, new_columns=not appends)
                 if not self.laid_out:  # once a run: the entry's partition_by or cluster_by
                     delta_table.apply_layout(self.spark, self.paths.table, self.topic,
                                              rows.drop(delta_table.DELETED).schema)
