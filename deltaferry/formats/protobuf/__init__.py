@@ -54,6 +54,7 @@ from deltaferry.formats.protobuf.wire import (
 from deltaferry.schema.merge import new_fields, normalise
 from deltaferry.schema.store import SchemaStore
 from deltaferry.spark.kafka_source import with_raw_columns
+from deltaferry.spark.table import sql_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -104,7 +105,10 @@ def decode_column(plans: dict, target: dict, framed: bool):
         rows = decode_batch(values.to_pylist(), plans, target, framed)
         return pa.array(rows, type=to_arrow_type(result_type, timezone="UTC"))
 
-    return F.arrow_udf(decode, result_type)("raw_value")  # type: ignore[call-overload]
+    # cast to its SQL name: a UDF's result type reaches a Spark Connect server as a string
+    # collated UTF8_BINARY, which a table's schema must not take (`sql_type`)
+    decoded = F.arrow_udf(decode, result_type)("raw_value")  # type: ignore[call-overload]
+    return decoded.cast(sql_type(result_type))
 
 
 class ProtobufDecoder:
