@@ -591,8 +591,8 @@ def test_pages_link_to_the_runs_that_made_each_number(two_runs, browser, ui_airf
         assert newest in (worked_id, idle_id)
         assert text_of(browser, "#facts-table dd.last-by").startswith(newest)
         evolution = [r for op, r in commits if op == "WRITE" and "numOutputRows=0" in r.text]
-        assert len(evolution) == 1, history      # coupon (the first batch's append added
-        # its columns with its rows)
+        # coupon's alone: the first batch's append added its columns with its rows
+        assert len(evolution) == 1, history
         assert all("schema evolution" in r.text and r.find_elements(By.CSS_SELECTOR, "a.by-run")
                    for r in evolution), history
         quarantine = text_of(browser, "#history-quarantine")
