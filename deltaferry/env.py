@@ -83,7 +83,8 @@ DRIVER_MEMORY = _v("DELTAFERRY_DRIVER_MEMORY", "the memory of a Spark driver", "
                    default="2g")
 DRIVER_JAVA_OPTIONS = _v("DELTAFERRY_DRIVER_JAVA_OPTIONS", "replaces the driver JVM's options "
                          "(empty: the JVM's own)", "JVM options",
-                         default_doc="C1 compilation and the class archive, if built")
+                         default_doc="C1 compilation (a warm driver: the JVM's tiered "
+                         "compilation) and the class archive, if built")
 PYSPARK_PYTHON = _v("PYSPARK_PYTHON", "the interpreter of the Python workers", "path",
                     default_doc="this interpreter on a local master, else Spark's python3")
 JAVA_HOME = _v("JAVA_HOME", "the JVM a class archive is built for", "path",

@@ -103,20 +103,27 @@ def pyspark_jars_dir() -> Path:
     return Path(spec.origin).resolve().parent / "jars"
 
 
-#: JVM options of a driver deltaferry starts: C1 compilation only (a run is short and the machine
-#: small: C2's compiler threads cost more CPU than its faster code saves; see bench/RESULTS.md).
-#: C1 alone gets a 48 MB code cache, which a driver fills early ("CodeCache is full. Compiler has
-#: been disabled": everything after runs interpreted), so it gets the 240 MB tiered compilation
-#: would have. DELTAFERRY_DRIVER_JAVA_OPTIONS replaces them ("" for the JVM's own).
+#: JVM options of a driver deltaferry starts for one run (`deltaferry run`, a spark-submit): C1
+#: compilation only (a run is short and the machine small: C2's compiler threads cost more CPU
+#: than its faster code saves; see bench/RESULTS.md). C1 alone gets a 48 MB code cache, which a
+#: driver fills early ("CodeCache is full. Compiler has been disabled": everything after runs
+#: interpreted), so it gets the 240 MB tiered compilation would have.
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+#: JVM options of a warm driver (`deltaferry.spark.warm`): the JVM's own tiered compilation (C1,
+#: then C2 for hot code, in its default 240 MB code cache). A warm driver runs step after step
+#: for up to an hour idle, so C2's compilations pay: a 210,000-message backlog's decode 3.3-3.8 s
+#: with C1 only, 1.5-2.0 s once C2 has compiled it (bench/RESULTS.md).
+WARM_DRIVER_JAVA_OPTIONS = ""
 
 
-def driver_java_options(env: Mapping[str, str] | None = None) -> str:
-    """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else DRIVER_JAVA_OPTIONS and
-    the class archive `make setup` built for this JVM and jars, if there is one."""
+def driver_java_options(env: Mapping[str, str] | None = None, warm: bool = False) -> str:
+    """The driver JVM's options: DELTAFERRY_DRIVER_JAVA_OPTIONS, else WARM_DRIVER_JAVA_OPTIONS
+    for a `warm` driver and DRIVER_JAVA_OPTIONS for any other, with the class archive `make
+    setup` built for this JVM and jars, if there is one."""
     if envvars.DRIVER_JAVA_OPTIONS.is_set(env):
         return (envvars.DRIVER_JAVA_OPTIONS.raw(env) or "").strip()
-    return f"{DRIVER_JAVA_OPTIONS} {archive_option(env)}".strip()
+    options = WARM_DRIVER_JAVA_OPTIONS if warm else DRIVER_JAVA_OPTIONS
+    return f"{options} {archive_option(env)}".strip()
 
 
 def driver_memory(env: Mapping[str, str] | None = None) -> str:

@@ -168,17 +168,18 @@ REDACTION_CONF = {
 
 
 def builder_settings(master: str | None, submitted: bool, conf: dict[str, str] | None = None,
-                     env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Spark settings a new session is built with (the master aside). When PySpark launches
-    the driver JVM itself they become ``--conf`` arguments of its command line: no credential is
-    among them (`configure_s3a` sets those once the JVM runs)."""
+                     env: Mapping[str, str] | None = None, warm: bool = False) -> dict[str, str]:
+    """The Spark settings a new session is built with (the master aside; `warm`: a warm
+    driver's, `driver_java_options`). When PySpark launches the driver JVM itself they become
+    ``--conf`` arguments of its command line: no credential is among them (`configure_s3a` sets
+    those once the JVM runs)."""
     env = os.environ if env is None else env
     settings = {**COMMON_CONF, **QUIET_CONF, **REDACTION_CONF, **s3a_spark_conf(env)}
     if not submitted:
         if not is_local(master):
             settings["spark.jars"] = spark_jars_csv()
         settings["spark.driver.memory"] = driver_memory(env)
-        java_options = driver_java_options(env)
+        java_options = driver_java_options(env, warm)
         if java_options:
             settings["spark.driver.extraJavaOptions"] = java_options
         if (master or "").startswith("local"):
@@ -395,8 +396,10 @@ def connect_session(app_name: str, conf: Mapping[str, str] | None = None,
     return spark
 
 
-def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
-    """The active SparkSession, or a new one with Delta and the Kafka connector; with
+def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | None = None,
+              warm: bool = False):
+    """The active SparkSession, or a new one with Delta and the Kafka connector (`warm`: a warm
+    driver's JVM, `deltaferry.jvm.driver_java_options`); with
     DELTAFERRY_SPARK_REMOTE set, a new session on that Spark Connect server instead
     (`connect_session`).
 
@@ -424,7 +427,7 @@ def get_spark(app_name: str, master: str | None = None, conf: dict[str, str] | N
         python = worker_python(master)
         if python:
             os.environ.setdefault(envvars.PYSPARK_PYTHON.name, python)
-    for key, value in builder_settings(master, submitted, conf).items():
+    for key, value in builder_settings(master, submitted, conf, warm=warm).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     configure_s3a(spark)  # the credentials: inside the JVM, before any s3a path is touched

@@ -1137,7 +1137,7 @@ def drive(fd: int, master: str, idle: float, index: int, retire_file: Path,
     configure_logging()
     started = time.monotonic()
     batch = {k: v for k, v in BATCH_CONF.items() if k not in extra_spark_conf()}
-    spark = get_spark(f"deltaferry-warm-{index}", master, batch)
+    spark = get_spark(f"deltaferry-warm-{index}", master, batch, warm=True)
     ready = time.monotonic() - started
     listener = socket.socket(fileno=fd)
     listener.settimeout(0)  # `_accept` waits in select: a task taken by another is no wait

@@ -44,6 +44,7 @@ def test_the_driver_maps_the_class_archive(spark):
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
                      .getInputArguments())
     assert f"-XX:SharedArchiveFile={archive}" in arguments
+    assert "-XX:TieredStopAtLevel=1" in arguments  # a run's own driver: C1 (warm ones: C2)
     info = vm_info(spark)
     mapped = re.search(r"CDS archive\(s\) mapped at: .*?size (\d+)", info)
     assert mapped, "CDS is off in the driver"

@@ -92,6 +92,22 @@ def table_keys(env, topic) -> list[str]:
     return sorted(table.to_pyarrow_table(columns=["kafka_key"]).column("kafka_key").to_pylist())
 
 
+def assert_compiles_hot_code_with_c2(driver: int) -> None:
+    """The JVM of the warm driver `driver` (its Python process) compiles with the JVM's tiered
+    compilation, C2 included (a run's own driver has C1 only: test_class_archive.py), and maps
+    the class archive all the same (its file in the JVM's memory map)."""
+    import psutil
+
+    from deltaferry.jvm import archive_path
+
+    [jvm] = [p for p in psutil.Process(driver).children() if p.name() == "java"]
+    options = [a for a in jvm.cmdline() if a.startswith("-XX:")]
+    assert not any("TieredStopAtLevel" in o or "TieredCompilation" in o for o in options), options
+    archive = archive_path()
+    assert archive is not None and archive.is_file(), "make setup builds the class archive"
+    assert str(archive) in Path(f"/proc/{jvm.pid}/maps").read_text(), options
+
+
 def test_steps_share_a_warm_driver_and_stream_their_output(pool_env, tmp_path):
     env, topic, topics_file = pool_env
     lines: list[str] = []
@@ -102,6 +118,7 @@ def test_steps_share_a_warm_driver_and_stream_their_output(pool_env, tmp_path):
     code, waited = run(env, "ingest", topic, topics_file, tmp_path / "ingest.json", lines)
     assert code == 0, "\n".join(lines)
     assert driver_pid(lines) == first and waited < 5  # the same driver, already up
+    assert_compiles_hot_code_with_c2(first)
     report = json.loads((tmp_path / "ingest.json").read_text())[0]
     assert report["messages_read"] == 2000 and report["inserted"] == KEYS
     assert table_keys(env, topic) == sorted(f"k{i}" for i in range(KEYS))

@@ -58,9 +58,11 @@ def test_a_driver_gets_the_class_archive_only_when_it_exists(tmp_path, monkeypat
     path.parent.mkdir(parents=True)
     path.write_bytes(b"archive")
     assert driver_java_options() == f"{DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={path}"
-    # the user's options replace deltaferry's, archive included
+    # a warm driver: the JVM's tiered compilation (C2 too), the archive all the same
+    assert driver_java_options(warm=True) == f"-XX:SharedArchiveFile={path}"
+    # the user's options replace deltaferry's, archive included, warm or not
     monkeypatch.setenv("DELTAFERRY_DRIVER_JAVA_OPTIONS", "-Xss4m")
-    assert driver_java_options() == "-Xss4m"
+    assert driver_java_options() == driver_java_options(warm=True) == "-Xss4m"
 
 
 def test_the_archive_is_named_for_its_jvm_and_jars(tmp_path):
